@@ -1,0 +1,363 @@
+#include "db/connection.hpp"
+
+#include <cstdlib>
+#include <deque>
+#include <stdexcept>
+
+#include <libpq-fe.h>
+#include <spdlog/spdlog.h>
+
+namespace cmdbus::db {
+
+namespace {
+
+constexpr size_t max_kept_notices = 100;
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\t'))
+    s.pop_back();
+  return s;
+}
+
+// Builds an error from a failed result, or from the connection state when no
+// result is available.
+error make_error(PGconn* conn, const PGresult* res) {
+  std::string state;
+  std::string msg;
+  if (res != nullptr) {
+    if (const char* s = PQresultErrorField(res, PG_DIAG_SQLSTATE))
+      state = s;
+    if (const char* m = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY))
+      msg = m;
+    else
+      msg = trim(PQresultErrorMessage(res));
+  }
+  if (msg.empty())
+    msg = trim(PQerrorMessage(conn));
+  if (msg.empty())
+    msg = "unknown database error";
+  auto code = classify_sqlstate(state);
+  if (code == errc::other && PQstatus(conn) != CONNECTION_OK)
+    code = errc::connection;
+  return error{code, std::move(state), msg};
+}
+
+std::string quote_array_element(const std::string& x) {
+  std::string out = "\"";
+  for (char c : x) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+} // namespace
+
+std::string array_literal(const std::vector<std::string>& xs) {
+  std::string out = "{";
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (i > 0)
+      out += ',';
+    out += quote_array_element(xs[i]);
+  }
+  out += '}';
+  return out;
+}
+
+std::string array_literal(const std::vector<int64_t>& xs) {
+  std::string out = "{";
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (i > 0)
+      out += ',';
+    out += std::to_string(xs[i]);
+  }
+  out += '}';
+  return out;
+}
+
+// -- result ------------------------------------------------------------------
+
+result::result(result&& other) noexcept : res_(other.res_) {
+  other.res_ = nullptr;
+}
+
+result& result::operator=(result&& other) noexcept {
+  if (this != &other) {
+    PQclear(res_);
+    res_ = other.res_;
+    other.res_ = nullptr;
+  }
+  return *this;
+}
+
+result::~result() {
+  PQclear(res_);
+}
+
+int result::rows() const noexcept {
+  return res_ ? PQntuples(res_) : 0;
+}
+
+int result::columns() const noexcept {
+  return res_ ? PQnfields(res_) : 0;
+}
+
+std::string result::column_name(int col) const {
+  check(0, col);
+  return PQfname(res_, col);
+}
+
+int result::column(std::string_view name) const {
+  for (int i = 0; i < columns(); ++i)
+    if (name == PQfname(res_, i))
+      return i;
+  throw std::out_of_range("result has no column named " + std::string{name});
+}
+
+void result::check(int row, int col) const {
+  if (res_ == nullptr || col < 0 || col >= columns() || row < 0
+      || (row >= rows() && !(row == 0 && rows() == 0)))
+    throw std::out_of_range("result field (" + std::to_string(row) + ", "
+                            + std::to_string(col) + ") out of range");
+}
+
+bool result::is_null(int row, int col) const {
+  check(row, col);
+  return PQgetisnull(res_, row, col) != 0;
+}
+
+std::string_view result::text(int row, int col) const {
+  check(row, col);
+  return {PQgetvalue(res_, row, col),
+          static_cast<size_t>(PQgetlength(res_, row, col))};
+}
+
+std::optional<std::string> result::opt_text(int row, int col) const {
+  if (is_null(row, col))
+    return std::nullopt;
+  return std::string{text(row, col)};
+}
+
+int64_t result::int64(int row, int col) const {
+  if (is_null(row, col))
+    throw std::runtime_error("unexpected NULL in column "
+                             + std::string{PQfname(res_, col)});
+  std::string s{text(row, col)};
+  size_t pos = 0;
+  auto value = std::stoll(s, &pos);
+  if (pos != s.size())
+    throw std::runtime_error("column " + std::string{PQfname(res_, col)}
+                             + " is not an integer");
+  return value;
+}
+
+bool result::boolean(int row, int col) const {
+  if (is_null(row, col))
+    throw std::runtime_error("unexpected NULL in column "
+                             + std::string{PQfname(res_, col)});
+  return text(row, col) == "t";
+}
+
+int64_t result::affected_rows() const {
+  const char* n = res_ ? PQcmdTuples(res_) : "";
+  return *n == '\0' ? 0 : std::stoll(n);
+}
+
+// -- connection --------------------------------------------------------------
+
+struct connection::impl {
+  PGconn* conn = nullptr;
+  std::string target;
+  std::deque<std::string> notices;
+
+  ~impl() {
+    if (conn != nullptr)
+      PQfinish(conn);
+  }
+
+  static void on_notice(void* arg, const PGresult* res) {
+    auto* self = static_cast<impl*>(arg);
+    std::string msg;
+    if (const char* m = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY))
+      msg = m;
+    std::string severity;
+    if (const char* s = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED))
+      severity = s;
+    spdlog::debug("postgres {}: {}", severity, msg);
+    self->notices.push_back(std::move(msg));
+    if (self->notices.size() > max_kept_notices)
+      self->notices.pop_front();
+  }
+};
+
+std::string describe_target(const std::string& dsn) {
+  char* err = nullptr;
+  PQconninfoOption* opts = PQconninfoParse(dsn.c_str(), &err);
+  if (opts == nullptr) {
+    PQfreemem(err);
+    return "(invalid connection string)";
+  }
+  auto get = [&](const char* key) -> std::string {
+    for (auto* o = opts; o->keyword != nullptr; ++o)
+      if (std::string_view{o->keyword} == key && o->val != nullptr)
+        return o->val;
+    return {};
+  };
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  auto pick = [&](const char* key, const char* env_name, const char* dflt) {
+    auto v = get(key);
+    if (v.empty())
+      v = env(env_name);
+    return v.empty() ? std::string{dflt} : v;
+  };
+  auto host = get("host");
+  if (host.empty())
+    host = get("hostaddr");
+  if (host.empty())
+    host = env("PGHOST");
+  if (host.empty())
+    host = "(default socket)";
+  auto user = pick("user", "PGUSER", "(default user)");
+  auto port = pick("port", "PGPORT", "5432");
+  auto dbname = pick("dbname", "PGDATABASE", "(default db)");
+  PQconninfoFree(opts);
+  return user + "@" + host + ":" + port + "/" + dbname;
+}
+
+connection::connection(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
+  // nop
+}
+
+connection::connection(connection&&) noexcept = default;
+connection& connection::operator=(connection&&) noexcept = default;
+connection::~connection() = default;
+
+connection connection::open(const std::string& dsn,
+                            const connection_options& opts) {
+  // Validate first so that a malformed DSN never reaches an error message.
+  char* parse_err = nullptr;
+  PQconninfoOption* parsed = PQconninfoParse(dsn.c_str(), &parse_err);
+  if (parsed == nullptr) {
+    PQfreemem(parse_err);
+    throw invalid_argument("invalid connection string (expected libpq "
+                           "key=value pairs or a postgresql:// URI)");
+  }
+  PQconninfoFree(parsed);
+  auto ptr = std::make_unique<impl>();
+  ptr->target = describe_target(dsn);
+  auto timeout = std::to_string(opts.connect_timeout.count());
+  // Our defaults come first so that the DSN can override them.
+  const char* keys[] = {"application_name", "connect_timeout", "keepalives",
+                        "keepalives_idle",  "keepalives_interval",
+                        "keepalives_count", "dbname",          nullptr};
+  const char* values[] = {opts.application_name.c_str(), timeout.c_str(), "1",
+                          "30", "10", "3", dsn.c_str(), nullptr};
+  ptr->conn = PQconnectdbParams(keys, values, 1);
+  if (ptr->conn == nullptr)
+    throw error{errc::connection, "", "out of memory allocating a connection"};
+  if (PQstatus(ptr->conn) != CONNECTION_OK) {
+    auto msg = trim(PQerrorMessage(ptr->conn));
+    throw error{errc::connection, "",
+                "cannot connect to " + ptr->target + ": " + msg};
+  }
+  PQsetNoticeReceiver(ptr->conn, &impl::on_notice, ptr.get());
+  connection result{std::move(ptr)};
+  if (opts.statement_timeout)
+    result.set_statement_timeout(*opts.statement_timeout);
+  spdlog::debug("connected to {}", result.target());
+  return result;
+}
+
+namespace {
+
+// Wraps `res` after checking its status; throws `error` on failure.
+result checked(PGconn* conn, PGresult* res) {
+  if (res == nullptr)
+    throw make_error(conn, nullptr);
+  switch (PQresultStatus(res)) {
+    case PGRES_COMMAND_OK:
+    case PGRES_TUPLES_OK:
+    case PGRES_EMPTY_QUERY:
+    case PGRES_SINGLE_TUPLE:
+      return result{res};
+    default: {
+      auto err = make_error(conn, res);
+      PQclear(res);
+      throw err;
+    }
+  }
+}
+
+} // namespace
+
+result connection::exec(std::string_view sql) {
+  std::string stmt{sql};
+  return checked(impl_->conn, PQexec(impl_->conn, stmt.c_str()));
+}
+
+result connection::exec(const std::string& sql,
+                        const std::vector<param>& params) {
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (auto& p : params)
+    values.push_back(p ? p->c_str() : nullptr);
+  return checked(impl_->conn,
+                 PQexecParams(impl_->conn, sql.c_str(),
+                              static_cast<int>(values.size()), nullptr,
+                              values.data(), nullptr, nullptr, 0));
+}
+
+void connection::set_statement_timeout(std::chrono::milliseconds timeout) {
+  query("SELECT set_config('statement_timeout', $1, false)",
+        std::to_string(timeout.count()));
+}
+
+std::vector<std::string> connection::take_notices() {
+  std::vector<std::string> out(impl_->notices.begin(), impl_->notices.end());
+  impl_->notices.clear();
+  return out;
+}
+
+bool connection::is_open() const noexcept {
+  return impl_ && impl_->conn && PQstatus(impl_->conn) == CONNECTION_OK;
+}
+
+const std::string& connection::target() const noexcept {
+  return impl_->target;
+}
+
+int connection::backend_pid() const noexcept {
+  return PQbackendPID(impl_->conn);
+}
+
+pg_conn* connection::native() noexcept {
+  return impl_->conn;
+}
+
+// -- transaction -------------------------------------------------------------
+
+transaction::transaction(connection& conn) : conn_(conn) {
+  conn_.exec("BEGIN");
+}
+
+transaction::~transaction() {
+  if (done_ || !conn_.is_open())
+    return;
+  try {
+    conn_.exec("ROLLBACK");
+  } catch (const std::exception& e) {
+    spdlog::warn("rollback on {} failed: {}", conn_.target(), e.what());
+  }
+}
+
+void transaction::commit() {
+  done_ = true;
+  conn_.exec("COMMIT");
+}
+
+} // namespace cmdbus::db

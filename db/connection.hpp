@@ -1,0 +1,186 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "db/error.hpp"
+
+struct pg_conn;
+struct pg_result;
+
+namespace cmdbus::db {
+
+/// A statement parameter in PostgreSQL text format; `std::nullopt` is NULL.
+using param = std::optional<std::string>;
+
+// -- parameter conversion ----------------------------------------------------
+
+inline param to_param(std::nullopt_t) { return std::nullopt; }
+inline param to_param(const std::string& x) { return x; }
+inline param to_param(std::string&& x) { return std::move(x); }
+inline param to_param(std::string_view x) { return std::string{x}; }
+inline param to_param(const char* x) { return std::string{x}; }
+inline param to_param(bool x) { return std::string{x ? "t" : "f"}; }
+inline param to_param(int x) { return std::to_string(x); }
+inline param to_param(long x) { return std::to_string(x); }
+inline param to_param(long long x) { return std::to_string(x); }
+inline param to_param(unsigned x) { return std::to_string(x); }
+inline param to_param(unsigned long x) { return std::to_string(x); }
+inline param to_param(unsigned long long x) { return std::to_string(x); }
+inline param to_param(const param& x) { return x; }
+
+template <class T>
+param to_param(const std::optional<T>& x) {
+  if (!x)
+    return std::nullopt;
+  return to_param(*x);
+}
+
+/// Renders `xs` as a PostgreSQL array literal (`{"a","b"}`) for a text
+/// parameter cast to `text[]`, `jsonb[]`, `bigint[]`, ...
+std::string array_literal(const std::vector<std::string>& xs);
+
+/// Renders integers as a PostgreSQL array literal (`{1,2,3}`).
+std::string array_literal(const std::vector<int64_t>& xs);
+
+// -- result ------------------------------------------------------------------
+
+/// Owns a `PGresult`. Row and column indexes are 0-based.
+class result {
+public:
+  explicit result(pg_result* res) noexcept : res_(res) {
+    // nop
+  }
+  result(result&& other) noexcept;
+  result& operator=(result&& other) noexcept;
+  result(const result&) = delete;
+  result& operator=(const result&) = delete;
+  ~result();
+
+  /// Returns the number of rows.
+  int rows() const noexcept;
+
+  /// Returns the number of columns.
+  int columns() const noexcept;
+
+  /// Returns the name of column `col`.
+  std::string column_name(int col) const;
+
+  /// Returns the index of the column named `name`; throws if absent.
+  int column(std::string_view name) const;
+
+  /// Returns whether the field is SQL NULL.
+  bool is_null(int row, int col) const;
+
+  /// Returns the field as text ("" for NULL).
+  std::string_view text(int row, int col) const;
+
+  /// Returns the field as text, or `std::nullopt` for NULL.
+  std::optional<std::string> opt_text(int row, int col) const;
+
+  /// Returns the field as an integer; throws on NULL or non-numeric text.
+  int64_t int64(int row, int col) const;
+
+  /// Returns the field as a boolean; throws on NULL.
+  bool boolean(int row, int col) const;
+
+  /// Returns the number of rows affected by INSERT/UPDATE/DELETE.
+  int64_t affected_rows() const;
+
+private:
+  void check(int row, int col) const;
+  pg_result* res_;
+};
+
+// -- connection --------------------------------------------------------------
+
+/// Settings applied to every new connection.
+struct connection_options {
+  /// Shown in pg_stat_activity, unless the DSN sets its own.
+  std::string application_name = "cmdbus";
+  /// Server-side statement timeout; unset keeps the server default.
+  std::optional<std::chrono::milliseconds> statement_timeout;
+  /// Upper bound for establishing the connection.
+  std::chrono::seconds connect_timeout{10};
+};
+
+/// Returns a description of the DSN's target, "user@host:port/dbname",
+/// without the password or other secrets; safe to log.
+std::string describe_target(const std::string& dsn);
+
+/// An owned libpq connection. Not thread-safe: one owner at a time.
+/// All statements with values use parameters (extended protocol).
+class connection {
+public:
+  /// Connects to `dsn` (a libpq key/value string or URI; "" uses the libpq
+  /// environment: PGHOST, PGPORT, ...). Throws `error` with
+  /// `errc::connection` when the server is unreachable or refuses the login,
+  /// and `invalid_argument` for a malformed DSN (never echoing it).
+  static connection open(const std::string& dsn,
+                         const connection_options& opts = {});
+
+  connection(connection&&) noexcept;
+  connection& operator=(connection&&) noexcept;
+  ~connection();
+
+  /// Runs one or more statements without parameters (simple protocol).
+  /// Returns the result of the last statement.
+  result exec(std::string_view sql);
+
+  /// Runs one statement with text parameters ($1, $2, ...).
+  result exec(const std::string& sql, const std::vector<param>& params);
+
+  /// Runs one statement, converting each argument with `to_param`.
+  template <class... Ts>
+  result query(const std::string& sql, const Ts&... xs) {
+    return exec(sql, std::vector<param>{to_param(xs)...});
+  }
+
+  /// Sets the server-side statement timeout of this session (0 disables).
+  void set_statement_timeout(std::chrono::milliseconds timeout);
+
+  /// Returns and clears the NOTICE/WARNING messages received so far
+  /// (the most recent 100 are kept).
+  std::vector<std::string> take_notices();
+
+  /// Returns whether the connection is usable.
+  bool is_open() const noexcept;
+
+  /// Returns the redacted target ("user@host:port/dbname").
+  const std::string& target() const noexcept;
+
+  /// Returns the backend process id.
+  int backend_pid() const noexcept;
+
+  /// Returns the raw handle for libpq features not wrapped here.
+  pg_conn* native() noexcept;
+
+private:
+  struct impl;
+  explicit connection(std::unique_ptr<impl> ptr);
+  std::unique_ptr<impl> impl_;
+};
+
+/// A transaction on `conn`: BEGIN on construction, ROLLBACK on destruction
+/// unless `commit()` succeeded.
+class transaction {
+public:
+  explicit transaction(connection& conn);
+  transaction(const transaction&) = delete;
+  transaction& operator=(const transaction&) = delete;
+  ~transaction();
+
+  /// Commits; throws `error` if the server rejects the commit.
+  void commit();
+
+private:
+  connection& conn_;
+  bool done_ = false;
+};
+
+} // namespace cmdbus::db

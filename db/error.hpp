@@ -1,0 +1,76 @@
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace cmdbus::db {
+
+/// Classifies database failures by SQLSTATE (never by message text).
+enum class errc {
+  /// The server could not be reached, refused the login, or the connection broke.
+  connection,
+  /// SQLSTATE 23505.
+  unique_violation,
+  /// SQLSTATE 23503.
+  foreign_key_violation,
+  /// SQLSTATE 23502 / 23514 and other integrity errors (class 23).
+  constraint_violation,
+  /// SQLSTATE 40001.
+  serialization_failure,
+  /// SQLSTATE 40P01.
+  deadlock,
+  /// SQLSTATE 57014 raised by statement_timeout.
+  statement_timeout,
+  /// SQLSTATE 42P01: e.g. a PGMQ queue that does not exist.
+  undefined_table,
+  /// SQLSTATE 42883.
+  undefined_function,
+  /// SQLSTATE P0001: RAISE EXCEPTION in a stored procedure.
+  raise_exception,
+  /// SQLSTATE class 22 (bad input value).
+  data_exception,
+  /// SQLSTATE 28xxx (authentication / authorisation at login).
+  invalid_authorization,
+  /// Anything else.
+  other,
+};
+
+/// Returns a short, stable name for `x`.
+const char* to_string(errc x) noexcept;
+
+/// Maps a five-character SQLSTATE to an `errc`.
+errc classify_sqlstate(const std::string& sqlstate) noexcept;
+
+/// A failed database operation. `what()` is the server's primary message
+/// (never contains connection secrets).
+class error : public std::runtime_error {
+public:
+  error(errc code, std::string sqlstate, const std::string& message)
+    : std::runtime_error(message), code_(code), sqlstate_(std::move(sqlstate)) {
+    // nop
+  }
+
+  /// Returns the classification of this failure.
+  errc code() const noexcept { return code_; }
+
+  /// Returns the SQLSTATE reported by the server, or "" for client-side errors.
+  const std::string& sqlstate() const noexcept { return sqlstate_; }
+
+  /// Returns whether retrying on a fresh connection may succeed.
+  bool is_transient() const noexcept {
+    return code_ == errc::connection || code_ == errc::serialization_failure
+           || code_ == errc::deadlock || code_ == errc::statement_timeout;
+  }
+
+private:
+  errc code_;
+  std::string sqlstate_;
+};
+
+/// Input that is rejected before any SQL runs (e.g. an invalid queue name).
+class invalid_argument : public std::invalid_argument {
+public:
+  using std::invalid_argument::invalid_argument;
+};
+
+} // namespace cmdbus::db

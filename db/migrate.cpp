@@ -1,0 +1,204 @@
+#include "db/migrate.hpp"
+
+#include <cstdint>
+#include <map>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+namespace cmdbus::db {
+
+namespace {
+
+// Arbitrary constant shared by every cmdbus migrate run ("cmdbus" in ASCII).
+constexpr const char* migrate_lock_key = "109315985728883";
+
+constexpr const char* pgmq_component = "pgmq";
+constexpr const char* commandbus_component = "commandbus";
+
+using applied_map = std::map<std::pair<std::string, std::string>, std::string>;
+
+class advisory_lock {
+public:
+  explicit advisory_lock(connection& conn) : conn_(conn) {
+    conn_.query("SELECT pg_advisory_lock($1::bigint)", migrate_lock_key);
+  }
+  ~advisory_lock() {
+    if (!conn_.is_open())
+      return;
+    try {
+      conn_.query("SELECT pg_advisory_unlock($1::bigint)", migrate_lock_key);
+    } catch (const std::exception& e) {
+      spdlog::warn("releasing the migrate lock failed: {}", e.what());
+    }
+  }
+
+private:
+  connection& conn_;
+};
+
+void ensure_bookkeeping(connection& conn) {
+  conn.exec("CREATE SCHEMA IF NOT EXISTS commandbus;"
+            "CREATE TABLE IF NOT EXISTS commandbus.cmdbus_migrations ("
+            " component TEXT NOT NULL,"
+            " version TEXT NOT NULL,"
+            " name TEXT NOT NULL,"
+            " checksum TEXT NOT NULL,"
+            " applied_at TIMESTAMPTZ NOT NULL DEFAULT NOW(),"
+            " PRIMARY KEY (component, version))");
+}
+
+applied_map load_applied(connection& conn) {
+  applied_map out;
+  auto res = conn.exec(
+    "SELECT component, version, checksum FROM commandbus.cmdbus_migrations");
+  for (int i = 0; i < res.rows(); ++i)
+    out.emplace(std::make_pair(std::string{res.text(i, 0)},
+                               std::string{res.text(i, 1)}),
+                std::string{res.text(i, 2)});
+  return out;
+}
+
+bool has_component(const applied_map& applied, const std::string& component) {
+  for (auto& [key, sum] : applied)
+    if (key.first == component)
+      return true;
+  return false;
+}
+
+// Applies the files of `component` that are not recorded yet; verifies the
+// checksums of those that are.
+void apply_pending(connection& conn, const char* component,
+                   const std::vector<migration_file>& files,
+                   const applied_map& applied, migrate_report& report) {
+  for (auto& f : files) {
+    std::string version{f.version};
+    auto sum = migration_checksum(f.text);
+    auto i = applied.find({component, version});
+    if (i != applied.end()) {
+      if (i->second != sum)
+        throw error{errc::other, "",
+                    std::string{"migration "} + component + "/" + version
+                      + "__" + std::string{f.name}
+                      + " was changed after it was applied (checksum "
+                      + i->second + " in the database, " + sum
+                      + " in this build); refusing to continue"};
+      continue;
+    }
+    spdlog::info("applying migration {}/{}__{}", component, version, f.name);
+    transaction tx{conn};
+    try {
+      conn.exec(f.text);
+    } catch (const error& e) {
+      throw error{e.code(), e.sqlstate(),
+                  std::string{"migration "} + component + "/" + version + "__"
+                    + std::string{f.name} + " failed: " + e.what()};
+    }
+    conn.query("INSERT INTO commandbus.cmdbus_migrations"
+               " (component, version, name, checksum) VALUES ($1, $2, $3, $4)",
+               component, version, std::string{f.name}, sum);
+    tx.commit();
+    report.applied.push_back(std::string{component} + "/" + version + "__"
+                             + std::string{f.name});
+  }
+}
+
+bool pgmq_extension_installed(connection& conn) {
+  return conn.exec("SELECT 1 FROM pg_extension WHERE extname = 'pgmq'").rows()
+         > 0;
+}
+
+bool pgmq_extension_available(connection& conn) {
+  return conn.exec("SELECT 1 FROM pg_available_extensions WHERE name = 'pgmq'")
+           .rows()
+         > 0;
+}
+
+bool pgmq_schema_exists(connection& conn) {
+  return conn.exec("SELECT 1 FROM pg_namespace WHERE nspname = 'pgmq'").rows()
+         > 0;
+}
+
+bool try_create_extension(connection& conn) {
+  try {
+    transaction tx{conn};
+    conn.exec("CREATE EXTENSION pgmq");
+    tx.commit();
+    return true;
+  } catch (const error& e) {
+    if (e.code() == errc::connection)
+      throw;
+    spdlog::warn("the pgmq extension is available but CREATE EXTENSION "
+                 "failed ({}); installing the PGMQ-compatible SQL instead",
+                 e.what());
+    return false;
+  }
+}
+
+pgmq_source install_pgmq(connection& conn,
+                         const std::vector<migration_file>& pgmq_files,
+                         const applied_map& applied, migrate_report& report) {
+  if (pgmq_extension_installed(conn))
+    return pgmq_source::extension;
+  if (has_component(applied, pgmq_component)) {
+    apply_pending(conn, pgmq_component, pgmq_files, applied, report);
+    return pgmq_source::compat;
+  }
+  if (pgmq_schema_exists(conn)) {
+    if (conn.exec("SELECT to_regprocedure('pgmq.send(text,jsonb,integer)')")
+          .is_null(0, 0))
+      throw error{errc::other, "",
+                  "schema pgmq exists but is neither the pgmq extension nor "
+                  "a PGMQ install (pgmq.send(text, jsonb, integer) is "
+                  "missing); refusing to install over it"};
+    spdlog::info("using the existing pgmq schema (installed without the "
+                 "extension)");
+    return pgmq_source::external;
+  }
+  if (pgmq_extension_available(conn) && try_create_extension(conn)) {
+    report.applied.push_back("pgmq/extension");
+    return pgmq_source::extension;
+  }
+  apply_pending(conn, pgmq_component, pgmq_files, applied, report);
+  return pgmq_source::compat;
+}
+
+} // namespace
+
+const char* to_string(pgmq_source x) noexcept {
+  switch (x) {
+    case pgmq_source::extension: return "extension";
+    case pgmq_source::compat: return "compat";
+    case pgmq_source::external: return "external";
+  }
+  return "compat";
+}
+
+std::string migration_checksum(std::string_view text) {
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i) {
+    out[static_cast<size_t>(i)] = hex[h & 0xf];
+    h >>= 4;
+  }
+  return out;
+}
+
+migrate_report migrate(connection& conn,
+                       const std::vector<migration_file>& pgmq_files,
+                       const std::vector<migration_file>& commandbus_files) {
+  migrate_report report;
+  advisory_lock lock{conn};
+  ensure_bookkeeping(conn);
+  auto applied = load_applied(conn);
+  report.pgmq = install_pgmq(conn, pgmq_files, applied, report);
+  apply_pending(conn, commandbus_component, commandbus_files, applied, report);
+  return report;
+}
+
+} // namespace cmdbus::db

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace cmdbus::db {
+
+/// The longest queue name PGMQ accepts.
+constexpr size_t max_queue_name_length = 47;
+
+/// Suffix of a domain's command queue (`{domain}__commands`).
+constexpr std::string_view command_queue_suffix = "__commands";
+
+/// Returns an empty string when `name` is a valid queue name (1 to 47 ASCII
+/// letters, digits or underscores; DECISIONS.md D10), else the reason.
+std::string queue_name_problem(std::string_view name);
+
+/// Throws `db::invalid_argument` with a clear message unless `name` is a
+/// valid queue name. Called before any SQL that interpolates a queue name.
+void validate_queue_name(std::string_view name);
+
+/// Throws `db::invalid_argument` unless `domain` is a valid domain name, i.e.
+/// `{domain}__commands` is a valid queue name.
+void validate_domain(std::string_view domain);
+
+/// Returns `{domain}__commands` after validating `domain`.
+std::string command_queue(std::string_view domain);
+
+/// Returns the NOTIFY channel of `queue`: `pgmq_notify_{queue}`.
+std::string notify_channel(std::string_view queue);
+
+/// Returns `name` quoted for error messages, with control and non-ASCII bytes
+/// escaped as \xNN so that any input prints safely on one line.
+std::string printable(std::string_view name);
+
+} // namespace cmdbus::db

@@ -1,0 +1,125 @@
+#include <gtest/gtest.h>
+
+#include "db/connection.hpp"
+#include "db/error.hpp"
+#include "tests/support/test_db.hpp"
+
+using namespace cmdbus;
+
+TEST(DbConnection, RunsParameterisedStatements) {
+  auto conn = test::connect();
+  auto res = conn.query("SELECT $1::int + $2::int, $3::text, $4::text IS NULL",
+                        40, 2, std::string{"it's"}, std::nullopt);
+  ASSERT_EQ(res.rows(), 1);
+  EXPECT_EQ(res.int64(0, 0), 42);
+  EXPECT_EQ(res.text(0, 1), "it's");
+  EXPECT_TRUE(res.boolean(0, 2));
+}
+
+TEST(DbConnection, ClassifiesErrorsBySqlstate) {
+  auto conn = test::connect();
+  try {
+    conn.exec("SELECT * FROM no_such_table_anywhere");
+    FAIL() << "expected an error";
+  } catch (const db::error& e) {
+    EXPECT_EQ(e.code(), db::errc::undefined_table);
+    EXPECT_EQ(e.sqlstate(), "42P01");
+    EXPECT_STREQ(e.what(), "relation \"no_such_table_anywhere\" does not exist");
+  }
+  try {
+    conn.exec("DO $$ BEGIN RAISE EXCEPTION 'boom'; END $$");
+    FAIL() << "expected an error";
+  } catch (const db::error& e) {
+    EXPECT_EQ(e.code(), db::errc::raise_exception);
+    EXPECT_STREQ(e.what(), "boom");
+  }
+  // The connection stays usable after errors.
+  EXPECT_EQ(conn.exec("SELECT 1").int64(0, 0), 1);
+}
+
+TEST(DbConnection, StatementTimeoutIsTypedAndRecoverable) {
+  auto conn = test::connect();
+  conn.set_statement_timeout(std::chrono::milliseconds{50});
+  try {
+    conn.exec("SELECT pg_sleep(5)");
+    FAIL() << "expected a statement timeout";
+  } catch (const db::error& e) {
+    EXPECT_EQ(e.code(), db::errc::statement_timeout);
+    EXPECT_TRUE(e.is_transient());
+  }
+  EXPECT_EQ(conn.exec("SELECT 1").int64(0, 0), 1);
+}
+
+TEST(DbConnection, UniqueViolationIsTyped) {
+  auto conn = test::connect();
+  conn.exec("CREATE TEMP TABLE t (id int PRIMARY KEY)");
+  conn.query("INSERT INTO t VALUES ($1)", 1);
+  try {
+    conn.query("INSERT INTO t VALUES ($1)", 1);
+    FAIL() << "expected a unique violation";
+  } catch (const db::error& e) {
+    EXPECT_EQ(e.code(), db::errc::unique_violation);
+  }
+}
+
+TEST(DbConnection, TransactionRollsBackUnlessCommitted) {
+  auto conn = test::connect();
+  conn.exec("CREATE TEMP TABLE t (id int)");
+  {
+    db::transaction tx{conn};
+    conn.query("INSERT INTO t VALUES ($1)", 1);
+  }
+  EXPECT_EQ(conn.exec("SELECT count(*) FROM t").int64(0, 0), 0);
+  {
+    db::transaction tx{conn};
+    conn.query("INSERT INTO t VALUES ($1)", 2);
+    tx.commit();
+  }
+  EXPECT_EQ(conn.exec("SELECT count(*) FROM t").int64(0, 0), 1);
+}
+
+TEST(DbConnection, UnreachableServerGivesConnectionError) {
+  try {
+    db::connection_options opts;
+    opts.connect_timeout = std::chrono::seconds{2};
+    db::connection::open("host=127.0.0.1 port=1 dbname=x user=u password=s3cret",
+                         opts);
+    FAIL() << "expected a connection error";
+  } catch (const db::error& e) {
+    EXPECT_EQ(e.code(), db::errc::connection);
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("u@127.0.0.1:1/x"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("s3cret"), std::string::npos) << msg;
+  }
+}
+
+TEST(DbConnection, WrongPasswordGivesConnectionErrorWithoutSecret) {
+  auto bad = test::with_dbname(test::dsn(), "cmdbus") + " password=wrong-pw-123";
+  try {
+    db::connection::open(bad);
+    FAIL() << "expected an authentication failure";
+  } catch (const db::error& e) {
+    EXPECT_EQ(e.code(), db::errc::connection);
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("password authentication failed"), std::string::npos)
+      << msg;
+    EXPECT_EQ(msg.find("wrong-pw-123"), std::string::npos) << msg;
+  }
+}
+
+TEST(DbConnection, MalformedDsnIsRejectedWithoutEchoingIt) {
+  try {
+    db::connection::open("host=localhost password secret-token");
+    FAIL() << "expected invalid_argument";
+  } catch (const db::invalid_argument& e) {
+    EXPECT_EQ(std::string{e.what()}.find("secret-token"), std::string::npos);
+  }
+}
+
+TEST(DbConnection, DescribeTargetNeverShowsPassword) {
+  EXPECT_EQ(db::describe_target(
+              "host=db.example port=6543 dbname=orders user=app password=pw"),
+            "app@db.example:6543/orders");
+  EXPECT_EQ(db::describe_target("postgresql://app:pw@db.example:6543/orders"),
+            "app@db.example:6543/orders");
+}
