@@ -1,10 +1,15 @@
 #include "db/connection.hpp"
 
+#include "db/queue_name.hpp"
+
 #include <cstdlib>
+#include <cctype>
+#include <cerrno>
 #include <deque>
 #include <stdexcept>
 
 #include <libpq-fe.h>
+#include <poll.h>
 #include <spdlog/spdlog.h>
 
 namespace cmdbus::db {
@@ -337,6 +342,173 @@ int connection::backend_pid() const noexcept {
 
 pg_conn* connection::native() noexcept {
   return impl_->conn;
+}
+
+bool connection::in_transaction() const noexcept {
+  auto st = PQtransactionStatus(impl_->conn);
+  return st == PQTRANS_INTRANS || st == PQTRANS_INERROR
+         || st == PQTRANS_ACTIVE;
+}
+
+namespace {
+
+// Waits until the socket of `conn` is ready for `events` (POLLIN/POLLOUT)
+// or `timeout_ms` passes (-1: forever). Returns the ready events, 0 on
+// timeout; throws on a broken socket.
+short wait_socket(PGconn* conn, short events, int timeout_ms) {
+  int fd = PQsocket(conn);
+  if (fd < 0)
+    throw error{errc::connection, "", "connection has no socket"};
+  pollfd pfd{fd, events, 0};
+  for (;;) {
+    int rc = ::poll(&pfd, 1, timeout_ms);
+    if (rc > 0)
+      return pfd.revents;
+    if (rc == 0)
+      return 0;
+    if (errno != EINTR)
+      throw error{errc::connection, "", "poll on the connection failed"};
+  }
+}
+
+// Restores blocking mode and leaves pipeline mode when a pipeline ends,
+// however it ends.
+struct pipeline_guard {
+  PGconn* conn;
+  ~pipeline_guard() {
+    if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF) {
+      // Drain whatever is left so that the connection can leave the mode.
+      while (PQstatus(conn) == CONNECTION_OK) {
+        PGresult* r = PQgetResult(conn);
+        if (r == nullptr) {
+          if (PQexitPipelineMode(conn) == 1)
+            break;
+          continue;
+        }
+        PQclear(r);
+      }
+    }
+    PQsetnonblocking(conn, 0);
+  }
+};
+
+} // namespace
+
+std::vector<result>
+connection::pipeline(const std::vector<statement>& statements) {
+  auto* conn = impl_->conn;
+  std::vector<result> out;
+  if (statements.empty())
+    return out;
+  if (PQenterPipelineMode(conn) != 1)
+    throw make_error(conn, nullptr);
+  pipeline_guard guard{conn};
+  // Non-blocking sends, so that a large pipeline cannot deadlock with the
+  // server blocked on writing results we are not reading yet.
+  PQsetnonblocking(conn, 1);
+  for (auto& st : statements) {
+    std::vector<const char*> values;
+    values.reserve(st.params.size());
+    for (auto& p : st.params)
+      values.push_back(p ? p->c_str() : nullptr);
+    if (PQsendQueryParams(conn, st.sql.c_str(), static_cast<int>(values.size()),
+                          nullptr, values.data(), nullptr, nullptr, 0)
+        != 1)
+      throw make_error(conn, nullptr);
+  }
+  if (PQpipelineSync(conn) != 1)
+    throw make_error(conn, nullptr);
+  for (;;) {
+    int rc = PQflush(conn);
+    if (rc == 0)
+      break;
+    if (rc < 0)
+      throw make_error(conn, nullptr);
+    auto ready = wait_socket(conn, POLLIN | POLLOUT, -1);
+    if ((ready & POLLIN) != 0 && PQconsumeInput(conn) != 1)
+      throw make_error(conn, nullptr);
+  }
+  PQsetnonblocking(conn, 0);
+  std::optional<error> first_error;
+  size_t index = 0;
+  for (;;) {
+    PGresult* res = PQgetResult(conn);
+    if (res == nullptr) {
+      // End of one statement's results.
+      ++index;
+      continue;
+    }
+    auto status = PQresultStatus(res);
+    if (status == PGRES_PIPELINE_SYNC) {
+      PQclear(res);
+      break;
+    }
+    if (index >= statements.size()) {
+      PQclear(res);
+      continue;
+    }
+    if (status == PGRES_PIPELINE_ABORTED) {
+      PQclear(res);
+      if (!first_error)
+        first_error = error{errc::other, "", "pipeline aborted"};
+      out.emplace_back(nullptr);
+      continue;
+    }
+    if (status == PGRES_FATAL_ERROR) {
+      if (!first_error)
+        first_error = make_error(conn, res);
+      PQclear(res);
+      out.emplace_back(nullptr);
+      continue;
+    }
+    out.emplace_back(res);
+  }
+  if (PQexitPipelineMode(conn) != 1)
+    throw make_error(conn, nullptr);
+  if (first_error)
+    throw *first_error;
+  return out;
+}
+
+void connection::listen(const std::string& channel) {
+  // LISTEN takes no parameters: the identifier is validated first.
+  validate_queue_name(channel);
+  std::string folded;
+  for (char c : channel)
+    folded += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  exec("LISTEN " + folded);
+}
+
+std::vector<std::string>
+connection::wait_for_notifications(std::chrono::milliseconds timeout) {
+  auto* conn = impl_->conn;
+  std::vector<std::string> out;
+  auto collect = [&] {
+    if (PQconsumeInput(conn) != 1)
+      throw error{errc::connection, "",
+                  "connection to " + impl_->target
+                    + " lost: " + trim(PQerrorMessage(conn))};
+    while (PGnotify* n = PQnotifies(conn)) {
+      out.emplace_back(n->relname);
+      PQfreemem(n);
+    }
+  };
+  collect();
+  if (!out.empty())
+    return out;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return out;
+    auto ready = wait_socket(conn, POLLIN, static_cast<int>(left.count()));
+    if (ready == 0)
+      return out;
+    collect();
+    if (!out.empty())
+      return out;
+  }
 }
 
 // -- transaction -------------------------------------------------------------

@@ -160,6 +160,39 @@ public:
   /// Returns the raw handle for libpq features not wrapped here.
   pg_conn* native() noexcept;
 
+  /// Returns whether the session is inside a transaction block (also when
+  /// the transaction failed and awaits ROLLBACK).
+  bool in_transaction() const noexcept;
+
+  // -- pipeline mode ---------------------------------------------------------
+
+  /// One statement of a pipeline.
+  struct statement {
+    std::string sql;
+    std::vector<param> params;
+  };
+
+  /// Sends all `statements` in one round trip (libpq pipeline mode) and
+  /// returns their results in order. When one fails, the server skips the
+  /// rest up to the end of the pipeline and this throws the first error.
+  /// Outside a transaction block each statement commits on its own (as
+  /// with `exec`); wrap them in BEGIN/COMMIT statements for atomicity.
+  std::vector<result> pipeline(const std::vector<statement>& statements);
+
+  // -- LISTEN / NOTIFY -------------------------------------------------------
+
+  /// Subscribes to `channel` (`LISTEN`); the name must be a valid queue-style
+  /// identifier (e.g. `pgmq_notify_payments__commands`), it is folded to
+  /// lower case like an unquoted identifier.
+  void listen(const std::string& channel);
+
+  /// Waits until at least one notification arrives or `timeout` passes and
+  /// returns the channels of all notifications received (possibly
+  /// repeated), or an empty vector on timeout. Throws `error` with
+  /// `errc::connection` when the connection breaks.
+  std::vector<std::string> wait_for_notifications(
+    std::chrono::milliseconds timeout);
+
 private:
   struct impl;
   explicit connection(std::unique_ptr<impl> ptr);

@@ -1,0 +1,141 @@
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "db/connection.hpp"
+#include "db/migrate.hpp"
+#include "sql/bundle.hpp"
+#include "tests/support/test_db.hpp"
+
+using namespace cmdbus;
+
+namespace {
+
+db::migrate_report migrate_bundled(db::connection& conn) {
+  return db::migrate(conn, sql::pgmq_files(), sql::commandbus_files());
+}
+
+int64_t count(db::connection& conn, const std::string& sql) {
+  return conn.exec(sql).int64(0, 0);
+}
+
+} // namespace
+
+TEST(Migrate, FreshDatabaseGetsPgmqAndCommandbus) {
+  test::scratch_database scratch;
+  auto conn = db::connection::open(scratch.dsn());
+  auto report = migrate_bundled(conn);
+  // No pgmq extension package exists here, so the compatible SQL is used.
+  EXPECT_EQ(report.pgmq, db::pgmq_source::compat);
+  auto expected = sql::pgmq_files().size() + sql::commandbus_files().size();
+  EXPECT_EQ(report.applied.size(), expected);
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM commandbus.cmdbus_migrations"),
+            static_cast<int64_t>(expected));
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'pgmq'"),
+            0);
+  // Both schemas are usable.
+  conn.exec("SELECT pgmq.create('mig_probe')");
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM commandbus.command"), 0);
+}
+
+TEST(Migrate, SecondRunIsANoOp) {
+  test::scratch_database scratch;
+  auto conn = db::connection::open(scratch.dsn());
+  migrate_bundled(conn);
+  auto before = conn.exec("SELECT string_agg(component || version || applied_at::text, ',' ORDER BY component, version) FROM commandbus.cmdbus_migrations");
+  auto objects_before = count(conn, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname IN ('commandbus', 'pgmq')");
+  auto report = migrate_bundled(conn);
+  EXPECT_TRUE(report.applied.empty());
+  EXPECT_EQ(report.pgmq, db::pgmq_source::compat);
+  auto after = conn.exec("SELECT string_agg(component || version || applied_at::text, ',' ORDER BY component, version) FROM commandbus.cmdbus_migrations");
+  EXPECT_EQ(before.text(0, 0), after.text(0, 0));
+  EXPECT_EQ(objects_before, count(conn, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname IN ('commandbus', 'pgmq')"));
+}
+
+TEST(Migrate, ConcurrentRunsApplyEachFileOnce) {
+  test::scratch_database scratch;
+  auto run = [&] {
+    auto conn = db::connection::open(scratch.dsn());
+    return migrate_bundled(conn).applied.size();
+  };
+  auto a = std::async(std::launch::async, run);
+  auto b = std::async(std::launch::async, run);
+  auto applied_a = a.get();
+  auto applied_b = b.get();
+  auto expected = sql::pgmq_files().size() + sql::commandbus_files().size();
+  // One run did all the work, the other found everything applied.
+  EXPECT_EQ(applied_a + applied_b, expected);
+  EXPECT_TRUE(applied_a == 0 || applied_b == 0);
+  auto conn = db::connection::open(scratch.dsn());
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM commandbus.cmdbus_migrations"),
+            static_cast<int64_t>(expected));
+}
+
+TEST(Migrate, FailingFileIsRolledBackAndNotRecorded) {
+  test::scratch_database scratch;
+  auto conn = db::connection::open(scratch.dsn());
+  std::vector<db::migration_file> files = sql::commandbus_files();
+  files.push_back({"V900", "broken",
+                   "CREATE TABLE commandbus.half_done (id int);"
+                   "SELECT no_such_function_here();"});
+  try {
+    db::migrate(conn, sql::pgmq_files(), files);
+    FAIL() << "expected the broken migration to fail";
+  } catch (const db::error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("commandbus/V900__broken"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("no_such_function_here"), std::string::npos) << msg;
+    EXPECT_EQ(e.code(), db::errc::undefined_function);
+  }
+  EXPECT_TRUE(conn.exec("SELECT to_regclass('commandbus.half_done')").is_null(0, 0));
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM commandbus.cmdbus_migrations WHERE version = 'V900'"),
+            0);
+  // Everything before the broken file was applied and recorded; fixing the
+  // file lets the next run continue from there.
+  EXPECT_EQ(count(conn, "SELECT count(*) FROM commandbus.cmdbus_migrations WHERE component = 'commandbus'"),
+            static_cast<int64_t>(sql::commandbus_files().size()));
+  files.back().text = "CREATE TABLE commandbus.half_done (id int);";
+  auto report = db::migrate(conn, sql::pgmq_files(), files);
+  ASSERT_EQ(report.applied.size(), 1u);
+  EXPECT_EQ(report.applied[0], "commandbus/V900__broken");
+}
+
+TEST(Migrate, ChangedAppliedFileIsRefused) {
+  test::scratch_database scratch;
+  auto conn = db::connection::open(scratch.dsn());
+  std::vector<db::migration_file> files = sql::commandbus_files();
+  files.push_back({"V901", "extra", "CREATE TABLE commandbus.extra (id int);"});
+  db::migrate(conn, sql::pgmq_files(), files);
+  files.back().text = "CREATE TABLE commandbus.extra (id bigint);";
+  try {
+    db::migrate(conn, sql::pgmq_files(), files);
+    FAIL() << "expected a checksum mismatch";
+  } catch (const db::error& e) {
+    EXPECT_NE(std::string{e.what()}.find("was changed after it was applied"),
+              std::string::npos)
+      << e.what();
+  }
+}
+
+TEST(Migrate, RefusesForeignPgmqSchema) {
+  test::scratch_database scratch;
+  auto conn = db::connection::open(scratch.dsn());
+  conn.exec("CREATE SCHEMA pgmq; CREATE TABLE pgmq.something_else (id int)");
+  try {
+    migrate_bundled(conn);
+    FAIL() << "expected migrate to refuse an unknown pgmq schema";
+  } catch (const db::error& e) {
+    EXPECT_NE(std::string{e.what()}.find("refusing to install over it"),
+              std::string::npos)
+      << e.what();
+  }
+  // Nothing of ours was installed next to it.
+  EXPECT_TRUE(conn.exec("SELECT to_regclass('pgmq.meta')").is_null(0, 0));
+  EXPECT_TRUE(conn.exec("SELECT to_regclass('commandbus.command')").is_null(0, 0));
+}
+
+TEST(Migrate, ChecksumIsStable) {
+  EXPECT_EQ(db::migration_checksum(""), "cbf29ce484222325");
+  EXPECT_NE(db::migration_checksum("a"), db::migration_checksum("b"));
+}
