@@ -1,0 +1,85 @@
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include "model/uuid.hpp"
+
+namespace cmdbus {
+
+/// Base of every error of the command bus API (the reference's
+/// CommandBusError).
+class command_bus_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Input that cannot be decoded: malformed JSON, a missing field, a wrong
+/// type, a bad UUID, invalid UTF-8, nesting too deep, input too large.
+class decode_error : public command_bus_error {
+public:
+  using command_bus_error::command_bus_error;
+};
+
+/// A command with this (domain, command_id) exists already.
+class duplicate_command_error : public command_bus_error {
+public:
+  duplicate_command_error(std::string domain, uuid command_id)
+    : command_bus_error("duplicate command " + command_id.to_string()
+                        + " in domain " + domain),
+      domain_(std::move(domain)),
+      command_id_(command_id) {
+    // nop
+  }
+  const std::string& domain() const noexcept { return domain_; }
+  const uuid& command_id() const noexcept { return command_id_; }
+
+private:
+  std::string domain_;
+  uuid command_id_;
+};
+
+/// No command with this (domain, command_id).
+class command_not_found_error : public command_bus_error {
+public:
+  command_not_found_error(std::string domain, uuid command_id)
+    : command_bus_error("command " + command_id.to_string()
+                        + " not found in domain " + domain),
+      domain_(std::move(domain)),
+      command_id_(command_id) {
+    // nop
+  }
+  const std::string& domain() const noexcept { return domain_; }
+  const uuid& command_id() const noexcept { return command_id_; }
+
+private:
+  std::string domain_;
+  uuid command_id_;
+};
+
+/// No batch with this (domain, batch_id).
+class batch_not_found_error : public command_bus_error {
+public:
+  batch_not_found_error(std::string domain, uuid batch_id)
+    : command_bus_error("batch " + batch_id.to_string()
+                        + " not found in domain " + domain),
+      domain_(std::move(domain)),
+      batch_id_(batch_id) {
+    // nop
+  }
+  const std::string& domain() const noexcept { return domain_; }
+  const uuid& batch_id() const noexcept { return batch_id_; }
+
+private:
+  std::string domain_;
+  uuid batch_id_;
+};
+
+/// An operation that the current state does not allow (e.g. an operator
+/// retry of a command that is not in the troubleshooting queue).
+class invalid_operation_error : public command_bus_error {
+public:
+  using command_bus_error::command_bus_error;
+};
+
+} // namespace cmdbus

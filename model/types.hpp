@@ -1,0 +1,224 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/json.hpp"
+#include "model/uuid.hpp"
+
+namespace cmdbus {
+
+/// Wall-clock time with microsecond precision (PostgreSQL timestamptz).
+using timestamp = std::chrono::time_point<std::chrono::system_clock,
+                                          std::chrono::microseconds>;
+
+/// Parses PostgreSQL's timestamptz output in ISO style for any time zone
+/// offset ("2026-11-26 00:23:12.123456+00", "...+05:30") and ISO 8601 with
+/// 'T' and 'Z'. Returns `std::nullopt` for anything else.
+std::optional<timestamp> parse_timestamp(std::string_view text) noexcept;
+
+/// Formats as ISO 8601 UTC with microseconds: "2026-11-26T00:23:12.123456Z".
+std::string format_timestamp(timestamp t);
+
+// -- enumerations (stored strings as in the reference, DECISIONS.md D4) ------
+
+/// Status of a command row.
+enum class command_status {
+  pending,
+  in_progress,
+  completed,
+  failed,
+  canceled,
+  in_troubleshooting_queue,
+};
+
+/// Returns the stored string, e.g. "IN_TROUBLESHOOTING_QUEUE".
+std::string_view to_string(command_status x) noexcept;
+
+/// Parses a stored string (exact, upper case).
+std::optional<command_status> parse_command_status(std::string_view x) noexcept;
+
+/// Returns whether no further processing happens in this status (COMPLETED,
+/// FAILED, CANCELED).
+bool is_terminal(command_status x) noexcept;
+
+/// Outcome carried by a reply message.
+enum class reply_outcome { success, failed, canceled };
+
+std::string_view to_string(reply_outcome x) noexcept;
+std::optional<reply_outcome> parse_reply_outcome(std::string_view x) noexcept;
+
+/// Status of a batch row.
+enum class batch_status { pending, in_progress, completed, completed_with_failures };
+
+std::string_view to_string(batch_status x) noexcept;
+std::optional<batch_status> parse_batch_status(std::string_view x) noexcept;
+
+// -- records -----------------------------------------------------------------
+
+/// A command as handlers see it (decoded from the PGMQ message).
+struct command {
+  std::string domain;
+  std::string command_type;
+  uuid command_id;
+  /// The caller's payload; an object.
+  json data = json::object();
+  std::optional<uuid> correlation_id;
+  std::optional<std::string> reply_to;
+};
+
+/// Field-wise equality; payloads compare by their compact text.
+bool operator==(const command& a, const command& b) noexcept;
+bool operator!=(const command& a, const command& b) noexcept;
+
+/// A row of commandbus.command.
+struct command_metadata {
+  std::string domain;
+  uuid command_id;
+  std::string command_type;
+  command_status status = command_status::pending;
+  int attempts = 0;
+  int max_attempts = 3;
+  std::optional<int64_t> msg_id;
+  std::optional<uuid> correlation_id;
+  /// `std::nullopt` when the stored reply_queue is '' (no reply_to).
+  std::optional<std::string> reply_to;
+  std::optional<std::string> last_error_type;
+  std::optional<std::string> last_error_code;
+  std::optional<std::string> last_error_msg;
+  timestamp created_at{};
+  timestamp updated_at{};
+  std::optional<uuid> batch_id;
+};
+
+/// A reply message (rcmd.md §2.3, DECISIONS.md D5).
+struct reply {
+  uuid command_id;
+  std::optional<uuid> correlation_id;
+  reply_outcome outcome = reply_outcome::success;
+  /// SUCCESS and CANCELED: `result` (or its alias `data`) of the message;
+  /// null when absent. FAILED: the error details, always an object: the
+  /// message's `result.error_details`, or the whole `result`/`data` object
+  /// when it has no such key, else {}. Encoding writes it back as
+  /// `result.error_details`, so decoding and encoding are inverses.
+  json result = json::null();
+  std::optional<std::string> error_code;
+  std::optional<std::string> error_message;
+  /// Operator cancel only.
+  std::optional<std::string> reason;
+};
+
+/// Field-wise equality; payloads compare by their compact text.
+bool operator==(const reply& a, const reply& b) noexcept;
+bool operator!=(const reply& a, const reply& b) noexcept;
+
+/// A row of commandbus.batch.
+struct batch_metadata {
+  std::string domain;
+  uuid batch_id;
+  std::optional<std::string> name;
+  std::optional<json> custom_data;
+  batch_status status = batch_status::pending;
+  /// "COMMAND" or "PROCESS".
+  std::string batch_type = "COMMAND";
+  int total_count = 0;
+  int completed_count = 0;
+  int failed_count = 0;
+  int canceled_count = 0;
+  int in_troubleshooting_count = 0;
+  timestamp created_at{};
+  std::optional<timestamp> started_at;
+  std::optional<timestamp> completed_at;
+};
+
+/// A row of commandbus.audit.
+struct audit_event {
+  int64_t audit_id = 0;
+  std::string domain;
+  uuid command_id;
+  std::string event_type;
+  timestamp ts{};
+  std::optional<json> details;
+};
+
+/// A command in the troubleshooting queue with its archived message.
+struct troubleshooting_item {
+  std::string domain;
+  uuid command_id;
+  std::string command_type;
+  int attempts = 0;
+  int max_attempts = 0;
+  std::optional<std::string> last_error_type;
+  std::optional<std::string> last_error_code;
+  std::optional<std::string> last_error_msg;
+  std::optional<uuid> correlation_id;
+  std::optional<std::string> reply_to;
+  std::optional<json> payload;
+  timestamp created_at{};
+  timestamp updated_at{};
+};
+
+/// One command to send.
+struct send_request {
+  std::string domain;
+  std::string command_type;
+  uuid command_id;
+  json data = json::object();
+  std::optional<uuid> correlation_id;
+  std::optional<std::string> reply_to;
+  /// Falls back to the bus default when unset or 0.
+  std::optional<int> max_attempts;
+  /// The batch this command belongs to (checked to exist).
+  std::optional<uuid> batch_id;
+};
+
+/// What `send` returns.
+struct send_result {
+  uuid command_id;
+  int64_t msg_id = 0;
+};
+
+/// What `send_batch` returns.
+struct batch_send_result {
+  std::vector<send_result> results;
+  int chunks_processed = 0;
+  int total_commands = 0;
+};
+
+/// One command of a batch created with `create_batch` (the batch supplies
+/// the domain).
+struct batch_command {
+  std::string command_type;
+  uuid command_id;
+  json data = json::object();
+  std::optional<uuid> correlation_id;
+  std::optional<std::string> reply_to;
+  std::optional<int> max_attempts;
+};
+
+/// What `create_batch` returns.
+struct create_batch_result {
+  uuid batch_id;
+  std::vector<send_result> command_results;
+  int total_commands = 0;
+};
+
+/// Retry policy (rcmd.md §1.6): exhaustion when attempt >= max_attempts;
+/// backoff from the schedule, clamped to its last entry.
+struct retry_policy {
+  int max_attempts = 3;
+  std::vector<int> backoff_schedule{10, 60, 300};
+
+  /// Returns whether another attempt follows `attempt` (1-based).
+  bool should_retry(int attempt) const noexcept { return attempt < max_attempts; }
+
+  /// Returns the delay in seconds after failed attempt `attempt` (1-based):
+  /// 0 when exhausted, schedule[0] for attempt <= 0, 30 with an empty schedule.
+  int backoff(int attempt) const noexcept;
+};
+
+} // namespace cmdbus

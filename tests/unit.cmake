@@ -1,0 +1,24 @@
+# cmdbus-unit-test: GoogleTest suites without a database (model library:
+# UUIDs, timestamps, enumerations, retry policy, JSON, wire codecs and their
+# golden fixtures in tests/fixtures/wire/). Included from tests/CMakeLists.txt.
+include(GoogleTest)
+
+file(GLOB unit_test_sources CONFIGURE_DEPENDS
+  ${CMAKE_CURRENT_SOURCE_DIR}/unit/*.cpp)
+add_executable(cmdbus-unit-test ${unit_test_sources})
+target_link_libraries(cmdbus-unit-test PRIVATE
+  cmdbus_model GTest::gtest GTest::gtest_main)
+target_compile_definitions(cmdbus-unit-test PRIVATE
+  CMDBUS_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+cmdbus_warnings(cmdbus-unit-test)
+gtest_discover_tests(cmdbus-unit-test DISCOVERY_TIMEOUT 60)
+
+# libFuzzer run over the wire decoders (scripts/fuzz builds with clang++
+# directly, outside CMake, into this build tree).
+find_program(CLANGXX clang++)
+if(CLANGXX)
+  add_test(NAME fuzz.wire_decoders
+    COMMAND ${PROJECT_SOURCE_DIR}/scripts/fuzz --seconds 20
+            --out ${CMAKE_BINARY_DIR}/fuzz)
+  set_tests_properties(fuzz.wire_decoders PROPERTIES TIMEOUT 600 LABELS fuzz)
+endif()
