@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cerrno>
 #include <deque>
+#include <unordered_set>
 #include <stdexcept>
 
 #include <libpq-fe.h>
@@ -29,9 +30,15 @@ std::string trim(std::string s) {
 error make_error(PGconn* conn, const PGresult* res) {
   std::string state;
   std::string msg;
+  std::string detail;
+  std::string constraint;
   if (res != nullptr) {
     if (const char* s = PQresultErrorField(res, PG_DIAG_SQLSTATE))
       state = s;
+    if (const char* d = PQresultErrorField(res, PG_DIAG_MESSAGE_DETAIL))
+      detail = d;
+    if (const char* c = PQresultErrorField(res, PG_DIAG_CONSTRAINT_NAME))
+      constraint = c;
     if (const char* m = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY))
       msg = m;
     else
@@ -44,7 +51,8 @@ error make_error(PGconn* conn, const PGresult* res) {
   auto code = classify_sqlstate(state);
   if (code == errc::other && PQstatus(conn) != CONNECTION_OK)
     code = errc::connection;
-  return error{code, std::move(state), msg};
+  return error{code, std::move(state), msg, std::move(detail),
+               std::move(constraint)};
 }
 
 std::string quote_array_element(const std::string& x) {
@@ -66,6 +74,17 @@ std::string array_literal(const std::vector<std::string>& xs) {
     if (i > 0)
       out += ',';
     out += quote_array_element(xs[i]);
+  }
+  out += '}';
+  return out;
+}
+
+std::string array_literal(const std::vector<std::optional<std::string>>& xs) {
+  std::string out = "{";
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (i > 0)
+      out += ',';
+    out += xs[i] ? quote_array_element(*xs[i]) : std::string{"NULL"};
   }
   out += '}';
   return out;
@@ -176,6 +195,10 @@ struct connection::impl {
   PGconn* conn = nullptr;
   std::string target;
   std::deque<std::string> notices;
+  std::unordered_set<std::string> prepared;
+
+  // Prepares `sql` as `name` unless done already on this connection.
+  void prepare(const std::string& name, const std::string& sql, int nparams);
 
   ~impl() {
     if (conn != nullptr)
@@ -272,6 +295,8 @@ connection connection::open(const std::string& dsn,
   }
   PQsetNoticeReceiver(ptr->conn, &impl::on_notice, ptr.get());
   connection result{std::move(ptr)};
+  // Timestamps are parsed from ISO output whatever the server's default.
+  result.exec("SET datestyle TO 'ISO, MDY'");
   if (opts.statement_timeout)
     result.set_statement_timeout(*opts.statement_timeout);
   spdlog::debug("connected to {}", result.target());
@@ -315,6 +340,28 @@ result connection::exec(const std::string& sql,
                  PQexecParams(impl_->conn, sql.c_str(),
                               static_cast<int>(values.size()), nullptr,
                               values.data(), nullptr, nullptr, 0));
+}
+
+void connection::impl::prepare(const std::string& name,
+                               const std::string& sql, int nparams) {
+  if (prepared.count(name) > 0)
+    return;
+  checked(conn, PQprepare(conn, name.c_str(), sql.c_str(), nparams, nullptr));
+  prepared.insert(name);
+}
+
+result connection::exec_prepared(const std::string& name,
+                                 const std::string& sql,
+                                 const std::vector<param>& params) {
+  impl_->prepare(name, sql, static_cast<int>(params.size()));
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (auto& p : params)
+    values.push_back(p ? p->c_str() : nullptr);
+  return checked(impl_->conn,
+                 PQexecPrepared(impl_->conn, name.c_str(),
+                                static_cast<int>(values.size()), values.data(),
+                                nullptr, nullptr, 0));
 }
 
 void connection::set_statement_timeout(std::chrono::milliseconds timeout) {
@@ -400,6 +447,9 @@ connection::pipeline(const std::vector<statement>& statements) {
   std::vector<result> out;
   if (statements.empty())
     return out;
+  for (auto& st : statements)
+    if (!st.name.empty())
+      impl_->prepare(st.name, st.sql, static_cast<int>(st.params.size()));
   if (PQenterPipelineMode(conn) != 1)
     throw make_error(conn, nullptr);
   pipeline_guard guard{conn};
@@ -411,9 +461,13 @@ connection::pipeline(const std::vector<statement>& statements) {
     values.reserve(st.params.size());
     for (auto& p : st.params)
       values.push_back(p ? p->c_str() : nullptr);
-    if (PQsendQueryParams(conn, st.sql.c_str(), static_cast<int>(values.size()),
-                          nullptr, values.data(), nullptr, nullptr, 0)
-        != 1)
+    auto n = static_cast<int>(values.size());
+    int sent = st.name.empty()
+                 ? PQsendQueryParams(conn, st.sql.c_str(), n, nullptr,
+                                     values.data(), nullptr, nullptr, 0)
+                 : PQsendQueryPrepared(conn, st.name.c_str(), n, values.data(),
+                                       nullptr, nullptr, 0);
+    if (sent != 1)
       throw make_error(conn, nullptr);
   }
   if (PQpipelineSync(conn) != 1)

@@ -45,6 +45,9 @@ param to_param(const std::optional<T>& x) {
 /// parameter cast to `text[]`, `jsonb[]`, `bigint[]`, ...
 std::string array_literal(const std::vector<std::string>& xs);
 
+/// Renders `xs` as an array literal with NULL elements for `std::nullopt`.
+std::string array_literal(const std::vector<std::optional<std::string>>& xs);
+
 /// Renders integers as a PostgreSQL array literal (`{1,2,3}`).
 std::string array_literal(const std::vector<int64_t>& xs);
 
@@ -135,6 +138,12 @@ public:
   /// Runs one statement with text parameters ($1, $2, ...).
   result exec(const std::string& sql, const std::vector<param>& params);
 
+  /// Runs a named prepared statement: prepares `sql` under `name` on first
+  /// use on this connection (plans are cached server-side), then executes
+  /// it. One name must always denote the same SQL.
+  result exec_prepared(const std::string& name, const std::string& sql,
+                       const std::vector<param>& params);
+
   /// Runs one statement, converting each argument with `to_param`.
   template <class... Ts>
   result query(const std::string& sql, const Ts&... xs) {
@@ -166,10 +175,12 @@ public:
 
   // -- pipeline mode ---------------------------------------------------------
 
-  /// One statement of a pipeline.
+  /// One statement of a pipeline. With a `name`, it runs as a prepared
+  /// statement (prepared before the pipeline on first use).
   struct statement {
     std::string sql;
     std::vector<param> params;
+    std::string name = {};
   };
 
   /// Sends all `statements` in one round trip (libpq pipeline mode) and

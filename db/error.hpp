@@ -45,8 +45,13 @@ errc classify_sqlstate(const std::string& sqlstate) noexcept;
 /// (never contains connection secrets).
 class error : public std::runtime_error {
 public:
-  error(errc code, std::string sqlstate, const std::string& message)
-    : std::runtime_error(message), code_(code), sqlstate_(std::move(sqlstate)) {
+  error(errc code, std::string sqlstate, const std::string& message,
+        std::string detail = {}, std::string constraint = {})
+    : std::runtime_error(message),
+      code_(code),
+      sqlstate_(std::move(sqlstate)),
+      detail_(std::move(detail)),
+      constraint_(std::move(constraint)) {
     // nop
   }
 
@@ -55,6 +60,12 @@ public:
 
   /// Returns the SQLSTATE reported by the server, or "" for client-side errors.
   const std::string& sqlstate() const noexcept { return sqlstate_; }
+
+  /// Returns the server's DETAIL field ("" when absent).
+  const std::string& detail() const noexcept { return detail_; }
+
+  /// Returns the name of the violated constraint ("" when absent).
+  const std::string& constraint() const noexcept { return constraint_; }
 
   /// Returns whether retrying on a fresh connection may succeed.
   bool is_transient() const noexcept {
@@ -65,6 +76,8 @@ public:
 private:
   errc code_;
   std::string sqlstate_;
+  std::string detail_;
+  std::string constraint_;
 };
 
 /// Input that is rejected before any SQL runs (e.g. an invalid queue name).

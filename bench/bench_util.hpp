@@ -1,0 +1,75 @@
+#pragma once
+
+// Helpers shared by the cmdbus benchmarks: timing loops over threads and
+// printing figures beside a baseline measured in the same run.
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace cmdbus::bench {
+
+/// A measured rate.
+struct rate {
+  std::string name;
+  double per_second = 0;
+  int64_t items = 0;
+  double seconds = 0;
+};
+
+/// Runs `body(thread_index)` on `threads` threads until `duration` passed;
+/// each call returns how many items it moved. Returns items per second.
+inline rate measure(const std::string& name, int threads,
+                    std::chrono::milliseconds duration,
+                    const std::function<int64_t(int)>& body) {
+  std::atomic<int64_t> total{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> pool;
+  auto start = std::chrono::steady_clock::now();
+  auto deadline = start + duration;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      while (!go.load())
+        std::this_thread::yield();
+      int64_t n = 0;
+      while (std::chrono::steady_clock::now() < deadline)
+        n += body(t);
+      total += n;
+    });
+  start = std::chrono::steady_clock::now();
+  deadline = start + duration;
+  go = true;
+  for (auto& th : pool)
+    th.join();
+  auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                            - start)
+                .count();
+  return {name, static_cast<double>(total.load()) / secs, total.load(), secs};
+}
+
+/// Prints one result line, with its ratio to `baseline` when given.
+inline void print(const rate& r, const rate* baseline = nullptr) {
+  if (baseline != nullptr && baseline->per_second > 0)
+    std::printf("  %-44s %10.0f /s  (%lld in %.1f s)  ratio %.2fx vs %s\n",
+                r.name.c_str(), r.per_second,
+                static_cast<long long>(r.items), r.seconds,
+                r.per_second / baseline->per_second, baseline->name.c_str());
+  else
+    std::printf("  %-44s %10.0f /s  (%lld in %.1f s)\n", r.name.c_str(),
+                r.per_second, static_cast<long long>(r.items), r.seconds);
+  std::fflush(stdout);
+}
+
+/// Prints whether `value` meets `target` (figures only; never fails).
+inline void verdict(const std::string& what, double value, double target,
+                    const char* unit) {
+  std::printf("  target %-36s %s: %.2f%s (target >= %.2f%s)\n", what.c_str(),
+              value >= target ? "MET" : "MISSED", value, unit, target, unit);
+  std::fflush(stdout);
+}
+
+} // namespace cmdbus::bench

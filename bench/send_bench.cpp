@@ -1,0 +1,156 @@
+// Send-side throughput: command_bus::send (1 and 4 threads) and send_batch,
+// each beside raw pgmq.send / pgmq.send_batch measured in the same run on
+// the same server (synchronous_commit as configured, `on` for scripts/pg).
+//
+// Usage: cmdbus-send-bench [--seconds N]   (DSN from CMDBUS_DSN)
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "bench/bench_util.hpp"
+#include "db/command_bus.hpp"
+#include "db/connection.hpp"
+#include "db/pool.hpp"
+
+using namespace cmdbus;
+using namespace std::chrono_literals;
+
+namespace {
+
+const char* payload = R"({"amount": 100, "currency": "EUR", "account": "DE02120300000000202051"})";
+
+std::string raw_message() {
+  return std::string{R"({"domain":"bench","command_type":"Debit","command_id":")"}
+         + uuid::random().to_string() + R"(","correlation_id":")"
+         + uuid::random().to_string() + R"(","data":)" + payload + "}";
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int seconds = 3;
+  for (int i = 1; i < argc; ++i)
+    if (std::string{argv[i]} == "--seconds" && i + 1 < argc)
+      seconds = std::atoi(argv[++i]);
+  const char* env = std::getenv("CMDBUS_DSN");
+  std::string dsn = env ? env : "";
+  auto duration = std::chrono::milliseconds{seconds * 1000};
+  auto run_id = uuid::random().to_string().substr(0, 8);
+
+  db::pool_options popts;
+  popts.dsn = dsn;
+  popts.max_size = 8;
+  db::pool pool{popts};
+  command_bus bus{pool};
+  {
+    auto c = pool.acquire();
+    auto r = c->exec("SHOW synchronous_commit");
+    std::printf("== send-side benchmark (synchronous_commit=%s, %d s per case)\n",
+                std::string{r.text(0, 0)}.c_str(), seconds);
+  }
+
+  auto raw_queue = "rawsend_" + run_id;
+  {
+    auto c = pool.acquire();
+    c->query("SELECT pgmq.create($1)", raw_queue);
+  }
+  auto raw_send = [&](int threads) {
+    return bench::measure("raw pgmq.send, " + std::to_string(threads) + " thread(s)",
+                   threads, duration, [&](int) {
+                     thread_local auto conn = db::connection::open(dsn);
+                     conn.query("SELECT pgmq.send($1, $2::jsonb, 0)", raw_queue,
+                                raw_message());
+                     return int64_t{1};
+                   });
+  };
+  auto bus_send = [&](int threads, const std::string& domain) {
+    return bench::measure("command_bus::send, " + std::to_string(threads)
+                     + " thread(s)",
+                   threads, duration, [&](int) {
+                     send_request req;
+                     req.domain = domain;
+                     req.command_type = "Debit";
+                     req.command_id = uuid::random();
+                     req.data = json::parse(payload);
+                     bus.send(req);
+                     return int64_t{1};
+                   });
+  };
+  std::printf("-- single sends\n");
+  auto raw1 = raw_send(1);
+  bench::print(raw1);
+  auto bus1 = bus_send(1, "bench1_" + run_id);
+  bench::print(bus1, &raw1);
+  auto raw4 = raw_send(4);
+  bench::print(raw4);
+  auto bus4 = bus_send(4, "bench4_" + run_id);
+  bench::print(bus4, &raw4);
+
+  std::printf("-- batch sends\n");
+  auto raw_batch = [&](int size) {
+    std::vector<std::string> msgs;
+    for (int i = 0; i < size; ++i)
+      msgs.push_back(raw_message());
+    auto arr = db::array_literal(msgs);
+    return bench::measure("raw pgmq.send_batch of " + std::to_string(size), 1,
+                   duration, [&](int) {
+                     thread_local auto conn = db::connection::open(dsn);
+                     conn.query("SELECT pgmq.send_batch($1, $2::jsonb[], 0)",
+                                raw_queue, arr);
+                     return int64_t{size};
+                   });
+  };
+  auto bus_batch = [&](int size, const std::string& domain,
+                       size_t parallel) {
+    auto data = json::parse(payload);
+    command_bus_options bopts;
+    bopts.parallel_chunks = parallel;
+    auto bbus = std::make_shared<command_bus>(pool, bopts);
+    auto label = "command_bus::send_batch of " + std::to_string(size);
+    if (parallel > 1)
+      label += " (" + std::to_string(parallel) + " chunks at once)";
+    return bench::measure(label, 1, duration, [&, bbus](int) {
+                     std::vector<send_request> reqs(static_cast<size_t>(size));
+                     for (auto& r : reqs) {
+                       r.domain = domain;
+                       r.command_type = "Debit";
+                       r.command_id = uuid::random();
+                       r.data = data;
+                     }
+                     bbus->send_batch(reqs);
+                     return int64_t{size};
+                   });
+  };
+  auto rawb50 = raw_batch(50);
+  bench::print(rawb50);
+  auto busb50 = bus_batch(50, "benchb50_" + run_id, 1);
+  bench::print(busb50, &rawb50);
+  auto rawb1000 = raw_batch(1000);
+  bench::print(rawb1000);
+  auto busb1000 = bus_batch(1000, "benchb1k_" + run_id, 1);
+  bench::print(busb1000, &rawb1000);
+  auto busb10k = bus_batch(10000, "benchb10k_" + run_id, 2);
+  bench::print(busb10k, &rawb1000);
+
+  std::printf("-- targets\n");
+  bench::verdict("send 1 thread vs raw pgmq.send", bus1.per_second / raw1.per_second,
+                 0.8, "x");
+  bench::verdict("send 4 threads vs raw pgmq.send", bus4.per_second / raw4.per_second,
+                 0.8, "x");
+  bench::verdict("send_batch (1000) commands/s", busb1000.per_second, 50000, "");
+  bench::verdict("send_batch (10000, 2 at once) commands/s",
+                 busb10k.per_second, 50000, "");
+
+  // Leave the database small for the next run.
+  auto c = pool.acquire();
+  c->query("SELECT pgmq.drop_queue($1)", raw_queue);
+  for (auto* d : {"bench1_", "bench4_", "benchb50_", "benchb1k_", "benchb10k_"}) {
+    auto domain = std::string{d} + run_id;
+    c->query("DELETE FROM commandbus.audit WHERE domain = $1", domain);
+    c->query("DELETE FROM commandbus.command WHERE domain = $1", domain);
+    c->query("SELECT pgmq.drop_queue($1)", domain + "__commands");
+  }
+  c->take_notices();
+  return 0;
+}

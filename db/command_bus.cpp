@@ -1,0 +1,696 @@
+#include "db/command_bus.hpp"
+
+#include <future>
+#include <map>
+#include <unordered_set>
+
+#include <spdlog/spdlog.h>
+
+#include "db/queue_name.hpp"
+#include "model/wire.hpp"
+
+namespace cmdbus {
+
+namespace {
+
+// SQLSTATEs raised by sql/commandbus/V003__cmdbus_send.sql.
+constexpr const char* sqlstate_duplicate = "CB001";
+constexpr const char* sqlstate_batch_not_found = "CB002";
+constexpr const char* sqlstate_unique_violation = "23505";
+
+constexpr const char* command_columns =
+  "domain, command_id, command_type, status, attempts, max_attempts, msg_id, "
+  "correlation_id, reply_queue, last_error_type, last_error_code, "
+  "last_error_msg, created_at, updated_at, batch_id";
+
+constexpr const char* batch_columns =
+  "domain, batch_id, name, custom_data, status, batch_type, total_count, "
+  "completed_count, failed_count, canceled_count, in_troubleshooting_count, "
+  "created_at, started_at, completed_at";
+
+// -- row decoding ------------------------------------------------------------
+
+uuid uuid_at(const db::result& r, int row, int col) {
+  auto x = uuid::parse(r.text(row, col));
+  if (!x)
+    throw command_bus_error("invalid UUID in column " + r.column_name(col));
+  return *x;
+}
+
+std::optional<uuid> opt_uuid_at(const db::result& r, int row, int col) {
+  if (r.is_null(row, col))
+    return std::nullopt;
+  return uuid_at(r, row, col);
+}
+
+timestamp time_at(const db::result& r, int row, int col) {
+  auto t = parse_timestamp(r.text(row, col));
+  if (!t)
+    throw command_bus_error("invalid timestamp in column "
+                            + r.column_name(col));
+  return *t;
+}
+
+std::optional<timestamp> opt_time_at(const db::result& r, int row, int col) {
+  if (r.is_null(row, col))
+    return std::nullopt;
+  return time_at(r, row, col);
+}
+
+std::optional<json> opt_json_at(const db::result& r, int row, int col) {
+  if (r.is_null(row, col))
+    return std::nullopt;
+  return json::parse(r.text(row, col));
+}
+
+int int_at(const db::result& r, int row, int col) {
+  return static_cast<int>(r.int64(row, col));
+}
+
+command_metadata to_command_metadata(const db::result& r, int i) {
+  command_metadata m;
+  m.domain = std::string{r.text(i, 0)};
+  m.command_id = uuid_at(r, i, 1);
+  m.command_type = std::string{r.text(i, 2)};
+  auto status = parse_command_status(r.text(i, 3));
+  if (!status)
+    throw command_bus_error("unknown command status "
+                            + std::string{r.text(i, 3)});
+  m.status = *status;
+  m.attempts = int_at(r, i, 4);
+  m.max_attempts = int_at(r, i, 5);
+  if (!r.is_null(i, 6))
+    m.msg_id = r.int64(i, 6);
+  m.correlation_id = opt_uuid_at(r, i, 7);
+  if (!r.text(i, 8).empty())
+    m.reply_to = std::string{r.text(i, 8)};
+  m.last_error_type = r.opt_text(i, 9);
+  m.last_error_code = r.opt_text(i, 10);
+  m.last_error_msg = r.opt_text(i, 11);
+  m.created_at = time_at(r, i, 12);
+  m.updated_at = time_at(r, i, 13);
+  m.batch_id = opt_uuid_at(r, i, 14);
+  return m;
+}
+
+batch_metadata to_batch_metadata(const db::result& r, int i) {
+  batch_metadata b;
+  b.domain = std::string{r.text(i, 0)};
+  b.batch_id = uuid_at(r, i, 1);
+  b.name = r.opt_text(i, 2);
+  b.custom_data = opt_json_at(r, i, 3);
+  auto status = parse_batch_status(r.text(i, 4));
+  if (!status)
+    throw command_bus_error("unknown batch status "
+                            + std::string{r.text(i, 4)});
+  b.status = *status;
+  b.batch_type = std::string{r.text(i, 5)};
+  b.total_count = int_at(r, i, 6);
+  b.completed_count = int_at(r, i, 7);
+  b.failed_count = int_at(r, i, 8);
+  b.canceled_count = int_at(r, i, 9);
+  b.in_troubleshooting_count = int_at(r, i, 10);
+  b.created_at = time_at(r, i, 11);
+  b.started_at = opt_time_at(r, i, 12);
+  b.completed_at = opt_time_at(r, i, 13);
+  return b;
+}
+
+std::vector<command_metadata> to_commands(const db::result& r) {
+  std::vector<command_metadata> out;
+  out.reserve(static_cast<size_t>(r.rows()));
+  for (int i = 0; i < r.rows(); ++i)
+    out.push_back(to_command_metadata(r, i));
+  return out;
+}
+
+// Rolls back the caller-less transaction of a failed pipeline.
+void rollback_if_open(db::connection& conn) noexcept {
+  if (!conn.is_open() || !conn.in_transaction())
+    return;
+  try {
+    conn.exec("ROLLBACK");
+  } catch (const std::exception& e) {
+    spdlog::warn("rollback on {} failed: {}", conn.target(), e.what());
+  }
+}
+
+} // namespace
+
+// -- preparation -------------------------------------------------------------
+
+struct command_bus::prepared {
+  std::string domain;
+  std::string queue;
+  std::string command_type;
+  uuid command_id;
+  std::string message;
+  uuid correlation_id;
+  std::optional<std::string> reply_to;
+  int max_attempts = 0;
+  std::optional<uuid> batch_id;
+};
+
+command_bus::command_bus(db::pool& pool, command_bus_options opts)
+  : pool_(pool), opts_(opts) {
+  if (opts_.chunk_size == 0)
+    opts_.chunk_size = 1;
+}
+
+int command_bus::effective_max_attempts(const std::optional<int>& x) const {
+  return x && *x > 0 ? *x : opts_.default_max_attempts;
+}
+
+command_bus::prepared command_bus::prepare(const send_request& req) {
+  prepared p;
+  p.queue = db::command_queue(req.domain);
+  if (req.reply_to)
+    db::validate_queue_name(*req.reply_to);
+  if (req.command_type.empty())
+    throw command_bus_error("command_type must not be empty");
+  if (!req.data.is_object())
+    throw command_bus_error("command data must be a JSON object");
+  p.domain = req.domain;
+  p.command_type = req.command_type;
+  p.command_id = req.command_id;
+  p.correlation_id = req.correlation_id ? *req.correlation_id : uuid::random();
+  p.reply_to = req.reply_to;
+  p.max_attempts = effective_max_attempts(req.max_attempts);
+  p.batch_id = req.batch_id;
+  command msg;
+  msg.domain = req.domain;
+  msg.command_type = req.command_type;
+  msg.command_id = req.command_id;
+  msg.data = req.data;
+  msg.correlation_id = p.correlation_id;
+  msg.reply_to = req.reply_to;
+  p.message = wire::encode_command(msg);
+  return p;
+}
+
+void command_bus::ensure_queue(const std::string& queue) {
+  db::validate_queue_name(queue);
+  {
+    std::lock_guard<std::mutex> guard{queues_mtx_};
+    if (queues_.count(queue) > 0)
+      return;
+  }
+  // Created outside any caller transaction, so that a caller's rollback
+  // cannot undo a queue this bus believes exists.
+  auto conn = pool_.acquire();
+  conn->query("SELECT pgmq.create($1)", queue);
+  conn->take_notices();
+  std::lock_guard<std::mutex> guard{queues_mtx_};
+  queues_.insert(queue);
+}
+
+void command_bus::ensure_queues(const std::vector<prepared>& items) {
+  std::set<std::string> wanted;
+  for (auto& p : items) {
+    wanted.insert(p.queue);
+    if (p.reply_to)
+      wanted.insert(*p.reply_to);
+  }
+  for (auto& q : wanted)
+    ensure_queue(q);
+}
+
+// -- send --------------------------------------------------------------------
+
+// Concurrent `send` calls are combined ("group commit" in the client): each
+// call queues its prepared command; whoever finds a free leader slot takes
+// everything queued and sends it in one transaction, then wakes the others.
+// A failing group (say, one duplicate) is retried command by command, so
+// every caller gets exactly the outcome of sending alone.
+struct command_bus::pending_send {
+  prepared item;
+  bool done = false;
+  send_result result;
+  std::exception_ptr error;
+};
+
+void command_bus::run_group(
+  const std::vector<std::shared_ptr<pending_send>>& group) {
+  auto send_each = [&] {
+    for (auto& slot : group) {
+      try {
+        auto conn = pool_.acquire();
+        slot->result = send_one(slot->item, *conn);
+      } catch (...) {
+        slot->error = std::current_exception();
+      }
+    }
+  };
+  if (group.size() == 1) {
+    send_each();
+    return;
+  }
+  std::vector<prepared> items;
+  items.reserve(group.size());
+  for (auto& slot : group)
+    items.push_back(slot->item);
+  try {
+    auto conn = pool_.acquire();
+    auto results = send_chunk(items, *conn, true);
+    for (size_t i = 0; i < group.size(); ++i)
+      group[i]->result = results[i];
+  } catch (const db::error& e) {
+    if (e.code() == db::errc::connection) {
+      for (auto& slot : group)
+        slot->error = std::current_exception();
+      return;
+    }
+    send_each();
+  } catch (const command_bus_error&) {
+    send_each();
+  }
+}
+
+send_result command_bus::send(const send_request& req) {
+  auto slot = std::make_shared<pending_send>();
+  slot->item = prepare(req);
+  ensure_queues({slot->item});
+  std::unique_lock<std::mutex> lock{combine_mtx_};
+  combine_queue_.push_back(slot);
+  while (!slot->done) {
+    if (leaders_ < std::max<size_t>(1, opts_.max_concurrent_sends)
+        && !combine_queue_.empty()) {
+      ++leaders_;
+      std::vector<std::shared_ptr<pending_send>> group;
+      while (!combine_queue_.empty() && group.size() < opts_.chunk_size) {
+        group.push_back(std::move(combine_queue_.front()));
+        combine_queue_.pop_front();
+      }
+      lock.unlock();
+      run_group(group);
+      lock.lock();
+      for (auto& g : group)
+        g->done = true;
+      --leaders_;
+      combine_cv_.notify_all();
+    } else {
+      combine_cv_.wait(lock);
+    }
+  }
+  lock.unlock();
+  if (slot->error)
+    std::rethrow_exception(slot->error);
+  return slot->result;
+}
+
+send_result command_bus::send(const send_request& req, db::connection& conn) {
+  auto p = prepare(req);
+  ensure_queues({p});
+  return send_one(p, conn);
+}
+
+send_result command_bus::send_one(const prepared& p, db::connection& conn) {
+  try {
+    auto res = conn.exec_prepared(
+      "cmdbus_send_command",
+      "SELECT commandbus.cmdbus_send_command($1, $2, $3::uuid, $4, $5::jsonb, "
+      "$6::uuid, $7, $8::int, $9::uuid)",
+      {p.domain, p.queue, p.command_id.to_string(), p.command_type, p.message,
+       p.correlation_id.to_string(), p.reply_to, db::to_param(p.max_attempts),
+       p.batch_id ? std::optional<std::string>{p.batch_id->to_string()}
+                  : std::nullopt});
+    return {p.command_id, res.int64(0, 0)};
+  } catch (const db::error& e) {
+    if (e.sqlstate() == sqlstate_duplicate
+        || e.sqlstate() == sqlstate_unique_violation)
+      throw duplicate_command_error(p.domain, p.command_id);
+    if (e.sqlstate() == sqlstate_batch_not_found)
+      throw batch_not_found_error(p.domain, *p.batch_id);
+    throw;
+  }
+}
+
+std::vector<send_result>
+command_bus::send_chunk(const std::vector<prepared>& items,
+                        db::connection& conn, bool own_transaction) {
+  // Group by domain, keeping the input positions to return results in
+  // input order.
+  std::map<std::string, std::vector<size_t>> by_domain;
+  for (size_t i = 0; i < items.size(); ++i)
+    by_domain[items[i].domain].push_back(i);
+  std::vector<db::connection::statement> statements;
+  std::vector<const std::vector<size_t>*> groups;
+  if (own_transaction)
+    statements.push_back({"BEGIN", {}});
+  for (auto& [domain, idx] : by_domain) {
+    std::vector<std::string> ids, types, messages, correlations;
+    std::vector<std::optional<std::string>> reply_tos, batch_ids;
+    std::vector<int64_t> max_attempts;
+    for (auto i : idx) {
+      auto& p = items[i];
+      ids.push_back(p.command_id.to_string());
+      types.push_back(p.command_type);
+      messages.push_back(p.message);
+      correlations.push_back(p.correlation_id.to_string());
+      reply_tos.push_back(p.reply_to);
+      max_attempts.push_back(p.max_attempts);
+      batch_ids.push_back(p.batch_id ? std::optional<std::string>{
+                                         p.batch_id->to_string()}
+                                     : std::nullopt);
+    }
+    statements.push_back(
+      {"SELECT command_id, msg_id FROM commandbus.cmdbus_send_commands($1, $2, "
+       "$3::uuid[], $4::text[], $5::jsonb[], $6::uuid[], $7::text[], "
+       "$8::int[], $9::uuid[])",
+       {db::to_param(domain), db::to_param(items[idx.front()].queue),
+        db::array_literal(ids), db::array_literal(types),
+        db::array_literal(messages), db::array_literal(correlations),
+        db::array_literal(reply_tos), db::array_literal(max_attempts),
+        db::array_literal(batch_ids)},
+       "cmdbus_send_commands"});
+    groups.push_back(&idx);
+  }
+  if (own_transaction)
+    statements.push_back({"COMMIT", {}});
+  std::vector<db::result> results;
+  try {
+    results = conn.pipeline(statements);
+  } catch (const db::error& e) {
+    if (own_transaction)
+      rollback_if_open(conn);
+    if (e.sqlstate() == sqlstate_duplicate) {
+      auto id = uuid::parse(e.detail());
+      for (auto& p : items)
+        if (id && p.command_id == *id)
+          throw duplicate_command_error(p.domain, p.command_id);
+      throw duplicate_command_error(items.front().domain,
+                                    id ? *id : items.front().command_id);
+    }
+    if (e.sqlstate() == sqlstate_unique_violation)
+      throw duplicate_command_error(items.front().domain,
+                                    items.front().command_id);
+    if (e.sqlstate() == sqlstate_batch_not_found) {
+      auto id = uuid::parse(e.detail());
+      throw batch_not_found_error(items.front().domain, id ? *id : uuid{});
+    }
+    throw;
+  }
+  std::vector<send_result> out(items.size());
+  size_t first = own_transaction ? 1 : 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    auto& idx = *groups[g];
+    auto& r = results[first + g];
+    if (static_cast<size_t>(r.rows()) != idx.size())
+      throw command_bus_error("send_batch: unexpected result size");
+    for (size_t k = 0; k < idx.size(); ++k)
+      out[idx[k]] = {uuid_at(r, static_cast<int>(k), 0),
+                     r.int64(static_cast<int>(k), 1)};
+  }
+  return out;
+}
+
+namespace {
+
+// Throws duplicate_command_error for a (domain, command_id) that appears
+// twice in the input.
+template <class F>
+void check_unique(size_t n, F&& key_of) {
+  std::set<std::pair<std::string, uuid>> seen;
+  for (size_t i = 0; i < n; ++i) {
+    auto key = key_of(i);
+    if (!seen.insert(key).second)
+      throw duplicate_command_error(key.first, key.second);
+  }
+}
+
+} // namespace
+
+batch_send_result
+command_bus::send_batch(const std::vector<send_request>& reqs) {
+  check_unique(reqs.size(), [&](size_t i) {
+    return std::make_pair(reqs[i].domain, reqs[i].command_id);
+  });
+  // Prepare (validate and encode) everything before the first chunk goes
+  // out, so that invalid input writes nothing.
+  std::vector<std::vector<prepared>> chunks;
+  for (size_t start = 0; start < reqs.size(); start += opts_.chunk_size) {
+    auto end = std::min(reqs.size(), start + opts_.chunk_size);
+    std::vector<prepared> items;
+    items.reserve(end - start);
+    for (auto i = start; i < end; ++i)
+      items.push_back(prepare(reqs[i]));
+    ensure_queues(items);
+    chunks.push_back(std::move(items));
+  }
+  auto run_chunk = [this](const std::vector<prepared>& items) {
+    auto conn = pool_.acquire();
+    return send_chunk(items, *conn, true);
+  };
+  batch_send_result out;
+  auto width = std::max<size_t>(1, opts_.parallel_chunks);
+  for (size_t wave = 0; wave < chunks.size(); wave += width) {
+    auto end = std::min(chunks.size(), wave + width);
+    // Chunks of one wave run concurrently on separate connections; the
+    // caller's thread runs the first of them.
+    std::vector<std::future<std::vector<send_result>>> others;
+    for (auto c = wave + 1; c < end; ++c)
+      others.push_back(std::async(std::launch::async, run_chunk,
+                                  std::cref(chunks[c])));
+    std::exception_ptr failure;
+    std::vector<std::vector<send_result>> results(end - wave);
+    try {
+      results[0] = run_chunk(chunks[wave]);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+    for (size_t k = 0; k < others.size(); ++k) {
+      try {
+        results[k + 1] = others[k].get();
+      } catch (...) {
+        if (!failure)
+          failure = std::current_exception();
+      }
+    }
+    if (failure)
+      std::rethrow_exception(failure);
+    for (auto& r : results) {
+      out.results.insert(out.results.end(), r.begin(), r.end());
+      ++out.chunks_processed;
+    }
+  }
+  out.total_commands = static_cast<int>(out.results.size());
+  return out;
+}
+
+batch_send_result command_bus::send_batch(const std::vector<send_request>& reqs,
+                                          db::connection& conn) {
+  batch_send_result out;
+  check_unique(reqs.size(), [&](size_t i) {
+    return std::make_pair(reqs[i].domain, reqs[i].command_id);
+  });
+  for (size_t start = 0; start < reqs.size(); start += opts_.chunk_size) {
+    auto end = std::min(reqs.size(), start + opts_.chunk_size);
+    std::vector<prepared> items;
+    for (auto i = start; i < end; ++i)
+      items.push_back(prepare(reqs[i]));
+    ensure_queues(items);
+    auto results = send_chunk(items, conn, false);
+    out.results.insert(out.results.end(), results.begin(), results.end());
+    ++out.chunks_processed;
+  }
+  out.total_commands = static_cast<int>(out.results.size());
+  return out;
+}
+
+// -- create_batch ------------------------------------------------------------
+
+create_batch_result
+command_bus::create_batch(const std::string& domain,
+                          const std::vector<batch_command>& commands,
+                          const create_batch_options& opts) {
+  auto conn = pool_.acquire();
+  conn->exec("BEGIN");
+  try {
+    auto out = create_batch(domain, commands, opts, *conn);
+    conn->exec("COMMIT");
+    return out;
+  } catch (...) {
+    rollback_if_open(*conn);
+    throw;
+  }
+}
+
+create_batch_result
+command_bus::create_batch(const std::string& domain,
+                          const std::vector<batch_command>& commands,
+                          const create_batch_options& opts,
+                          db::connection& conn) {
+  if (commands.empty())
+    throw command_bus_error("create_batch needs at least one command");
+  db::validate_domain(domain);
+  check_unique(commands.size(), [&](size_t i) {
+    return std::make_pair(domain, commands[i].command_id);
+  });
+  create_batch_result out;
+  out.batch_id = opts.batch_id ? *opts.batch_id : uuid::random();
+  std::vector<prepared> items;
+  items.reserve(commands.size());
+  for (auto& c : commands) {
+    send_request req;
+    req.domain = domain;
+    req.command_type = c.command_type;
+    req.command_id = c.command_id;
+    req.data = c.data;
+    req.correlation_id = c.correlation_id;
+    req.reply_to = c.reply_to;
+    req.max_attempts = c.max_attempts;
+    items.push_back(prepare(req));
+    items.back().batch_id = out.batch_id;
+  }
+  ensure_queues(items);
+  try {
+    conn.query("INSERT INTO commandbus.batch (domain, batch_id, name, "
+               "custom_data, status, total_count, batch_type) VALUES ($1, "
+               "$2::uuid, $3, $4::jsonb, 'PENDING', $5::int, 'COMMAND')",
+               domain, out.batch_id.to_string(), opts.name,
+               opts.custom_data ? std::optional<std::string>{opts.custom_data->text()}
+                                : std::nullopt,
+               static_cast<int>(commands.size()));
+  } catch (const db::error& e) {
+    if (e.sqlstate() == sqlstate_unique_violation)
+      throw command_bus_error("batch " + out.batch_id.to_string()
+                              + " already exists in domain " + domain);
+    throw;
+  }
+  out.command_results = send_chunk(items, conn, false);
+  out.total_commands = static_cast<int>(commands.size());
+  return out;
+}
+
+// -- reads -------------------------------------------------------------------
+
+std::optional<command_metadata>
+command_bus::get_command(const std::string& domain, const uuid& command_id) {
+  auto conn = pool_.acquire();
+  auto r = conn->query(std::string{"SELECT "} + command_columns
+                         + " FROM commandbus.command WHERE domain = $1 AND "
+                           "command_id = $2::uuid",
+                       domain, command_id.to_string());
+  if (r.rows() == 0)
+    return std::nullopt;
+  return to_command_metadata(r, 0);
+}
+
+bool command_bus::command_exists(const std::string& domain,
+                                 const uuid& command_id) {
+  auto conn = pool_.acquire();
+  return conn
+           ->query("SELECT 1 FROM commandbus.command WHERE domain = $1 AND "
+                   "command_id = $2::uuid",
+                   domain, command_id.to_string())
+           .rows()
+         > 0;
+}
+
+std::vector<command_metadata>
+command_bus::query_commands(const command_query& q) {
+  // The statement's shape depends on which filters are set; every value is
+  // a parameter.
+  std::string sql = std::string{"SELECT "} + command_columns
+                    + " FROM commandbus.command WHERE TRUE";
+  std::vector<db::param> params;
+  auto add = [&](const std::string& cond, db::param value) {
+    params.push_back(std::move(value));
+    sql += " AND " + cond + " $" + std::to_string(params.size());
+  };
+  if (q.status)
+    add("status =", std::string{to_string(*q.status)});
+  if (q.domain)
+    add("domain =", *q.domain);
+  if (q.command_type)
+    add("command_type =", *q.command_type);
+  if (q.created_after)
+    add("created_at >=", format_timestamp(*q.created_after));
+  if (q.created_before)
+    add("created_at <=", format_timestamp(*q.created_before));
+  params.push_back(std::to_string(std::max(0, q.limit)));
+  sql += " ORDER BY created_at DESC, command_id LIMIT $"
+         + std::to_string(params.size());
+  params.push_back(std::to_string(std::max(0, q.offset)));
+  sql += " OFFSET $" + std::to_string(params.size());
+  auto conn = pool_.acquire();
+  return to_commands(conn->exec(sql, params));
+}
+
+std::vector<audit_event>
+command_bus::get_audit_trail(const uuid& command_id,
+                             const std::optional<std::string>& domain) {
+  auto conn = pool_.acquire();
+  std::string sql = "SELECT audit_id, domain, command_id, event_type, ts, "
+                    "details_json FROM commandbus.audit WHERE command_id = "
+                    "$1::uuid";
+  std::vector<db::param> params{command_id.to_string()};
+  if (domain) {
+    sql += " AND domain = $2";
+    params.push_back(*domain);
+  }
+  sql += " ORDER BY ts, audit_id";
+  auto r = conn->exec(sql, params);
+  std::vector<audit_event> out;
+  for (int i = 0; i < r.rows(); ++i) {
+    audit_event ev;
+    ev.audit_id = r.int64(i, 0);
+    ev.domain = std::string{r.text(i, 1)};
+    ev.command_id = uuid_at(r, i, 2);
+    ev.event_type = std::string{r.text(i, 3)};
+    ev.ts = time_at(r, i, 4);
+    ev.details = opt_json_at(r, i, 5);
+    out.push_back(std::move(ev));
+  }
+  return out;
+}
+
+std::optional<batch_metadata> command_bus::get_batch(const std::string& domain,
+                                                     const uuid& batch_id) {
+  auto conn = pool_.acquire();
+  auto r = conn->query(std::string{"SELECT "} + batch_columns
+                         + " FROM commandbus.batch WHERE domain = $1 AND "
+                           "batch_id = $2::uuid",
+                       domain, batch_id.to_string());
+  if (r.rows() == 0)
+    return std::nullopt;
+  return to_batch_metadata(r, 0);
+}
+
+std::vector<batch_metadata>
+command_bus::list_batches(const std::string& domain,
+                          std::optional<batch_status> status, int limit,
+                          int offset) {
+  auto conn = pool_.acquire();
+  auto r = conn->query(
+    std::string{"SELECT "} + batch_columns
+      + " FROM commandbus.batch WHERE domain = $1 AND ($2::text IS NULL OR "
+        "status = $2) ORDER BY created_at DESC, batch_id LIMIT $3 OFFSET $4",
+    domain,
+    status ? std::optional<std::string>{std::string{to_string(*status)}}
+           : std::nullopt,
+    std::max(0, limit), std::max(0, offset));
+  std::vector<batch_metadata> out;
+  for (int i = 0; i < r.rows(); ++i)
+    out.push_back(to_batch_metadata(r, i));
+  return out;
+}
+
+std::vector<command_metadata>
+command_bus::list_batch_commands(const std::string& domain,
+                                 const uuid& batch_id,
+                                 std::optional<command_status> status,
+                                 int limit, int offset) {
+  auto conn = pool_.acquire();
+  return to_commands(conn->query(
+    std::string{"SELECT "} + command_columns
+      + " FROM commandbus.command WHERE domain = $1 AND batch_id = $2::uuid "
+        "AND ($3::text IS NULL OR status = $3) ORDER BY created_at, "
+        "command_id LIMIT $4 OFFSET $5",
+    domain, batch_id.to_string(),
+    status ? std::optional<std::string>{std::string{to_string(*status)}}
+           : std::nullopt,
+    std::max(0, limit), std::max(0, offset)));
+}
+
+} // namespace cmdbus

@@ -1,0 +1,166 @@
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "db/connection.hpp"
+#include "db/pool.hpp"
+#include "model/errors.hpp"
+#include "model/types.hpp"
+
+namespace cmdbus {
+
+/// Settings of a `command_bus`.
+struct command_bus_options {
+  /// max_attempts for commands that do not set one (or set 0).
+  int default_max_attempts = 3;
+  /// Commands per transaction in `send_batch` (and most commands combined
+  /// into one transaction by concurrent `send` calls).
+  size_t chunk_size = 1000;
+  /// Chunks of one `send_batch` call sent concurrently on separate pooled
+  /// connections. 1 (the default) sends them one after the other, so that a
+  /// failure leaves exactly the chunks before it committed; with more, the
+  /// other chunks of the failing chunk's wave may have committed too.
+  size_t parallel_chunks = 1;
+  /// Transactions that concurrent `send` calls may have in flight at once;
+  /// calls arriving meanwhile are combined into the next transaction.
+  size_t max_concurrent_sends = 2;
+};
+
+/// Filters of `query_commands`; unset filters match everything. Date bounds
+/// are inclusive. Results are ordered by created_at descending.
+struct command_query {
+  std::optional<command_status> status;
+  std::optional<std::string> domain;
+  std::optional<std::string> command_type;
+  std::optional<timestamp> created_after;
+  std::optional<timestamp> created_before;
+  int limit = 100;
+  int offset = 0;
+};
+
+/// Options of `create_batch`.
+struct create_batch_options {
+  /// Generated when unset.
+  std::optional<uuid> batch_id;
+  std::optional<std::string> name;
+  std::optional<json> custom_data;
+};
+
+/// The send side of the command bus (rcmd.md §1.3, §2.6): sends commands to
+/// `{domain}__commands` and reads their metadata, audit trail and batches.
+///
+/// Thread-safe: each call takes a connection from the pool. Every write also
+/// has an overload that runs on the caller's connection, inside whatever
+/// transaction the caller has open (the outbox pattern: the business write
+/// and the command commit or roll back together).
+///
+/// Queues are created on demand (D10): the domain's command queue and the
+/// `reply_to` queue, once per bus instance, on a pooled connection outside
+/// the caller's transaction.
+class command_bus {
+public:
+  explicit command_bus(db::pool& pool, command_bus_options opts = {});
+
+  /// Sends one command and returns once it is committed. Concurrent calls
+  /// from several threads may share a transaction (client-side group
+  /// commit); each caller still gets exactly its own outcome. Throws
+  /// `duplicate_command_error` when (domain, command_id) exists (also when
+  /// a concurrent send wins the race), `batch_not_found_error` for an
+  /// unknown `batch_id`, `db::invalid_argument` for an invalid domain or
+  /// reply_to, `db::error` for database failures.
+  send_result send(const send_request& req);
+
+  /// Sends one command on `conn` within the caller's transaction.
+  send_result send(const send_request& req, db::connection& conn);
+
+  /// Sends many commands: chunks of `chunk_size`, one transaction per
+  /// chunk, grouped by domain inside a chunk, one NOTIFY per queue per
+  /// chunk. A duplicate (in the input or in the database) raises
+  /// `duplicate_command_error`; chunks committed before stay committed.
+  batch_send_result send_batch(const std::vector<send_request>& reqs);
+
+  /// Sends many commands on `conn` within the caller's transaction (all
+  /// chunks in it).
+  batch_send_result send_batch(const std::vector<send_request>& reqs,
+                               db::connection& conn);
+
+  /// Creates a batch atomically: the batch row (PENDING, total_count),
+  /// all messages, command rows and SENT audits in one transaction. Throws
+  /// `command_bus_error` for an empty list or an existing batch id,
+  /// `duplicate_command_error` for a duplicate command.
+  create_batch_result create_batch(const std::string& domain,
+                                   const std::vector<batch_command>& commands,
+                                   const create_batch_options& opts = {});
+
+  /// Creates a batch on `conn` within the caller's transaction.
+  create_batch_result create_batch(const std::string& domain,
+                                   const std::vector<batch_command>& commands,
+                                   const create_batch_options& opts,
+                                   db::connection& conn);
+
+  /// Returns the command's metadata, if it exists.
+  std::optional<command_metadata> get_command(const std::string& domain,
+                                              const uuid& command_id);
+
+  /// Returns whether the command exists.
+  bool command_exists(const std::string& domain, const uuid& command_id);
+
+  /// Returns the commands matching `q`.
+  std::vector<command_metadata> query_commands(const command_query& q);
+
+  /// Returns the audit trail of a command ordered by (ts, audit_id) (D11);
+  /// empty when unknown.
+  std::vector<audit_event>
+  get_audit_trail(const uuid& command_id,
+                  const std::optional<std::string>& domain = std::nullopt);
+
+  /// Returns the batch, if it exists.
+  std::optional<batch_metadata> get_batch(const std::string& domain,
+                                          const uuid& batch_id);
+
+  /// Returns the domain's batches, newest first.
+  std::vector<batch_metadata>
+  list_batches(const std::string& domain,
+               std::optional<batch_status> status = std::nullopt,
+               int limit = 100, int offset = 0);
+
+  /// Returns the commands of a batch, oldest first.
+  std::vector<command_metadata>
+  list_batch_commands(const std::string& domain, const uuid& batch_id,
+                      std::optional<command_status> status = std::nullopt,
+                      int limit = 100, int offset = 0);
+
+  /// Creates `queue` (validated) unless this bus created it already.
+  void ensure_queue(const std::string& queue);
+
+private:
+  struct prepared;
+  struct pending_send;
+  prepared prepare(const send_request& req);
+  void ensure_queues(const std::vector<prepared>& items);
+  send_result send_one(const prepared& item, db::connection& conn);
+  std::vector<send_result> send_chunk(const std::vector<prepared>& items,
+                                      db::connection& conn,
+                                      bool own_transaction);
+  void run_group(const std::vector<std::shared_ptr<pending_send>>& group);
+  int effective_max_attempts(const std::optional<int>& x) const;
+
+  db::pool& pool_;
+  command_bus_options opts_;
+  std::mutex queues_mtx_;
+  std::set<std::string> queues_;
+  std::mutex combine_mtx_;
+  std::condition_variable combine_cv_;
+  std::deque<std::shared_ptr<pending_send>> combine_queue_;
+  size_t leaders_ = 0;
+};
+
+} // namespace cmdbus
