@@ -31,7 +31,7 @@ struct command_bus_options {
   size_t parallel_chunks = 1;
   /// Transactions that concurrent `send` calls may have in flight at once;
   /// calls arriving meanwhile are combined into the next transaction.
-  size_t max_concurrent_sends = 2;
+  size_t max_concurrent_sends = 1;
 };
 
 /// Filters of `query_commands`; unset filters match everything. Date bounds
