@@ -123,3 +123,36 @@ TEST(DbConnection, DescribeTargetNeverShowsPassword) {
   EXPECT_EQ(db::describe_target("postgresql://app:pw@db.example:6543/orders"),
             "app@db.example:6543/orders");
 }
+
+TEST(DbConnection, ApplicationNameAndStatementTimeoutArePerConnection) {
+  db::connection_options opts;
+  opts.application_name = "cmdbus-test-app";
+  opts.statement_timeout = std::chrono::milliseconds{1234};
+  auto conn = db::connection::open(test::dsn(), opts);
+  auto res = conn.exec("SELECT current_setting('application_name'), "
+                       "current_setting('statement_timeout')");
+  EXPECT_EQ(res.text(0, 0), "cmdbus-test-app");
+  EXPECT_EQ(res.text(0, 1), "1234ms");
+  // Visible to operators in pg_stat_activity.
+  auto other = test::connect();
+  auto seen = other.query(
+    "SELECT application_name FROM pg_stat_activity WHERE pid = $1",
+    conn.backend_pid());
+  ASSERT_EQ(seen.rows(), 1);
+  EXPECT_EQ(seen.text(0, 0), "cmdbus-test-app");
+  // Another connection keeps the defaults.
+  EXPECT_EQ(other.exec("SELECT current_setting('application_name')").text(0, 0),
+            "cmdbus");
+}
+
+TEST(DbConnection, PreparedStatementsAreReused) {
+  auto conn = test::connect();
+  for (int i = 0; i < 3; ++i) {
+    auto r = conn.exec_prepared("t_add", "SELECT $1::int + 1",
+                                {db::to_param(i)});
+    EXPECT_EQ(r.int64(0, 0), i + 1);
+  }
+  auto n = conn.exec(
+    "SELECT count(*) FROM pg_prepared_statements WHERE name = 't_add'");
+  EXPECT_EQ(n.int64(0, 0), 1);
+}
