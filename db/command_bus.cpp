@@ -230,7 +230,7 @@ struct command_bus::pending_send {
 };
 
 void command_bus::run_group(
-  const std::vector<std::shared_ptr<pending_send>>& group) {
+  const std::vector<std::shared_ptr<pending_send>>& group) noexcept {
   auto send_each = [&] {
     for (auto& slot : group) {
       try {
@@ -241,28 +241,43 @@ void command_bus::run_group(
       }
     }
   };
+  auto fail_all = [&] {
+    for (auto& slot : group)
+      slot->error = std::current_exception();
+  };
   if (group.size() == 1) {
     send_each();
     return;
   }
-  std::vector<prepared> items;
-  items.reserve(group.size());
-  for (auto& slot : group)
-    items.push_back(slot->item);
   try {
     auto conn = pool_.acquire();
-    auto results = send_chunk(items, *conn, true);
-    for (size_t i = 0; i < group.size(); ++i)
-      group[i]->result = results[i];
-  } catch (const db::error& e) {
-    if (e.code() == db::errc::connection) {
-      for (auto& slot : group)
-        slot->error = std::current_exception();
-      return;
+    // One transaction of single-command statements in one round trip.
+    std::vector<db::connection::statement> sts;
+    sts.reserve(group.size() + 2);
+    sts.push_back({"BEGIN", {}});
+    for (auto& slot : group)
+      sts.push_back(send_one_statement(slot->item));
+    sts.push_back({"COMMIT", {}});
+    std::vector<db::result> results;
+    try {
+      results = conn->pipeline(sts);
+    } catch (...) {
+      rollback_if_open(*conn);
+      throw;
     }
-    send_each();
-  } catch (const command_bus_error&) {
-    send_each();
+    for (size_t i = 0; i < group.size(); ++i)
+      group[i]->result = {group[i]->item.command_id,
+                          results[i + 1].int64(0, 0)};
+  } catch (const db::error& e) {
+    // A broken connection fails everyone (retrying would only repeat it);
+    // anything else, e.g. one duplicate, is retried command by command so
+    // that each caller gets its own outcome.
+    if (e.code() == db::errc::connection)
+      fail_all();
+    else
+      send_each();
+  } catch (...) {
+    fail_all();
   }
 }
 
@@ -304,16 +319,22 @@ send_result command_bus::send(const send_request& req, db::connection& conn) {
   return send_one(p, conn);
 }
 
+db::connection::statement
+command_bus::send_one_statement(const prepared& p) {
+  return {"SELECT commandbus.cmdbus_send_command($1, $2, $3::uuid, $4, "
+          "$5::jsonb, $6::uuid, $7, $8::int, $9::uuid)",
+          {p.domain, p.queue, p.command_id.to_string(), p.command_type,
+           p.message, p.correlation_id.to_string(), p.reply_to,
+           db::to_param(p.max_attempts),
+           p.batch_id ? std::optional<std::string>{p.batch_id->to_string()}
+                      : std::nullopt},
+          "cmdbus_send_command"};
+}
+
 send_result command_bus::send_one(const prepared& p, db::connection& conn) {
   try {
-    auto res = conn.exec_prepared(
-      "cmdbus_send_command",
-      "SELECT commandbus.cmdbus_send_command($1, $2, $3::uuid, $4, $5::jsonb, "
-      "$6::uuid, $7, $8::int, $9::uuid)",
-      {p.domain, p.queue, p.command_id.to_string(), p.command_type, p.message,
-       p.correlation_id.to_string(), p.reply_to, db::to_param(p.max_attempts),
-       p.batch_id ? std::optional<std::string>{p.batch_id->to_string()}
-                  : std::nullopt});
+    auto st = send_one_statement(p);
+    auto res = conn.exec_prepared(st.name, st.sql, st.params);
     return {p.command_id, res.int64(0, 0)};
   } catch (const db::error& e) {
     if (e.sqlstate() == sqlstate_duplicate

@@ -147,10 +147,12 @@ private:
   prepared prepare(const send_request& req);
   void ensure_queues(const std::vector<prepared>& items);
   send_result send_one(const prepared& item, db::connection& conn);
+  static db::connection::statement send_one_statement(const prepared& item);
   std::vector<send_result> send_chunk(const std::vector<prepared>& items,
                                       db::connection& conn,
                                       bool own_transaction);
-  void run_group(const std::vector<std::shared_ptr<pending_send>>& group);
+  void run_group(
+    const std::vector<std::shared_ptr<pending_send>>& group) noexcept;
   int effective_max_attempts(const std::optional<int>& x) const;
 
   db::pool& pool_;
