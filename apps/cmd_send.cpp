@@ -33,8 +33,8 @@ Options:
   --json                  print the result as JSON
   -h, --help              show this help
 
-Exit codes: 0 sent, 1 invalid input, 2 duplicate command id or unknown batch,
-3 database unavailable, 4 other failure.
+Exit codes: 0 sent, 1 invalid input, 2 duplicate command id, 3 database
+unavailable, 4 other failure.
 )";
 
 constexpr const char* send_batch_help = R"(usage: cmdbus send-batch DOMAIN --file F.jsonl [--chunk-size N] [--dsn DSN] [--json]

@@ -215,6 +215,20 @@ void command_bus::ensure_queues(const std::vector<prepared>& items) {
     ensure_queue(q);
 }
 
+std::optional<uuid> command_bus::first_existing(const std::string& domain,
+                                                const std::vector<uuid>& ids) {
+  std::vector<std::string> texts;
+  for (auto& id : ids)
+    texts.push_back(id.to_string());
+  auto conn = pool_.acquire();
+  auto r = conn->query("SELECT command_id FROM commandbus.command WHERE domain "
+                       "= $1 AND command_id = ANY($2::uuid[]) LIMIT 1",
+                       domain, db::array_literal(texts));
+  if (r.rows() == 0)
+    return std::nullopt;
+  return uuid_at(r, 0, 0);
+}
+
 // -- send --------------------------------------------------------------------
 
 // Concurrent `send` calls are combined ("group commit" in the client): each
@@ -394,20 +408,29 @@ command_bus::send_chunk(const std::vector<prepared>& items,
   } catch (const db::error& e) {
     if (own_transaction)
       rollback_if_open(conn);
+    // Name the domain (and command) the failing statement was about.
+    auto group = e.statement_index() - static_cast<int>(own_transaction ? 1 : 0);
+    const auto* idx = group >= 0 && static_cast<size_t>(group) < groups.size()
+                        ? groups[static_cast<size_t>(group)]
+                        : nullptr;
+    const auto& domain = idx != nullptr ? items[idx->front()].domain
+                                        : items.front().domain;
     if (e.sqlstate() == sqlstate_duplicate) {
       auto id = uuid::parse(e.detail());
-      for (auto& p : items)
-        if (id && p.command_id == *id)
-          throw duplicate_command_error(p.domain, p.command_id);
-      throw duplicate_command_error(items.front().domain,
-                                    id ? *id : items.front().command_id);
+      throw duplicate_command_error(domain, id ? *id : uuid{});
     }
-    if (e.sqlstate() == sqlstate_unique_violation)
-      throw duplicate_command_error(items.front().domain,
-                                    items.front().command_id);
+    if (e.sqlstate() == sqlstate_unique_violation && idx != nullptr) {
+      // A concurrent send won the race for one of these ids: find it.
+      std::vector<uuid> ids;
+      for (auto i : *idx)
+        ids.push_back(items[i].command_id);
+      if (auto dup = first_existing(domain, ids))
+        throw duplicate_command_error(domain, *dup);
+      throw duplicate_command_error(domain, ids.front());
+    }
     if (e.sqlstate() == sqlstate_batch_not_found) {
       auto id = uuid::parse(e.detail());
-      throw batch_not_found_error(items.front().domain, id ? *id : uuid{});
+      throw batch_not_found_error(domain, id ? *id : uuid{});
     }
     throw;
   }
@@ -441,13 +464,13 @@ void check_unique(size_t n, F&& key_of) {
 
 } // namespace
 
-batch_send_result
-command_bus::send_batch(const std::vector<send_request>& reqs) {
+std::vector<std::vector<command_bus::prepared>>
+command_bus::prepare_chunks(const std::vector<send_request>& reqs) {
   check_unique(reqs.size(), [&](size_t i) {
     return std::make_pair(reqs[i].domain, reqs[i].command_id);
   });
-  // Prepare (validate and encode) everything before the first chunk goes
-  // out, so that invalid input writes nothing.
+  // Validate and encode everything before the first chunk goes out, so
+  // that invalid input writes nothing.
   std::vector<std::vector<prepared>> chunks;
   for (size_t start = 0; start < reqs.size(); start += opts_.chunk_size) {
     auto end = std::min(reqs.size(), start + opts_.chunk_size);
@@ -455,9 +478,16 @@ command_bus::send_batch(const std::vector<send_request>& reqs) {
     items.reserve(end - start);
     for (auto i = start; i < end; ++i)
       items.push_back(prepare(reqs[i]));
-    ensure_queues(items);
     chunks.push_back(std::move(items));
   }
+  for (auto& items : chunks)
+    ensure_queues(items);
+  return chunks;
+}
+
+batch_send_result
+command_bus::send_batch(const std::vector<send_request>& reqs) {
+  auto chunks = prepare_chunks(reqs);
   auto run_chunk = [this](const std::vector<prepared>& items) {
     auto conn = pool_.acquire();
     return send_chunk(items, *conn, true);
@@ -501,15 +531,7 @@ command_bus::send_batch(const std::vector<send_request>& reqs) {
 batch_send_result command_bus::send_batch(const std::vector<send_request>& reqs,
                                           db::connection& conn) {
   batch_send_result out;
-  check_unique(reqs.size(), [&](size_t i) {
-    return std::make_pair(reqs[i].domain, reqs[i].command_id);
-  });
-  for (size_t start = 0; start < reqs.size(); start += opts_.chunk_size) {
-    auto end = std::min(reqs.size(), start + opts_.chunk_size);
-    std::vector<prepared> items;
-    for (auto i = start; i < end; ++i)
-      items.push_back(prepare(reqs[i]));
-    ensure_queues(items);
+  for (auto& items : prepare_chunks(reqs)) {
     auto results = send_chunk(items, conn, false);
     out.results.insert(out.results.end(), results.begin(), results.end());
     ++out.chunks_processed;
@@ -524,6 +546,18 @@ create_batch_result
 command_bus::create_batch(const std::string& domain,
                           const std::vector<batch_command>& commands,
                           const create_batch_options& opts) {
+  // Queues first, since creating them takes a pooled connection of its own;
+  // but only once every name is known to be valid.
+  auto queue = db::command_queue(domain);
+  for (auto& c : commands)
+    if (c.reply_to)
+      db::validate_queue_name(*c.reply_to);
+  if (!commands.empty()) {
+    ensure_queue(queue);
+    for (auto& c : commands)
+      if (c.reply_to)
+        ensure_queue(*c.reply_to);
+  }
   auto conn = pool_.acquire();
   conn->exec("BEGIN");
   try {

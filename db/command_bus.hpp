@@ -146,6 +146,10 @@ private:
   struct pending_send;
   prepared prepare(const send_request& req);
   void ensure_queues(const std::vector<prepared>& items);
+  std::vector<std::vector<prepared>>
+  prepare_chunks(const std::vector<send_request>& reqs);
+  std::optional<uuid> first_existing(const std::string& domain,
+                                     const std::vector<uuid>& ids);
   send_result send_one(const prepared& item, db::connection& conn);
   static db::connection::statement send_one_statement(const prepared& item);
   std::vector<send_result> send_chunk(const std::vector<prepared>& items,

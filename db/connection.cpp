@@ -509,8 +509,10 @@ connection::pipeline(const std::vector<statement>& statements) {
       continue;
     }
     if (status == PGRES_FATAL_ERROR) {
-      if (!first_error)
+      if (!first_error) {
         first_error = make_error(conn, res);
+        first_error->set_statement_index(static_cast<int>(index));
+      }
       PQclear(res);
       out.emplace_back(nullptr);
       continue;

@@ -185,7 +185,8 @@ public:
 
   /// Sends all `statements` in one round trip (libpq pipeline mode) and
   /// returns their results in order. When one fails, the server skips the
-  /// rest up to the end of the pipeline and this throws the first error.
+  /// rest up to the end of the pipeline and this throws the first error,
+  /// with `error::statement_index` telling which statement failed.
   /// Outside a transaction block each statement commits on its own (as
   /// with `exec`); wrap them in BEGIN/COMMIT statements for atomicity.
   std::vector<result> pipeline(const std::vector<statement>& statements);

@@ -67,6 +67,13 @@ public:
   /// Returns the name of the violated constraint ("" when absent).
   const std::string& constraint() const noexcept { return constraint_; }
 
+  /// Returns the position of the failing statement within a pipeline, or
+  /// -1 outside pipelines.
+  int statement_index() const noexcept { return statement_index_; }
+
+  /// Sets the position reported by `statement_index`.
+  void set_statement_index(int index) noexcept { statement_index_ = index; }
+
   /// Returns whether retrying on a fresh connection may succeed.
   bool is_transient() const noexcept {
     return code_ == errc::connection || code_ == errc::serialization_failure
@@ -78,6 +85,7 @@ private:
   std::string sqlstate_;
   std::string detail_;
   std::string constraint_;
+  int statement_index_ = -1;
 };
 
 /// Input that is rejected before any SQL runs (e.g. an invalid queue name).
