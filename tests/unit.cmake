@@ -7,7 +7,7 @@ file(GLOB unit_test_sources CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/*.cpp)
 add_executable(cmdbus-unit-test ${unit_test_sources})
 target_link_libraries(cmdbus-unit-test PRIVATE
-  cmdbus_model GTest::gtest GTest::gtest_main)
+  cmdbus_model cmdbus_config GTest::gtest GTest::gtest_main)
 target_compile_definitions(cmdbus-unit-test PRIVATE
   CMDBUS_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 cmdbus_warnings(cmdbus-unit-test)

@@ -1,0 +1,169 @@
+#pragma once
+
+// Configuration of the worker process (`cmdbus worker`): the settings, their
+// validation, and how they are read from a CAF-INI file, the environment and
+// the command line. No CAF or libpq includes.
+//
+// Precedence (later wins): defaults < file < environment < command line. The
+// file is the one named by --config, else by $CMDBUS_CONFIG, else none (no
+// default file is searched for).
+//
+// | file: [section] key        | environment              | option
+// |------------------------------|--------------------------|-----------------
+// | dsn (top level or [global])  | CMDBUS_DSN               | --dsn
+// | [worker] domains             | CMDBUS_DOMAINS (a,b)     | --domain (many)
+// | [worker] concurrency         | CMDBUS_CONCURRENCY       | --concurrency
+// | [worker] visibility-timeout  | CMDBUS_VISIBILITY_TIMEOUT| (same name)
+// | [worker] poll-interval       | CMDBUS_POLL_INTERVAL     | (same name)
+// | [worker] use-notify          | CMDBUS_USE_NOTIFY        | --no-notify
+// | [worker] statement-timeout   | CMDBUS_STATEMENT_TIMEOUT | (same name)
+// | [worker] shutdown-timeout    | CMDBUS_SHUTDOWN_TIMEOUT  | (same name)
+// | [worker] flush-interval      | CMDBUS_FLUSH_INTERVAL    | (same name)
+// | [worker] tick                | -                        | --tick
+// | [retry] max-attempts         | CMDBUS_MAX_ATTEMPTS      | --max-attempts
+// | [retry] backoff              | CMDBUS_BACKOFF (10,60)   | --backoff
+// | [retry] jitter               | CMDBUS_BACKOFF_JITTER    | --jitter
+//
+// Value rules:
+// - Durations are an integer with a unit: `ms`, `s`, `min` or `h` (`250ms`,
+//   `30s`, `1min`). A unit is required everywhere except for
+//   visibility-timeout, where a bare integer means seconds (it must be a
+//   whole number of seconds in any case).
+// - File strings are quoted ("..." or '...'); lists are `[a, b]` and may span
+//   lines; booleans are `true` / `false`; keys are kebab-case; `;` starts a
+//   comment. Dotted keys, unknown sections or keys, duplicate keys and wrong
+//   types are errors with `file:line`.
+// - Environment lists are comma-separated; booleans also accept `1` / `0`;
+//   a variable set to the empty string counts as unset.
+// - Options take `--opt value` or `--opt=value`; when repeated, the last one
+//   wins, except --domain, which accumulates and replaces the domains from
+//   the file and the environment. `--backoff=` sets an empty schedule.
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cmdbus::config {
+
+/// How failed commands are retried (rcmd.md §1.6).
+struct retry_config {
+  /// Total attempts including the first one; >= 1.
+  int max_attempts = 3;
+
+  /// Delay in seconds after attempt N (clamped to the last entry); each
+  /// >= 0. May be empty, in which case every delay is 30 s.
+  std::vector<int> backoff_seconds{10, 60, 300};
+
+  /// Fraction (0..1) of each delay added or subtracted at random.
+  double jitter = 0.0;
+};
+
+/// Everything `cmdbus worker` needs to run.
+struct worker_config {
+  /// libpq connection string or URI; "" means the libpq environment.
+  std::string dsn;
+
+  /// The domains to serve; at least one, each a valid domain name
+  /// (1..37 ASCII letters, digits or underscores), no duplicates.
+  std::vector<std::string> domains;
+
+  /// Handler slots per domain; 1..4096.
+  int concurrency = 16;
+
+  /// How long a received message stays invisible; >= 1 s.
+  std::chrono::seconds visibility_timeout{30};
+
+  /// Poll period (and the wait for a notification); 10 ms .. 1 h.
+  std::chrono::milliseconds poll_interval{1000};
+
+  /// Whether to LISTEN for PGMQ notifications instead of polling only.
+  bool use_notify = true;
+
+  /// Retry policy of failed commands.
+  retry_config retry;
+
+  /// Server-side statement timeout; > 0 and below visibility_timeout.
+  std::chrono::milliseconds statement_timeout{25000};
+
+  /// How long a stop waits for in-flight commands; >= 0.
+  std::chrono::milliseconds shutdown_timeout{30000};
+
+  /// Side-effect batching delay; 0 .. 1000 ms.
+  std::chrono::milliseconds flush_interval{2};
+
+  /// Run one drain of every domain and exit.
+  bool tick = false;
+
+  /// Set by --dump-config only: print describe() and exit instead of
+  /// running. Not a setting of the file or the environment.
+  bool dump_config = false;
+};
+
+/// Problems found in the configuration; empty when valid. Each string is one
+/// clear sentence naming the setting, its value and the rule, e.g.
+/// "statement-timeout (30000ms) must be below visibility-timeout (30s)".
+std::vector<std::string> validate(const worker_config& cfg);
+
+/// A parse error (file, environment or command line) with its location, e.g.
+/// "worker.ini:7: unknown key 'concurency' in section [worker]", or the list
+/// of validation problems (one per line) thrown by load(). Never contains a
+/// DSN password.
+class config_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Thrown by apply_args() and load() when the command line contains --help or
+/// -h: the caller prints worker_help() (also what()) and exits with 0.
+/// Deliberately not a config_error.
+class help_requested : public std::exception {
+public:
+  const char* what() const noexcept override;
+};
+
+/// Looks up an environment variable by name (std::getenv in production, a map
+/// in tests); std::nullopt when unset.
+using env_lookup = std::function<std::optional<std::string>(const char*)>;
+
+/// Applies a CAF-INI text onto `cfg`; `file_name` is used in messages.
+/// Throws config_error.
+void apply_ini(worker_config& cfg, std::string_view text,
+               const std::string& file_name);
+
+/// Applies the CMDBUS_* environment variables (except CMDBUS_CONFIG, which
+/// load() reads). Throws config_error.
+void apply_env(worker_config& cfg, const env_lookup& getenv);
+
+/// Applies command-line options (the arguments after `cmdbus worker`) onto
+/// `cfg` and returns the path given by --config, if any (the file itself is
+/// not read here; see load()). Throws help_requested for --help / -h, and
+/// config_error for unknown options, positional arguments, missing or bad
+/// values.
+std::optional<std::string> apply_args(worker_config& cfg,
+                                      const std::vector<std::string>& args);
+
+/// The whole sequence: defaults, then the file (from --config, else
+/// $CMDBUS_CONFIG, else none), then the environment, then the command line;
+/// then validate(). Throws help_requested (before reading any file), or
+/// config_error for parse errors and, when invalid, with all problems, one
+/// per line.
+worker_config load(const std::vector<std::string>& args,
+                   const env_lookup& getenv);
+
+/// Returns the help text for `cmdbus worker`.
+const char* worker_help();
+
+/// Returns `dsn` with the password of a key/value string (`password=...`) or
+/// of a postgresql:// URI (userinfo or `?password=` parameter) replaced by
+/// `***`.
+std::string mask_dsn(std::string_view dsn);
+
+/// Renders the effective configuration as a CAF-INI text that apply_ini()
+/// accepts (the DSN password masked), for logs and --dump-config.
+std::string describe(const worker_config& cfg);
+
+} // namespace cmdbus::config

@@ -1,0 +1,657 @@
+#include "config/worker_config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <string>
+#include <unistd.h>
+
+using namespace cmdbus::config;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// A fake environment for apply_env() and load().
+class fake_env {
+public:
+  explicit fake_env(std::map<std::string, std::string> vars = {})
+    : vars_(std::move(vars)) {
+    // nop
+  }
+
+  env_lookup lookup() const {
+    return [this](const char* name) -> std::optional<std::string> {
+      auto i = vars_.find(name);
+      if (i == vars_.end())
+        return std::nullopt;
+      return i->second;
+    };
+  }
+
+private:
+  std::map<std::string, std::string> vars_;
+};
+
+/// A valid configuration: the defaults plus one domain.
+worker_config valid() {
+  worker_config cfg;
+  cfg.domains = {"payments"};
+  return cfg;
+}
+
+/// Returns the message of the config_error thrown by `f`, or "".
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const config_error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+std::string ini_error(std::string_view text) {
+  return error_of([&] {
+    worker_config cfg;
+    apply_ini(cfg, text, "worker.ini");
+  });
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+bool has_problem(const std::vector<std::string>& problems,
+                 const std::string& part) {
+  for (const auto& p : problems)
+    if (contains(p, part))
+      return true;
+  return false;
+}
+
+/// A temporary file removed on destruction.
+class temp_file {
+public:
+  explicit temp_file(const std::string& content) {
+    char name[] = "/tmp/cmdbus-config-test-XXXXXX";
+    int fd = mkstemp(name);
+    if (fd < 0)
+      throw std::runtime_error("mkstemp failed");
+    close(fd);
+    path_ = name;
+    std::ofstream{path_} << content;
+  }
+
+  ~temp_file() {
+    std::remove(path_.c_str());
+  }
+
+  const std::string& path() const noexcept {
+    return path_;
+  }
+
+private:
+  std::string path_;
+};
+
+constexpr const char* full_ini = R"(; cmdbus worker configuration
+dsn = "host=db dbname=app"   ; the database
+
+[worker]
+domains = ["payments", "reports"]
+concurrency = 8
+visibility-timeout = 2min
+poll-interval = 250ms
+use-notify = false
+statement-timeout = 10s
+shutdown-timeout = 1min
+flush-interval = 5ms
+tick = true
+
+[retry]
+max-attempts = 5
+backoff = [1, 2,
+           5]   ; spans lines
+jitter = 0.25
+)";
+
+} // namespace
+
+// -- defaults and validation -------------------------------------------------
+
+TEST(ConfigDefaults, are_valid_except_missing_domains) {
+  worker_config cfg;
+  auto problems = validate(cfg);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_TRUE(contains(problems[0], "no domains configured"));
+  EXPECT_TRUE(validate(valid()).empty());
+  EXPECT_EQ(cfg.concurrency, 16);
+  EXPECT_EQ(cfg.visibility_timeout, 30s);
+  EXPECT_EQ(cfg.poll_interval, 1000ms);
+  EXPECT_TRUE(cfg.use_notify);
+  EXPECT_EQ(cfg.retry.max_attempts, 3);
+  EXPECT_EQ(cfg.retry.backoff_seconds, (std::vector<int>{10, 60, 300}));
+  EXPECT_EQ(cfg.retry.jitter, 0.0);
+  EXPECT_EQ(cfg.statement_timeout, 25000ms);
+  EXPECT_EQ(cfg.shutdown_timeout, 30000ms);
+  EXPECT_EQ(cfg.flush_interval, 2ms);
+  EXPECT_FALSE(cfg.tick);
+  EXPECT_FALSE(cfg.dump_config);
+}
+
+TEST(ConfigValidate, rejects_statement_timeout_not_below_vt) {
+  auto cfg = valid();
+  cfg.statement_timeout = 30000ms;
+  auto problems = validate(cfg);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0],
+            "statement-timeout (30000ms) must be below visibility-timeout "
+            "(30s)");
+  cfg.statement_timeout = 29999ms;
+  EXPECT_TRUE(validate(cfg).empty());
+  cfg.statement_timeout = 0ms;
+  EXPECT_TRUE(has_problem(validate(cfg), "statement-timeout (0ms) must be"));
+}
+
+TEST(ConfigValidate, rejects_bad_concurrency) {
+  auto cfg = valid();
+  cfg.concurrency = 0;
+  EXPECT_TRUE(has_problem(validate(cfg),
+                          "concurrency (0) must be between 1 and 4096"));
+  cfg.concurrency = 4097;
+  EXPECT_TRUE(has_problem(validate(cfg), "concurrency (4097)"));
+  cfg.concurrency = 4096;
+  EXPECT_TRUE(validate(cfg).empty());
+}
+
+TEST(ConfigValidate, rejects_bad_domain_names) {
+  auto cfg = valid();
+  cfg.domains = {"pay-ments"};
+  auto problems = validate(cfg);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_TRUE(contains(problems[0], "\"pay-ments\"")) << problems[0];
+  EXPECT_TRUE(contains(problems[0], "letters, digits and underscores"));
+  cfg.domains = {std::string(38, 'a')};
+  EXPECT_TRUE(has_problem(validate(cfg), "longer than 37"));
+  cfg.domains = {std::string(37, 'a')};
+  EXPECT_TRUE(validate(cfg).empty());
+  cfg.domains = {""};
+  EXPECT_TRUE(has_problem(validate(cfg), "is empty"));
+  cfg.domains = {"payments", "payments"};
+  EXPECT_TRUE(has_problem(validate(cfg), "listed twice"));
+}
+
+TEST(ConfigValidate, rejects_bad_durations) {
+  auto cfg = valid();
+  cfg.visibility_timeout = 0s;
+  EXPECT_TRUE(has_problem(validate(cfg), "visibility-timeout (0s)"));
+  cfg = valid();
+  cfg.poll_interval = 9ms;
+  EXPECT_TRUE(has_problem(validate(cfg), "poll-interval (9ms)"));
+  cfg.poll_interval = 3600001ms;
+  EXPECT_TRUE(has_problem(validate(cfg), "poll-interval (3600001ms)"));
+  cfg = valid();
+  cfg.shutdown_timeout = -1ms;
+  EXPECT_TRUE(has_problem(validate(cfg), "shutdown-timeout (-1ms)"));
+  cfg.shutdown_timeout = 0ms;
+  cfg.flush_interval = 1001ms;
+  EXPECT_TRUE(has_problem(validate(cfg), "flush-interval (1001ms)"));
+  cfg.flush_interval = 0ms;
+  EXPECT_TRUE(validate(cfg).empty());
+}
+
+TEST(ConfigValidate, rejects_bad_retry_settings) {
+  auto cfg = valid();
+  cfg.retry.max_attempts = 0;
+  EXPECT_TRUE(has_problem(validate(cfg), "max-attempts (0)"));
+  cfg = valid();
+  cfg.retry.backoff_seconds = {10, -5};
+  EXPECT_TRUE(has_problem(validate(cfg), "backoff entry 2 (-5s)"));
+  cfg = valid();
+  cfg.retry.backoff_seconds = {};
+  EXPECT_TRUE(validate(cfg).empty());
+  cfg.retry.jitter = 1.5;
+  EXPECT_TRUE(has_problem(validate(cfg),
+                          "jitter (1.5) must be between 0 and 1"));
+  cfg.retry.jitter = -0.1;
+  EXPECT_TRUE(has_problem(validate(cfg), "jitter (-0.1)"));
+  cfg.retry.jitter = 1.0;
+  EXPECT_TRUE(validate(cfg).empty());
+}
+
+TEST(ConfigValidate, reports_all_problems_together) {
+  worker_config cfg;
+  cfg.concurrency = 0;
+  cfg.retry.jitter = 2;
+  cfg.statement_timeout = 60s;
+  auto problems = validate(cfg);
+  EXPECT_EQ(problems.size(), 4u);
+  auto err = error_of([] {
+    load({"--concurrency", "0", "--jitter", "2"}, fake_env{}.lookup());
+  });
+  EXPECT_TRUE(contains(err, "no domains configured")) << err;
+  EXPECT_TRUE(contains(err, "\nconcurrency (0)")) << err;
+  EXPECT_TRUE(contains(err, "\njitter (2)")) << err;
+}
+
+// -- INI files ---------------------------------------------------------------
+
+TEST(ConfigIni, applies_a_full_file) {
+  worker_config cfg;
+  apply_ini(cfg, full_ini, "worker.ini");
+  EXPECT_EQ(cfg.dsn, "host=db dbname=app");
+  EXPECT_EQ(cfg.domains, (std::vector<std::string>{"payments", "reports"}));
+  EXPECT_EQ(cfg.concurrency, 8);
+  EXPECT_EQ(cfg.visibility_timeout, 120s);
+  EXPECT_EQ(cfg.poll_interval, 250ms);
+  EXPECT_FALSE(cfg.use_notify);
+  EXPECT_EQ(cfg.statement_timeout, 10s);
+  EXPECT_EQ(cfg.shutdown_timeout, 60s);
+  EXPECT_EQ(cfg.flush_interval, 5ms);
+  EXPECT_TRUE(cfg.tick);
+  EXPECT_EQ(cfg.retry.max_attempts, 5);
+  EXPECT_EQ(cfg.retry.backoff_seconds, (std::vector<int>{1, 2, 5}));
+  EXPECT_EQ(cfg.retry.jitter, 0.25);
+  EXPECT_TRUE(validate(cfg).empty());
+}
+
+TEST(ConfigIni, accepts_comments_blank_lines_and_crlf) {
+  worker_config cfg;
+  apply_ini(cfg,
+            "; only a comment\r\n\r\n  ;indented comment\r\n[worker] ; c\r\n"
+            "concurrency=4;trailing\r\ndomains = [ ; open\r\n \"a\", ; one\r\n"
+            " \"b\", ; trailing comma\r\n]\r\n",
+            "w.ini");
+  EXPECT_EQ(cfg.concurrency, 4);
+  EXPECT_EQ(cfg.domains, (std::vector<std::string>{"a", "b"}));
+}
+
+TEST(ConfigIni, accepts_strings_lists_and_global_section) {
+  worker_config cfg;
+  apply_ini(cfg,
+            "[global]\ndsn='host=x \\'q\\''\n[retry]\nbackoff = []\n"
+            "[worker]\ndomains = \"solo\"\nvisibility-timeout = 45\n",
+            "w.ini");
+  EXPECT_EQ(cfg.dsn, "host=x 'q'");
+  EXPECT_TRUE(cfg.retry.backoff_seconds.empty());
+  EXPECT_EQ(cfg.domains, (std::vector<std::string>{"solo"}));
+  EXPECT_EQ(cfg.visibility_timeout, 45s);
+}
+
+TEST(ConfigIni, accepts_all_duration_units) {
+  worker_config cfg;
+  apply_ini(cfg,
+            "[worker]\npoll-interval=1h\nstatement-timeout=2min\n"
+            "shutdown-timeout=3s\nflush-interval=0ms\n"
+            "visibility-timeout=3600000ms\n",
+            "w.ini");
+  EXPECT_EQ(cfg.poll_interval, 1h);
+  EXPECT_EQ(cfg.statement_timeout, 2min);
+  EXPECT_EQ(cfg.shutdown_timeout, 3s);
+  EXPECT_EQ(cfg.flush_interval, 0ms);
+  EXPECT_EQ(cfg.visibility_timeout, 1h);
+}
+
+TEST(ConfigIni, reports_unknown_keys_and_sections) {
+  EXPECT_EQ(ini_error("[worker]\n\n; x\n\n\n\nconcurency = 4\n"),
+            "worker.ini:7: unknown key 'concurency' in section [worker] "
+            "(did you mean 'concurrency'?)");
+  EXPECT_EQ(ini_error("[worker]\nmax-attempts = 4\n"),
+            "worker.ini:2: unknown key 'max-attempts' in section [worker] "
+            "('max-attempts' belongs in section [retry])");
+  EXPECT_EQ(ini_error("frobnicate = 1\n"),
+            "worker.ini:1: unknown key 'frobnicate' at the top level");
+  EXPECT_EQ(ini_error("\n[workers]\n"),
+            "worker.ini:2: unknown section [workers] (expected [worker] or "
+            "[retry])");
+  EXPECT_EQ(ini_error("[worker]\nvisibility_timeout = 3s\n"),
+            "worker.ini:2: unknown key 'visibility_timeout' in section "
+            "[worker] (did you mean 'visibility-timeout'?)");
+}
+
+TEST(ConfigIni, reports_duplicate_keys) {
+  EXPECT_EQ(ini_error("[worker]\nconcurrency = 4\n[retry]\n[worker]\n"
+                      "concurrency = 5\n"),
+            "worker.ini:5: duplicate key 'concurrency' in section [worker] "
+            "(first set on line 2)");
+}
+
+TEST(ConfigIni, reports_bad_syntax) {
+  EXPECT_EQ(ini_error("[worker]\nworker.concurrency = 4\n"),
+            "worker.ini:2: dotted key 'worker.concurrency' is not allowed in "
+            "a config file; write 'concurrency' in a [worker] section");
+  EXPECT_EQ(ini_error("[worker\n"),
+            "worker.ini:1: missing ']' in section header");
+  EXPECT_EQ(ini_error("[worker]\nconcurrency 4\n"),
+            "worker.ini:2: expected '=' after key 'concurrency'");
+  EXPECT_EQ(ini_error("[worker]\nconcurrency =\n"),
+            "worker.ini:2: missing value for key 'concurrency'");
+  EXPECT_EQ(ini_error("[worker]\nconcurrency = 4 5\n"),
+            "worker.ini:2: unexpected text after the value of 'concurrency'");
+  EXPECT_EQ(ini_error("dsn = \"host=x password=secret\n"),
+            "worker.ini:1: unterminated string (missing closing quote)");
+  EXPECT_EQ(ini_error("[worker]\ndomains = [\"a\",\n\"b\"\n"),
+            "worker.ini:2: unterminated list of key 'domains' (missing ']')");
+  EXPECT_EQ(ini_error("[worker]\ndomains = [\"a\" \"b\"]\n"),
+            "worker.ini:2: expected ',' or ']' in the list of key 'domains'");
+  EXPECT_EQ(ini_error("[retry]\nbackoff = [[1]]\n"),
+            "worker.ini:2: nested lists are not supported (key 'backoff')");
+  EXPECT_EQ(ini_error("worker { concurrency = 4 }\n"),
+            "worker.ini:1: 'worker { ... }' blocks are not supported; use a "
+            "[worker] section");
+  EXPECT_EQ(ini_error("# hash comment\n"),
+            "worker.ini:1: expected a key, a [section] header or a ';' "
+            "comment");
+  EXPECT_EQ(ini_error("[worker] x\n"),
+            "worker.ini:1: unexpected text after the section header "
+            "[worker]");
+}
+
+TEST(ConfigIni, reports_wrong_types) {
+  EXPECT_EQ(ini_error("[worker]\nconcurrency = abc\n"),
+            "worker.ini:2: key 'concurrency' in section [worker] expects an "
+            "integer, got \"abc\"");
+  EXPECT_EQ(ini_error("[worker]\nconcurrency = \"16\"\n"),
+            "worker.ini:2: key 'concurrency' in section [worker] expects an "
+            "integer, got the string \"16\"");
+  EXPECT_EQ(ini_error("[worker]\nconcurrency = 99999999999\n"),
+            "worker.ini:2: key 'concurrency' in section [worker] is out of "
+            "range: \"99999999999\"");
+  EXPECT_EQ(ini_error("[worker]\npoll-interval = 100\n"),
+            "worker.ini:2: key 'poll-interval' in section [worker] expects a "
+            "duration with a unit (ms, s, min or h) such as 250ms or 30s, "
+            "got \"100\"");
+  EXPECT_TRUE(contains(ini_error("[worker]\npoll-interval = 1.5s\n"),
+                       "expects a duration"));
+  EXPECT_TRUE(contains(ini_error("[worker]\nvisibility-timeout = 1500ms\n"),
+                       "must be a whole number of seconds"));
+  EXPECT_EQ(ini_error("[worker]\nuse-notify = yes\n"),
+            "worker.ini:2: key 'use-notify' in section [worker] expects true "
+            "or false, got \"yes\"");
+  EXPECT_TRUE(contains(ini_error("[worker]\ndomains = [payments]\n"),
+                       "expects quoted strings"));
+  EXPECT_TRUE(contains(ini_error("[retry]\nbackoff = 10\n"),
+                       "expects a list of integers"));
+  EXPECT_EQ(ini_error("[retry]\nbackoff = [10, x]\n"),
+            "worker.ini:2: key 'backoff' in section [retry] entry 2 expects "
+            "an integer, got \"x\"");
+  EXPECT_TRUE(contains(ini_error("[retry]\njitter = lots\n"),
+                       "expects a number"));
+}
+
+TEST(ConfigIni, never_echoes_the_dsn) {
+  auto err = ini_error("dsn = host=x password=secret\n");
+  EXPECT_EQ(err, "worker.ini:1: key 'dsn' at the top level expects a quoted "
+                 "string");
+  EXPECT_FALSE(contains(ini_error("dsn = \"password=secret\" x\n"),
+                        "secret"));
+}
+
+// -- environment -------------------------------------------------------------
+
+TEST(ConfigEnv, applies_every_variable) {
+  worker_config cfg;
+  fake_env env{{{"CMDBUS_DSN", "host=e"},
+                {"CMDBUS_DOMAINS", " a , b "},
+                {"CMDBUS_CONCURRENCY", "7"},
+                {"CMDBUS_VISIBILITY_TIMEOUT", "40"},
+                {"CMDBUS_POLL_INTERVAL", "50ms"},
+                {"CMDBUS_USE_NOTIFY", "0"},
+                {"CMDBUS_MAX_ATTEMPTS", "9"},
+                {"CMDBUS_BACKOFF", "1,2,3"},
+                {"CMDBUS_BACKOFF_JITTER", "0.5"},
+                {"CMDBUS_STATEMENT_TIMEOUT", "5s"},
+                {"CMDBUS_SHUTDOWN_TIMEOUT", "0ms"},
+                {"CMDBUS_FLUSH_INTERVAL", "10ms"}}};
+  apply_env(cfg, env.lookup());
+  EXPECT_EQ(cfg.dsn, "host=e");
+  EXPECT_EQ(cfg.domains, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(cfg.concurrency, 7);
+  EXPECT_EQ(cfg.visibility_timeout, 40s);
+  EXPECT_EQ(cfg.poll_interval, 50ms);
+  EXPECT_FALSE(cfg.use_notify);
+  EXPECT_EQ(cfg.retry.max_attempts, 9);
+  EXPECT_EQ(cfg.retry.backoff_seconds, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(cfg.retry.jitter, 0.5);
+  EXPECT_EQ(cfg.statement_timeout, 5s);
+  EXPECT_EQ(cfg.shutdown_timeout, 0ms);
+  EXPECT_EQ(cfg.flush_interval, 10ms);
+}
+
+TEST(ConfigEnv, treats_empty_variables_as_unset) {
+  worker_config cfg;
+  apply_env(cfg, fake_env{{{"CMDBUS_CONCURRENCY", ""}}}.lookup());
+  EXPECT_EQ(cfg.concurrency, 16);
+}
+
+TEST(ConfigEnv, reports_bad_values_with_the_variable) {
+  auto env_error = [](std::string name, std::string value) {
+    return error_of([&] {
+      worker_config cfg;
+      apply_env(cfg, fake_env{{{name, value}}}.lookup());
+    });
+  };
+  EXPECT_EQ(env_error("CMDBUS_CONCURRENCY", "x"),
+            "environment variable CMDBUS_CONCURRENCY expects an integer, got "
+            "\"x\"");
+  EXPECT_EQ(env_error("CMDBUS_USE_NOTIFY", "maybe"),
+            "environment variable CMDBUS_USE_NOTIFY expects true, false, 1 "
+            "or 0, got \"maybe\"");
+  EXPECT_EQ(env_error("CMDBUS_DOMAINS", "a,,b"),
+            "environment variable CMDBUS_DOMAINS has an empty entry in its "
+            "comma-separated list");
+  EXPECT_TRUE(contains(env_error("CMDBUS_BACKOFF", "10,x"), "entry 2"));
+  EXPECT_TRUE(contains(env_error("CMDBUS_POLL_INTERVAL", "5"),
+                       "CMDBUS_POLL_INTERVAL expects a duration"));
+}
+
+// -- command line ------------------------------------------------------------
+
+TEST(ConfigArgs, applies_every_option) {
+  worker_config cfg;
+  auto file = apply_args(
+    cfg, {"--config", "w.ini", "--dsn=host=c", "--domain", "a", "--domain=b",
+          "--concurrency", "3", "--backoff", "5,6", "--max-attempts=2",
+          "--visibility-timeout", "90", "--poll-interval", "20ms",
+          "--no-notify", "--statement-timeout=1min", "--shutdown-timeout",
+          "5s", "--flush-interval", "0ms", "--jitter", "0.1", "--tick",
+          "--dump-config"});
+  ASSERT_TRUE(file);
+  EXPECT_EQ(*file, "w.ini");
+  EXPECT_EQ(cfg.dsn, "host=c");
+  EXPECT_EQ(cfg.domains, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(cfg.concurrency, 3);
+  EXPECT_EQ(cfg.retry.backoff_seconds, (std::vector<int>{5, 6}));
+  EXPECT_EQ(cfg.retry.max_attempts, 2);
+  EXPECT_EQ(cfg.visibility_timeout, 90s);
+  EXPECT_EQ(cfg.poll_interval, 20ms);
+  EXPECT_FALSE(cfg.use_notify);
+  EXPECT_EQ(cfg.statement_timeout, 60s);
+  EXPECT_EQ(cfg.shutdown_timeout, 5s);
+  EXPECT_EQ(cfg.flush_interval, 0ms);
+  EXPECT_EQ(cfg.retry.jitter, 0.1);
+  EXPECT_TRUE(cfg.tick);
+  EXPECT_TRUE(cfg.dump_config);
+}
+
+TEST(ConfigArgs, empty_backoff_means_empty_schedule) {
+  worker_config cfg;
+  EXPECT_FALSE(apply_args(cfg, {"--backoff="}));
+  EXPECT_TRUE(cfg.retry.backoff_seconds.empty());
+}
+
+TEST(ConfigArgs, domain_replaces_earlier_domains) {
+  worker_config cfg;
+  cfg.domains = {"from_file", "other"};
+  apply_args(cfg, {"--domain", "x", "--concurrency", "2", "--domain", "y"});
+  EXPECT_EQ(cfg.domains, (std::vector<std::string>{"x", "y"}));
+  apply_args(cfg, {"--concurrency", "2"});
+  EXPECT_EQ(cfg.domains, (std::vector<std::string>{"x", "y"}));
+}
+
+TEST(ConfigArgs, reports_bad_command_lines) {
+  auto args_error = [](std::vector<std::string> args) {
+    return error_of([&] {
+      worker_config cfg;
+      apply_args(cfg, args);
+    });
+  };
+  EXPECT_EQ(args_error({"--concurency", "4"}),
+            "unknown option \"--concurency\" (see --help)");
+  EXPECT_EQ(args_error({"--concurrency"}),
+            "option --concurrency needs a value");
+  EXPECT_EQ(args_error({"--concurrency=x"}),
+            "option --concurrency expects an integer, got \"x\"");
+  EXPECT_EQ(args_error({"--tick=yes"}), "option --tick takes no value");
+  EXPECT_EQ(args_error({"payments"}),
+            "unexpected argument \"payments\" (see --help)");
+  EXPECT_EQ(args_error({"--config="}), "option --config needs a file name");
+  EXPECT_TRUE(contains(args_error({"--poll-interval", "7"}),
+                       "option --poll-interval expects a duration"));
+}
+
+TEST(ConfigArgs, help_is_a_distinct_exception) {
+  worker_config cfg;
+  EXPECT_THROW(apply_args(cfg, {"--help"}), help_requested);
+  EXPECT_THROW(apply_args(cfg, {"--bogus", "-h"}), help_requested);
+  EXPECT_THROW(load({"--help", "--config", "/nonexistent/x.ini"},
+                    fake_env{}.lookup()),
+               help_requested);
+  std::string help = worker_help();
+  EXPECT_EQ(std::string{help_requested{}.what()}, help);
+  for (const char* part :
+       {"Usage: cmdbus worker", "--config", "--dsn", "--domain",
+        "--concurrency", "--backoff", "--max-attempts", "--visibility-timeout",
+        "--poll-interval", "--no-notify", "--statement-timeout",
+        "--shutdown-timeout", "--flush-interval", "--jitter", "--tick",
+        "--dump-config", "--help", "CMDBUS_BACKOFF_JITTER", "CMDBUS_CONFIG"})
+    EXPECT_TRUE(contains(help, part)) << part;
+  size_t start = 0;
+  while (start < help.size()) {
+    auto end = help.find('\n', start);
+    if (end == std::string::npos)
+      end = help.size();
+    EXPECT_LE(end - start, 80u) << help.substr(start, end - start);
+    start = end + 1;
+  }
+}
+
+// -- load: precedence --------------------------------------------------------
+
+TEST(ConfigLoad, file_then_env_then_cli) {
+  temp_file file{"dsn = \"host=file\"\n[worker]\ndomains = [\"f\"]\n"
+                 "concurrency = 2\npoll-interval = 2s\n"
+                 "shutdown-timeout = 2s\n[retry]\nmax-attempts = 2\n"};
+  fake_env env{{{"CMDBUS_CONFIG", file.path()},
+                {"CMDBUS_DOMAINS", "e"},
+                {"CMDBUS_CONCURRENCY", "3"},
+                {"CMDBUS_POLL_INTERVAL", "3s"}}};
+  auto cfg = load({"--concurrency", "4"}, env.lookup());
+  EXPECT_EQ(cfg.dsn, "host=file");                           // file
+  EXPECT_EQ(cfg.retry.max_attempts, 2);                      // file
+  EXPECT_EQ(cfg.shutdown_timeout, 2s);                       // file
+  EXPECT_EQ(cfg.domains, (std::vector<std::string>{"e"}));   // env
+  EXPECT_EQ(cfg.poll_interval, 3s);                          // env
+  EXPECT_EQ(cfg.concurrency, 4);                             // cli
+  EXPECT_EQ(cfg.visibility_timeout, 30s);                    // default
+  cfg = load({"--domain", "c1", "--domain", "c2"}, env.lookup());
+  EXPECT_EQ(cfg.domains, (std::vector<std::string>{"c1", "c2"}));
+}
+
+TEST(ConfigLoad, config_option_wins_over_env) {
+  temp_file a{"[worker]\ndomains = [\"from_a\"]\n"};
+  temp_file b{"[worker]\ndomains = [\"from_b\"]\n"};
+  fake_env env{{{"CMDBUS_CONFIG", a.path()}}};
+  EXPECT_EQ(load({}, env.lookup()).domains[0], "from_a");
+  EXPECT_EQ(load({"--config", b.path()}, env.lookup()).domains[0], "from_b");
+}
+
+TEST(ConfigLoad, reports_file_errors_with_the_path) {
+  temp_file file{"[worker]\nconcurency = 4\n"};
+  auto err = error_of([&] {
+    load({"--config=" + file.path()}, fake_env{}.lookup());
+  });
+  EXPECT_EQ(err.rfind(file.path() + ":2: unknown key 'concurency'", 0), 0u)
+    << err;
+  err = error_of([] {
+    load({"--config", "/nonexistent/worker.ini"}, fake_env{}.lookup());
+  });
+  EXPECT_TRUE(contains(err, "cannot read config file "
+                            "'/nonexistent/worker.ini'"))
+    << err;
+}
+
+TEST(ConfigLoad, without_any_file_uses_env_and_cli) {
+  auto cfg = load({"--domain", "p", "--dump-config"},
+                  fake_env{{{"CMDBUS_MAX_ATTEMPTS", "4"}}}.lookup());
+  EXPECT_EQ(cfg.domains, (std::vector<std::string>{"p"}));
+  EXPECT_EQ(cfg.retry.max_attempts, 4);
+  EXPECT_TRUE(cfg.dump_config);
+}
+
+// -- passwords and describe() ------------------------------------------------
+
+TEST(ConfigMask, masks_passwords) {
+  EXPECT_EQ(mask_dsn("host=db password=secret dbname=x"),
+            "host=db password=*** dbname=x");
+  EXPECT_EQ(mask_dsn("password = 'se cr\\'et' host=db"),
+            "password = *** host=db");
+  EXPECT_EQ(mask_dsn("postgresql://user:secret@db:5432/app"),
+            "postgresql://user:***@db:5432/app");
+  EXPECT_EQ(mask_dsn("postgres://u:p@ss@db/app?sslmode=off"),
+            "postgres://u:***@db/app?sslmode=off");
+  EXPECT_EQ(mask_dsn("postgresql://db/app?user=u&password=secret&x=1"),
+            "postgresql://db/app?user=u&password=***&x=1");
+  EXPECT_EQ(mask_dsn("postgresql://user@db:5432/app"),
+            "postgresql://user@db:5432/app");
+  EXPECT_EQ(mask_dsn("host=db passwordfile=x"), "host=db passwordfile=x");
+  EXPECT_EQ(mask_dsn(""), "");
+}
+
+TEST(ConfigDescribe, masks_the_password) {
+  auto cfg = valid();
+  cfg.dsn = "host=db password=secret";
+  auto text = describe(cfg);
+  EXPECT_FALSE(contains(text, "secret")) << text;
+  EXPECT_TRUE(contains(text, "dsn = \"host=db password=***\"")) << text;
+  cfg.dsn = "postgresql://u:secret@db/app";
+  EXPECT_FALSE(contains(describe(cfg), "secret"));
+}
+
+TEST(ConfigDescribe, round_trips_through_apply_ini) {
+  worker_config cfg;
+  apply_ini(cfg, full_ini, "worker.ini");
+  auto text = describe(cfg);
+  EXPECT_TRUE(contains(text, "visibility-timeout = 2min")) << text;
+  EXPECT_TRUE(contains(text, "poll-interval = 250ms")) << text;
+  EXPECT_TRUE(contains(text, "backoff = [1, 2, 5]")) << text;
+  worker_config again;
+  apply_ini(again, text, "dump.ini");
+  EXPECT_EQ(describe(again), text);
+  EXPECT_EQ(again.domains, cfg.domains);
+  EXPECT_EQ(again.retry.jitter, cfg.retry.jitter);
+}
+
+TEST(ConfigErrors, never_contain_the_password) {
+  auto err = error_of([] {
+    worker_config cfg;
+    apply_args(cfg, {"--tick", "postgresql://u:secret@db/app"});
+  });
+  EXPECT_FALSE(err.empty());
+  EXPECT_FALSE(contains(err, "secret")) << err;
+  err = error_of([] {
+    worker_config cfg;
+    apply_args(cfg, {"--dns=host=db password=secret"});
+  });
+  EXPECT_FALSE(err.empty());
+  EXPECT_FALSE(contains(err, "secret")) << err;
+  err = error_of([] {
+    load({"--dsn", "host=db password=secret", "--concurrency", "0"},
+         fake_env{}.lookup());
+  });
+  EXPECT_FALSE(err.empty());
+  EXPECT_FALSE(contains(err, "secret")) << err;
+}
