@@ -80,5 +80,6 @@ int run_send_batch(const std::vector<std::string>& argv);
 int run_show(const std::vector<std::string>& argv);
 int run_list(const std::vector<std::string>& argv);
 int run_queues(const std::vector<std::string>& argv);
+int run_worker(const std::vector<std::string>& argv);
 
 } // namespace cmdbus::cli

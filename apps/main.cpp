@@ -23,6 +23,8 @@ Commands:
   show         show a command's metadata and audit trail
   list         list a domain's commands
   queues       show PGMQ metrics of every queue
+  worker       process commands with the demo handlers (until SIGINT/SIGTERM,
+               or once with --tick)
 
 Options:
   -h, --help     show this help (also after a command)
@@ -74,6 +76,8 @@ int main(int argc, char** argv) {
       return cli::run_list(args);
     if (command == "queues")
       return cli::run_queues(args);
+    if (command == "worker")
+      return cli::run_worker(args);
     throw cli::usage_error{"unknown command '" + command + "'"};
   } catch (const cli::usage_error& e) {
     std::cerr << "cmdbus: " << e.message << " (see `cmdbus "

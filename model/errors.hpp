@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/json.hpp"
 #include "model/uuid.hpp"
 
 namespace cmdbus {
@@ -80,6 +81,55 @@ private:
 class invalid_operation_error : public command_bus_error {
 public:
   using command_bus_error::command_bus_error;
+};
+
+} // namespace cmdbus
+
+namespace cmdbus {
+
+/// Base of the errors a command handler throws to choose the outcome of a
+/// command (rcmd.md §1.5). `code` and `message` end up in last_error_code /
+/// last_error_msg and the audit trail; `details` (a JSON object) in the
+/// audit details and, for business-rule failures, in the FAILED reply.
+class handler_error : public command_bus_error {
+public:
+  handler_error(std::string code, std::string message,
+                json details = json::object())
+    : command_bus_error("[" + code + "] " + message),
+      code_(std::move(code)),
+      message_(std::move(message)),
+      details_(std::move(details)) {
+    // nop
+  }
+  const std::string& code() const noexcept { return code_; }
+  const std::string& error_message() const noexcept { return message_; }
+  const json& details() const noexcept { return details_; }
+
+private:
+  std::string code_;
+  std::string message_;
+  json details_;
+};
+
+/// A failure that may go away: the command is retried with backoff until its
+/// max_attempts are used up, then moved to the troubleshooting queue.
+class transient_command_error : public handler_error {
+public:
+  using handler_error::handler_error;
+};
+
+/// A failure that retrying cannot fix: the command goes straight to the
+/// troubleshooting queue (no reply).
+class permanent_command_error : public handler_error {
+public:
+  using handler_error::handler_error;
+};
+
+/// A business rule rejected the command: terminal status FAILED and a
+/// FAILED reply to reply_to (DECISIONS.md D5); no retry, no TSQ.
+class business_rule_error : public handler_error {
+public:
+  using handler_error::handler_error;
 };
 
 } // namespace cmdbus

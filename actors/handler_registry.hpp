@@ -1,0 +1,101 @@
+#pragma once
+
+// Handler registration for the worker (no CAF includes: applications
+// include this to register their handlers).
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/errors.hpp"
+#include "model/outcome.hpp"
+
+namespace cmdbus {
+
+/// Raised when a (domain, command_type) gets a second handler.
+class handler_already_registered_error : public command_bus_error {
+public:
+  handler_already_registered_error(const std::string& domain,
+                                   const std::string& type)
+    : command_bus_error("a handler for " + domain + "/" + type
+                        + " is already registered") {
+    // nop
+  }
+};
+
+/// What a handler sees besides its command (rcmd.md §1.2 HandlerContext).
+class handler_context {
+public:
+  /// Extends this delivery's visibility timeout by `seconds` from now.
+  using extender = std::function<void(std::chrono::seconds)>;
+
+  handler_context(const received_command& rc, extender extend,
+                  const std::atomic<bool>& cancelled)
+    : rc_(rc), extend_(std::move(extend)), cancelled_(cancelled) {
+    // nop
+  }
+
+  /// Returns the command being handled.
+  const command& cmd() const noexcept { return rc_.cmd; }
+
+  /// Returns the 1-based attempt number of this delivery.
+  int attempt() const noexcept { return rc_.attempt; }
+
+  /// Returns the command's max_attempts.
+  int max_attempts() const noexcept { return rc_.max_attempts; }
+
+  /// Returns the PGMQ message id of this delivery.
+  int64_t msg_id() const noexcept { return rc_.msg_id; }
+
+  /// Keeps the message invisible for `seconds` more from now (pgmq.set_vt,
+  /// D7); long handlers also get an automatic lease heartbeat. Throws
+  /// `command_bus_error` when the database cannot be reached.
+  void extend_visibility(std::chrono::seconds seconds) const {
+    extend_(seconds);
+  }
+
+  /// Returns whether the worker is shutting down; long handlers should
+  /// finish early (throwing a transient error lets the command run again).
+  bool cancelled() const noexcept { return cancelled_.load(); }
+
+private:
+  const received_command& rc_;
+  extender extend_;
+  const std::atomic<bool>& cancelled_;
+};
+
+/// A command handler: returns the result (null for none) or throws
+/// transient_command_error, permanent_command_error or business_rule_error;
+/// any other exception counts as transient with the exception's type name
+/// as error code (rcmd.md §1.5). Runs on a dedicated thread: it may block.
+using handler_fn = std::function<json(const command&, handler_context&)>;
+
+/// The handlers of a worker, by (domain, command_type).
+class handler_registry {
+public:
+  /// Registers `fn`; throws handler_already_registered_error for a second
+  /// handler of the same (domain, command_type).
+  void add(const std::string& domain, const std::string& command_type,
+           handler_fn fn);
+
+  /// Returns the handler, or nullptr.
+  const handler_fn* find(const std::string& domain,
+                         const std::string& command_type) const;
+
+  /// Returns the registered (domain, command_type) pairs.
+  std::vector<std::pair<std::string, std::string>> keys() const;
+
+  /// Runs the handler for `rc` and classifies the result; never throws.
+  /// A missing handler is a transient failure (HandlerNotFoundError).
+  outcome run(const received_command& rc, handler_context& ctx) const;
+
+private:
+  std::map<std::pair<std::string, std::string>, handler_fn> handlers_;
+};
+
+} // namespace cmdbus

@@ -1,0 +1,51 @@
+#pragma once
+
+// Atoms and message types exchanged between the worker's actors. Only
+// actor code and actor tests include this (it pulls in CAF headers).
+
+#include <cstdint>
+#include <vector>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
+
+#include "db/worker_store.hpp"
+#include "model/outcome.hpp"
+
+namespace cmdbus::atom {
+
+/// Poller: read now (NOTIFY arrived, a drain continues, or a poll is due).
+using wakeup = caf::atom_constant<caf::atom("wakeup")>;
+/// Poller: `n` message slots became free again.
+using credit = caf::atom_constant<caf::atom("credit")>;
+/// Supervisor: commands read by the poller, to run.
+using run = caf::atom_constant<caf::atom("run")>;
+/// Handler: run one command, reply with its outcome.
+using handle = caf::atom_constant<caf::atom("handle")>;
+/// Completion: apply the final side effects of a finished command.
+using finish = caf::atom_constant<caf::atom("finish")>;
+/// Retry scheduler: reschedule a transient failure.
+using retry = caf::atom_constant<caf::atom("retry")>;
+/// Retry scheduler: extend the visibility of in-flight messages.
+using extend = caf::atom_constant<caf::atom("extend")>;
+/// Supervisor: `n` commands' side effects are committed.
+using done = caf::atom_constant<caf::atom("done")>;
+/// Writers: write the buffered side effects now.
+using flush = caf::atom_constant<caf::atom("flush")>;
+/// Supervisor: stop intake, finish in-flight work, then reply.
+using drain = caf::atom_constant<caf::atom("drain")>;
+/// Supervisor: periodic lease heartbeat check.
+using heartbeat = caf::atom_constant<caf::atom("heartbeat")>;
+/// Poller: the queue was found empty with no message held (tick mode).
+using idle = caf::atom_constant<caf::atom("idle")>;
+/// Batch counter: batches that just became complete.
+using batches = caf::atom_constant<caf::atom("batches")>;
+
+} // namespace cmdbus::atom
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::received_command)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::outcome)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::db::finished_command)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::db::retry_command)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<cmdbus::received_command>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<cmdbus::uuid>)

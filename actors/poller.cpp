@@ -1,0 +1,223 @@
+#include "actors/runtime.hpp"
+
+#include <thread>
+
+#include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include "db/pool.hpp"
+#include "db/queue_name.hpp"
+
+namespace cmdbus::actors {
+
+namespace {
+
+/// Bridges LISTEN/NOTIFY into the actor world: a thread blocks on its own
+/// connection and sends (atom::wakeup) to the poller for every burst of
+/// notifications. It reconnects with backoff; stopping joins the thread.
+class listener {
+public:
+  listener(caf::actor_system& sys, caf::actor target, std::string dsn,
+           std::string channel)
+    : sys_(sys), target_(std::move(target)), dsn_(std::move(dsn)),
+      channel_(std::move(channel)), thread_([this] { loop(); }) {
+    // nop
+  }
+
+  ~listener() {
+    stop_ = true;
+    thread_.join();
+  }
+
+private:
+  void loop() {
+    int failures = 0;
+    while (!stop_) {
+      try {
+        db::connection_options opts;
+        opts.application_name = "cmdbus-listener";
+        opts.connect_timeout = std::chrono::seconds{5};
+        auto conn = db::connection::open(dsn_, opts);
+        conn.listen(channel_);
+        failures = 0;
+        // Anything sent while we were not listening is picked up here.
+        caf::anon_send(target_, atom::wakeup::value);
+        while (!stop_) {
+          if (!conn.wait_for_notifications(std::chrono::milliseconds{250})
+                 .empty())
+            caf::anon_send(target_, atom::wakeup::value);
+        }
+      } catch (const std::exception& e) {
+        ++failures;
+        auto delay = db::backoff_delay(failures, std::chrono::milliseconds{100},
+                                       2.0, std::chrono::milliseconds{10000});
+        spdlog::warn("listener on {} failed ({}); retrying in {} ms", channel_,
+                     e.what(), delay.count());
+        auto until = std::chrono::steady_clock::now() + delay;
+        // Stay responsive to stop while backing off.
+        while (!stop_ && std::chrono::steady_clock::now() < until)
+          std::this_thread::sleep_for(std::chrono::milliseconds{50});
+      }
+    }
+  }
+
+  caf::actor_system& sys_;
+  caf::actor target_;
+  std::string dsn_;
+  std::string channel_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+struct poller_state {
+  domain_settings settings;
+  caf::actor parent;
+  std::unique_ptr<db::connection> conn;
+  std::unique_ptr<listener> listen;
+  /// Free message slots: the poller never holds more than it can run.
+  int64_t credits = 0;
+  /// When to read again if nothing else happens (poll interval, idle
+  /// backoff or error backoff); unset in tick mode.
+  std::optional<std::chrono::milliseconds> next_poll;
+  /// Consecutive empty reads (idle backoff) and failed reads (error backoff).
+  int empty_reads = 0;
+  int failures = 0;
+  std::mt19937_64 rng{std::random_device{}()};
+  static inline const char* name = "poller";
+};
+
+using self_ptr = caf::stateful_actor<poller_state>*;
+
+caf::behavior poller_behavior(self_ptr self);
+
+// Re-arms the poll timeout. It is the behavior's idle timeout (caf::after),
+// not a delayed_send: a message pending in CAF's clock keeps a detached
+// actor alive at shutdown.
+void arm_timer(self_ptr self, std::chrono::milliseconds delay) {
+  auto& st = self->state;
+  if (st.next_poll == delay)
+    return;
+  st.next_poll = delay;
+  self->become(poller_behavior(self));
+}
+
+// Idle backoff: 1/8 of the poll interval after the first empty read,
+// doubling per empty read up to the poll interval, +/- 20 % jitter.
+std::chrono::milliseconds idle_delay(self_ptr self) {
+  auto& st = self->state;
+  auto base = st.settings.poll_interval.count();
+  auto shift = std::min(st.empty_reads, 3);
+  auto ms = std::max<int64_t>(1, (base >> (3 - shift)));
+  std::uniform_real_distribution<double> j{0.8, 1.2};
+  return std::chrono::milliseconds{
+    std::max<int64_t>(1, static_cast<int64_t>(ms * j(st.rng)))};
+}
+
+void read(self_ptr self) {
+  auto& st = self->state;
+  if (st.credits <= 0)
+    return;
+  try {
+    if (!st.conn || !st.conn->is_open()) {
+      db::connection_options opts;
+      opts.application_name = "cmdbus-poller";
+      opts.statement_timeout = st.settings.statement_timeout;
+      st.conn = std::make_unique<db::connection>(
+        db::connection::open(st.settings.dsn, opts));
+    }
+    db::worker_store store{*st.conn, st.settings.domain};
+    auto qty = static_cast<int>(st.credits);
+    auto res = store.receive(
+      static_cast<int>(st.settings.visibility_timeout.count()), qty);
+    st.failures = 0;
+    std::vector<received_command> runnable = std::move(res.commands);
+    for (auto& r : res.rejected) {
+      if (r.claimed) {
+        // Claimed but undecodable: a permanent failure (archive + TSQ).
+        outcome out;
+        out.kind = outcome_kind::permanent;
+        out.error_code = "INVALID_MESSAGE";
+        out.error_message = r.detail;
+        st.credits -= 1;
+        self->send(st.parent, atom::finish::value,
+                   db::finished_command{*r.claimed, std::move(out), false});
+      } else {
+        st.settings.counters->rejected += 1;
+        spdlog::warn("{} archived message {} of {}: {}", self->name(),
+                     r.msg_id, store.queue(), r.reason);
+      }
+    }
+    if (!runnable.empty()) {
+      st.credits -= static_cast<int64_t>(runnable.size());
+      self->send(st.parent, atom::run::value, std::move(runnable));
+    }
+    if (res.read >= qty) {
+      // A full read: there may be more; read again as soon as possible.
+      st.empty_reads = 0;
+      self->send(self, atom::wakeup::value);
+    } else {
+      if (res.read == 0) {
+        ++st.empty_reads;
+        self->send(st.parent, atom::idle::value);
+      } else {
+        st.empty_reads = 0;
+      }
+      if (!st.settings.tick)
+        arm_timer(self, res.read == 0 ? idle_delay(self)
+                                      : st.settings.poll_interval);
+    }
+  } catch (const std::exception& e) {
+    ++st.failures;
+    st.settings.counters->db_errors += 1;
+    if (st.conn && !st.conn->is_open())
+      st.conn.reset();
+    auto delay = db::backoff_delay(st.failures, std::chrono::milliseconds{100},
+                                   2.0, std::chrono::milliseconds{30000});
+    spdlog::warn("{} read on {} failed ({}); retrying in {} ms", self->name(),
+                 st.settings.domain, e.what(), delay.count());
+    arm_timer(self, delay);
+  }
+}
+
+caf::behavior poller_behavior(self_ptr self) {
+  auto on_wakeup = [self](atom::wakeup) { read(self); };
+  auto on_credit = [self](atom::credit, int64_t n) {
+    self->state.credits += n;
+    read(self);
+  };
+  if (!self->state.next_poll)
+    return {on_wakeup, on_credit};
+  return {on_wakeup, on_credit,
+          caf::after(*self->state.next_poll) >> [self] { read(self); }};
+}
+
+caf::behavior poller(self_ptr self, domain_settings settings,
+                     caf::actor parent) {
+  auto& st = self->state;
+  st.settings = std::move(settings);
+  st.parent = std::move(parent);
+  st.credits = st.settings.concurrency;
+  if (st.settings.use_notify && !st.settings.tick)
+    st.listen = std::make_unique<listener>(
+      self->system(), caf::actor_cast<caf::actor>(self), st.settings.dsn,
+      db::notify_channel(db::command_queue(st.settings.domain)));
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    self->state.listen.reset();
+    self->state.conn.reset();
+    self->quit(em.reason);
+  });
+  if (!st.settings.tick)
+    st.next_poll = st.settings.poll_interval;
+  self->send(self, atom::wakeup::value);
+  return poller_behavior(self);
+}
+
+} // namespace
+
+caf::actor spawn_poller(caf::event_based_actor* parent,
+                        const domain_settings& settings) {
+  return parent->spawn<caf::detached + caf::linked>(
+    poller, settings, caf::actor_cast<caf::actor>(parent));
+}
+
+} // namespace cmdbus::actors

@@ -1,0 +1,203 @@
+#include "actors/runtime.hpp"
+
+#include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+namespace cmdbus::actors {
+
+int backoff_seconds(const config::retry_config& retry, int attempt,
+                    std::mt19937_64& rng) {
+  retry_policy policy;
+  policy.max_attempts = retry.max_attempts;
+  policy.backoff_schedule = retry.backoff_seconds;
+  // The command's own max_attempts decides exhaustion (D6); the schedule
+  // gives the delay, clamped to its last entry.
+  if (policy.backoff_schedule.empty())
+    policy.backoff_schedule = {30};
+  policy.max_attempts = std::max(attempt + 1, 1);
+  auto base = policy.backoff(attempt);
+  if (retry.jitter <= 0 || base <= 0)
+    return base;
+  std::uniform_real_distribution<double> d{-retry.jitter, retry.jitter};
+  auto value = static_cast<int>(std::lround(base * (1.0 + d(rng))));
+  return std::max(0, value);
+}
+
+namespace {
+
+using self_ptr = caf::stateful_actor<supervisor_state>*;
+
+void release(self_ptr self, int64_t n);
+
+// Starts the next command on an idle handler while there are both.
+void dispatch(self_ptr self) {
+  auto& st = self->state;
+  while (!st.idle.empty() && !st.backlog.empty()) {
+    auto h = st.idle.front();
+    st.idle.pop_front();
+    auto rc = std::move(st.backlog.front());
+    st.backlog.pop_front();
+    st.running[rc.msg_id] = {h, std::chrono::steady_clock::now()};
+    auto msg_id = rc.msg_id;
+    self->request(h, caf::infinite, atom::handle::value, rc)
+      .then(
+        [self, h, rc](outcome& out) {
+          auto& st = self->state;
+          st.running.erase(rc.msg_id);
+          st.idle.push_back(h);
+          if (out.kind == outcome_kind::transient
+              && rc.attempt < rc.max_attempts) {
+            db::retry_command x{rc, std::move(out),
+                                backoff_seconds(st.settings.retry, rc.attempt,
+                                                st.rng)};
+            self->send(st.retry, atom::retry::value, std::move(x));
+          } else {
+            bool exhausted = out.kind == outcome_kind::transient;
+            db::finished_command x{rc, std::move(out), exhausted};
+            self->send(st.completion, atom::finish::value, std::move(x));
+          }
+          dispatch(self);
+        },
+        [self, msg_id](caf::error& err) {
+          // The handler died while running it (its DOWN message respawns
+          // it). The message reappears after its visibility timeout.
+          spdlog::warn("{} lost command msg_id {}: {}", self->name(), msg_id,
+                       to_string(err));
+          self->state.running.erase(msg_id);
+          release(self, 1);
+        });
+  }
+}
+
+// Frees `n` message slots: credits for the poller, progress for a drain.
+void release(self_ptr self, int64_t n) {
+  auto& st = self->state;
+  st.held -= n;
+  st.settings.counters->in_flight -= n;
+  if (!st.draining && st.poller)
+    self->send(st.poller, atom::credit::value, n);
+  if (st.held <= 0 && (st.draining || (st.settings.tick && st.poller_idle))) {
+    for (auto& rp : st.drain_waiters)
+      rp.deliver(atom::done::value);
+    st.drain_waiters.clear();
+  }
+}
+
+void add_handler(self_ptr self) {
+  auto& st = self->state;
+  auto h = st.spawn.handler(self, st.settings, st.retry);
+  self->monitor(h);
+  st.handlers.push_back(h);
+  st.idle.push_back(h);
+}
+
+} // namespace
+
+caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
+                         domain_settings settings, spawners spawn) {
+  auto& st = self->state;
+  st.settings = std::move(settings);
+  st.spawn = std::move(spawn);
+  st.completion = st.spawn.completion(self, st.settings);
+  st.retry = st.spawn.retry(self, st.settings);
+  for (int i = 0; i < st.settings.concurrency; ++i)
+    add_handler(self);
+  st.poller = st.spawn.poller(self, st.settings);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    auto is_src = [&](const caf::actor& a) { return a == dm.source; };
+    auto it = std::find_if(st.handlers.begin(), st.handlers.end(), is_src);
+    if (it == st.handlers.end())
+      return;
+    st.handlers.erase(it);
+    st.idle.erase(std::remove_if(st.idle.begin(), st.idle.end(), is_src),
+                  st.idle.end());
+    st.settings.counters->handler_restarts += 1;
+    spdlog::warn("{} handler died ({}); replacing it", self->name(),
+                 to_string(dm.reason));
+    if (!st.draining)
+      add_handler(self);
+    dispatch(self);
+  });
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    auto& st = self->state;
+    for (auto& h : st.handlers)
+      self->send_exit(h, em.reason);
+    for (auto* a : {&st.poller, &st.completion, &st.retry})
+      if (*a)
+        self->send_exit(*a, em.reason);
+    self->quit(em.reason);
+  });
+  // Lease heartbeat (D7): extend messages whose handler runs longer than
+  // half the visibility timeout.
+  auto beat = std::max(std::chrono::milliseconds{1000},
+                       std::chrono::duration_cast<std::chrono::milliseconds>(
+                         st.settings.visibility_timeout)
+                         / 3);
+  self->delayed_send(self, beat, atom::heartbeat::value);
+  return {
+    [self](atom::run, std::vector<received_command>& batch) {
+      auto& st = self->state;
+      st.poller_idle = false;
+      st.held += static_cast<int64_t>(batch.size());
+      st.settings.counters->in_flight += static_cast<int64_t>(batch.size());
+      st.settings.counters->received += static_cast<int64_t>(batch.size());
+      for (auto& rc : batch)
+        st.backlog.push_back(std::move(rc));
+      dispatch(self);
+    },
+    [self](atom::finish, db::finished_command& x) {
+      // A claimed message that cannot run (e.g. undecodable): finish it.
+      auto& st = self->state;
+      st.held += 1;
+      st.settings.counters->in_flight += 1;
+      st.settings.counters->received += 1;
+      self->send(st.completion, atom::finish::value, std::move(x));
+    },
+    [self](atom::done, int64_t n) { release(self, n); },
+    [self](atom::idle) {
+      auto& st = self->state;
+      st.poller_idle = true;
+      if (st.settings.tick && st.held <= 0) {
+        for (auto& rp : st.drain_waiters)
+          rp.deliver(atom::done::value);
+        st.drain_waiters.clear();
+      }
+    },
+    [self](atom::drain) -> caf::result<atom::done> {
+      auto& st = self->state;
+      if (!st.settings.tick || st.draining) {
+        st.draining = true;
+        if (st.poller) {
+          self->send_exit(st.poller, caf::exit_reason::user_shutdown);
+          st.poller = caf::actor{};
+        }
+        self->send(st.completion, atom::flush::value);
+        self->send(st.retry, atom::flush::value);
+      }
+      if (st.held <= 0 && (st.draining || st.poller_idle))
+        return atom::done::value;
+      auto rp = self->make_response_promise<atom::done>();
+      st.drain_waiters.push_back(rp);
+      return rp;
+    },
+    [self](atom::heartbeat) {
+      auto& st = self->state;
+      auto vt = st.settings.visibility_timeout;
+      auto beat = std::max(std::chrono::milliseconds{1000},
+                           std::chrono::duration_cast<std::chrono::milliseconds>(vt)
+                             / 3);
+      self->delayed_send(self, beat, atom::heartbeat::value);
+      auto now = std::chrono::steady_clock::now();
+      std::vector<int64_t> due;
+      for (auto& [msg_id, run] : st.running)
+        if (now - run.second >= vt / 2)
+          due.push_back(msg_id);
+      if (!due.empty())
+        self->send(st.retry, atom::extend::value, std::move(due),
+                   static_cast<int>(vt.count()));
+    },
+  };
+}
+
+} // namespace cmdbus::actors

@@ -1,0 +1,106 @@
+#pragma once
+
+// The Worker facade: runs the actor runtime for one or more domains. No CAF
+// headers here; applications include this and handler_registry.hpp.
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "actors/handler_registry.hpp"
+#include "config/worker_config.hpp"
+#include "model/types.hpp"
+
+namespace cmdbus {
+
+/// Counters of a running worker (all domains), updated by its actors.
+struct worker_counters {
+  /// Messages read and not yet finalised (in a handler or being written).
+  std::atomic<int64_t> in_flight{0};
+  std::atomic<int64_t> received{0};
+  std::atomic<int64_t> completed{0};
+  std::atomic<int64_t> retried{0};
+  std::atomic<int64_t> moved_to_tsq{0};
+  std::atomic<int64_t> failed{0};
+  /// Messages archived on receive (invalid, unknown or terminal command).
+  std::atomic<int64_t> rejected{0};
+  /// Handler actors that died and were replaced.
+  std::atomic<int64_t> handler_restarts{0};
+  /// Failed database round trips (each retried with backoff).
+  std::atomic<int64_t> db_errors{0};
+};
+
+/// A snapshot of `worker_counters`.
+struct worker_stats {
+  int64_t in_flight = 0;
+  int64_t received = 0;
+  int64_t completed = 0;
+  int64_t retried = 0;
+  int64_t moved_to_tsq = 0;
+  int64_t failed = 0;
+  int64_t rejected = 0;
+  int64_t handler_restarts = 0;
+  int64_t db_errors = 0;
+};
+
+/// Called once when a batch becomes complete (COMPLETED or
+/// COMPLETED_WITH_FAILURES) through this worker, after the commit.
+using batch_callback = std::function<void(const std::string& domain,
+                                          const uuid& batch_id)>;
+
+/// Runs command processing for the domains of a configuration: per domain
+/// a poller (LISTEN/NOTIFY + polling), a bounded supervisor of handler
+/// actors, and the completion / retry-scheduling / batch-counter actors
+/// that own the side effects (see docs/worker.md).
+class worker {
+public:
+  /// Prepares a worker; `cfg` must be valid (config::validate).
+  worker(config::worker_config cfg, handler_registry registry);
+  worker(const worker&) = delete;
+  worker& operator=(const worker&) = delete;
+  /// Stops at once if still running (like stop_now).
+  ~worker();
+
+  /// Starts processing in the background. Throws std::logic_error when
+  /// already started.
+  void start();
+
+  /// Stops intake, lets in-flight commands finish up to `timeout`, flushes
+  /// the side-effect actors and closes connections. The future becomes
+  /// ready when everything stopped. Commands still running at the timeout
+  /// are abandoned: their messages reappear after the visibility timeout.
+  std::future<void> stop(std::chrono::milliseconds timeout);
+
+  /// Stops immediately (in-flight commands reappear after their
+  /// visibility timeout; nothing is lost).
+  void stop_now();
+
+  /// Returns whether the worker runs.
+  bool is_running() const noexcept;
+
+  /// Returns the number of messages read and not yet finalised.
+  size_t in_flight_count() const noexcept;
+
+  /// Returns the first configured domain.
+  const std::string& domain() const noexcept;
+
+  /// Returns the counters so far.
+  worker_stats stats() const noexcept;
+
+  /// Registers a batch-completion callback (in memory, like the reference).
+  void on_batch_complete(batch_callback cb);
+
+  /// Tick mode: processes what is due now in every domain, waits for its
+  /// side effects, then stops. Returns the counters of the run.
+  worker_stats run_tick(std::chrono::milliseconds timeout);
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace cmdbus

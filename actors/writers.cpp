@@ -1,0 +1,286 @@
+// The side-effect actors: completion (final outcomes), retry scheduler
+// (transient failures and leases), handlers, and the batch counter.
+
+#include "actors/runtime.hpp"
+
+#include <caf/all.hpp>
+#include <spdlog/spdlog.h>
+
+#include "db/pool.hpp"
+
+namespace cmdbus::actors {
+
+namespace {
+
+/// Most side effects written in one transaction.
+constexpr size_t max_flush = 512;
+
+/// Shared state of the two writers: a connection opened on demand and a
+/// buffer written as one transaction whenever the mailbox runs empty or the
+/// buffer is full (group commit: the busier, the larger the batches), and an
+/// error backoff that keeps the buffer (nothing is dropped) until a write
+/// succeeds.
+///
+/// No delayed_send: a message pending in CAF's clock for a detached actor
+/// keeps the actor alive at shutdown, so timed retries use the behavior's
+/// idle timeout (caf::after), which dies with the actor.
+template <class Item>
+struct writer_state {
+  domain_settings settings;
+  caf::actor parent;
+  std::unique_ptr<db::connection> conn;
+  std::vector<Item> buffer;
+  int failures = 0;
+  /// Set while waiting for the error backoff to pass.
+  std::optional<std::chrono::milliseconds> retry_in;
+
+  db::connection& connection() {
+    if (!conn || !conn->is_open()) {
+      db::connection_options opts;
+      opts.application_name = "cmdbus-worker";
+      opts.statement_timeout = settings.statement_timeout;
+      conn = std::make_unique<db::connection>(
+        db::connection::open(settings.dsn, opts));
+    }
+    return *conn;
+  }
+
+  // Returns the delay before the next attempt after a failure.
+  std::chrono::milliseconds on_failure(const std::exception& e,
+                                       const char* who) {
+    ++failures;
+    settings.counters->db_errors += 1;
+    if (conn && !conn->is_open())
+      conn.reset();
+    auto delay = db::backoff_delay(failures, std::chrono::milliseconds{100},
+                                   2.0, std::chrono::milliseconds{10000});
+    spdlog::warn("{} for {} failed to write {} side effect(s) ({}); retrying "
+                 "in {} ms",
+                 who, settings.domain, buffer.size(), e.what(), delay.count());
+    return delay;
+  }
+};
+
+struct completion_state : writer_state<db::finished_command> {
+  static inline const char* name = "completion";
+};
+
+struct retry_state : writer_state<db::retry_command> {
+  static inline const char* name = "retry-scheduler";
+};
+
+void flush_completion(caf::stateful_actor<completion_state>* self) {
+  auto& st = self->state;
+  if (st.buffer.empty())
+    return;
+  try {
+    db::worker_store store{st.connection(), st.settings.domain};
+    auto batches = store.finish(st.buffer);
+    st.failures = 0;
+    auto n = static_cast<int64_t>(st.buffer.size());
+    for (auto& x : st.buffer) {
+      switch (x.out.kind) {
+        case outcome_kind::success: st.settings.counters->completed += 1; break;
+        case outcome_kind::business_rule: st.settings.counters->failed += 1; break;
+        default: st.settings.counters->moved_to_tsq += 1; break;
+      }
+    }
+    st.buffer.clear();
+    self->send(st.parent, atom::done::value, n);
+    if (!batches.empty() && st.settings.batch_counter)
+      self->send(st.settings.batch_counter, atom::batches::value,
+                 st.settings.domain, std::move(batches));
+    st.retry_in.reset();
+  } catch (const std::exception& e) {
+    st.retry_in = st.on_failure(e, self->name());
+  }
+}
+
+void flush_retry(caf::stateful_actor<retry_state>* self) {
+  auto& st = self->state;
+  if (st.buffer.empty())
+    return;
+  try {
+    db::worker_store store{st.connection(), st.settings.domain};
+    store.reschedule(st.buffer);
+    st.failures = 0;
+    auto n = static_cast<int64_t>(st.buffer.size());
+    st.settings.counters->retried += n;
+    st.buffer.clear();
+    self->send(st.parent, atom::done::value, n);
+    st.retry_in.reset();
+  } catch (const std::exception& e) {
+    st.retry_in = st.on_failure(e, self->name());
+  }
+}
+
+// Writes when the mailbox ran empty or the buffer is full, unless backing
+// off after a failure (then the behavior's timeout retries).
+template <class Self, class Flush>
+void after_message(Self* self, Flush flush) {
+  auto& st = self->state;
+  if (!st.retry_in
+      && (st.buffer.size() >= max_flush || self->mailbox().empty()))
+    flush(self);
+}
+
+caf::behavior completion_behavior(caf::stateful_actor<completion_state>* self);
+
+caf::behavior completion(caf::stateful_actor<completion_state>* self,
+                         domain_settings settings, caf::actor parent) {
+  self->state.settings = std::move(settings);
+  self->state.parent = std::move(parent);
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    // Write what is buffered before going (a failure leaves the messages
+    // to reappear after their visibility timeout: nothing is lost).
+    self->state.retry_in.reset();
+    flush_completion(self);
+    self->quit(em.reason);
+  });
+  return completion_behavior(self);
+}
+
+caf::behavior completion_behavior(caf::stateful_actor<completion_state>* self) {
+  auto update = [self] {
+    auto backoff = self->state.retry_in;
+    after_message(self, flush_completion);
+    if (backoff != self->state.retry_in)
+      self->become(completion_behavior(self));
+  };
+  auto on_finish = [self, update](atom::finish, db::finished_command& x) {
+    self->state.buffer.push_back(std::move(x));
+    update();
+  };
+  auto on_flush = [update](atom::flush) { update(); };
+  if (!self->state.retry_in)
+    return {on_finish, on_flush};
+  return {on_finish, on_flush,
+          caf::after(*self->state.retry_in) >> [self] {
+            self->state.retry_in.reset();
+            flush_completion(self);
+            self->become(completion_behavior(self));
+          }};
+}
+
+caf::behavior retry_behavior(caf::stateful_actor<retry_state>* self);
+
+caf::behavior retry_scheduler(caf::stateful_actor<retry_state>* self,
+                              domain_settings settings, caf::actor parent) {
+  self->state.settings = std::move(settings);
+  self->state.parent = std::move(parent);
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    self->state.retry_in.reset();
+    flush_retry(self);
+    self->quit(em.reason);
+  });
+  return retry_behavior(self);
+}
+
+caf::behavior retry_behavior(caf::stateful_actor<retry_state>* self) {
+  auto update = [self] {
+    auto backoff = self->state.retry_in;
+    after_message(self, flush_retry);
+    if (backoff != self->state.retry_in)
+      self->become(retry_behavior(self));
+  };
+  auto on_retry = [self, update](atom::retry, db::retry_command& x) {
+    self->state.buffer.push_back(std::move(x));
+    update();
+  };
+  auto on_flush = [update](atom::flush) { update(); };
+  auto on_extend = [self](atom::extend, std::vector<int64_t>& msg_ids,
+                          int seconds) -> caf::result<int> {
+      auto& st = self->state;
+      try {
+        db::worker_store store{st.connection(), st.settings.domain};
+        return store.extend_visibility(msg_ids, seconds);
+      } catch (const std::exception& e) {
+        st.settings.counters->db_errors += 1;
+        if (st.conn && !st.conn->is_open())
+          st.conn.reset();
+        return caf::make_error(caf::sec::runtime_error,
+                               std::string{"extending visibility failed: "}
+                                 + e.what());
+      }
+  };
+  if (!self->state.retry_in)
+    return {on_retry, on_flush, on_extend};
+  return {on_retry, on_flush, on_extend,
+          caf::after(*self->state.retry_in) >> [self] {
+            self->state.retry_in.reset();
+            flush_retry(self);
+            self->become(retry_behavior(self));
+          }};
+}
+
+/// Runs the application's handlers, one command at a time, on its own
+/// thread (spawned detached), so blocking handlers never stall CAF's
+/// scheduler.
+caf::behavior handler(caf::event_based_actor* self, domain_settings settings,
+                      caf::actor retry) {
+  return {
+    [self, settings, retry](atom::handle, const received_command& rc) {
+      auto* sys = &self->system();
+      handler_context::extender extend = [sys, retry,
+                                          &rc](std::chrono::seconds secs) {
+        caf::scoped_actor tmp{*sys};
+        std::optional<std::string> failure;
+        tmp
+          ->request(retry, std::chrono::seconds{30}, atom::extend::value,
+                    std::vector<int64_t>{rc.msg_id},
+                    static_cast<int>(secs.count()))
+          .receive([](int) {},
+                   [&](caf::error& err) { failure = to_string(err); });
+        if (failure)
+          throw command_bus_error("extend_visibility failed: " + *failure);
+      };
+      handler_context ctx{rc, std::move(extend), *settings.cancelled};
+      return settings.registry->run(rc, ctx);
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_completion(caf::event_based_actor* parent,
+                            const domain_settings& settings) {
+  return parent->spawn<caf::detached + caf::linked>(
+    completion, settings, caf::actor_cast<caf::actor>(parent));
+}
+
+caf::actor spawn_retry(caf::event_based_actor* parent,
+                       const domain_settings& settings) {
+  return parent->spawn<caf::detached + caf::linked>(
+    retry_scheduler, settings, caf::actor_cast<caf::actor>(parent));
+}
+
+caf::actor spawn_handler(caf::event_based_actor* parent,
+                         const domain_settings& settings, caf::actor retry) {
+  return parent->spawn<caf::detached>(handler, settings, std::move(retry));
+}
+
+spawners default_spawners() {
+  return {spawn_poller, spawn_completion, spawn_handler, spawn_retry};
+}
+
+caf::behavior batch_counter(caf::stateful_actor<batch_counter_state>* self,
+                            std::vector<batch_callback> callbacks) {
+  self->state.callbacks = std::move(callbacks);
+  return {
+    [self](atom::batches, const std::string& domain,
+           const std::vector<uuid>& ids) {
+      for (auto& id : ids)
+        for (auto& cb : self->state.callbacks) {
+          try {
+            cb(domain, id);
+          } catch (const std::exception& e) {
+            // Like the reference: callback failures are logged, swallowed.
+            spdlog::warn("batch callback for {} failed: {}", id.to_string(),
+                         e.what());
+          }
+        }
+    },
+  };
+}
+
+} // namespace cmdbus::actors

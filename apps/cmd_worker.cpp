@@ -1,0 +1,109 @@
+#include <csignal>
+#include <cstdlib>
+#include <iostream>
+#include <thread>
+
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include "actors/worker.hpp"
+#include "apps/cli.hpp"
+#include "apps/demo_handlers.hpp"
+#include "config/worker_config.hpp"
+
+namespace cmdbus::cli {
+
+namespace {
+
+void print_stats(const worker_stats& s, bool json) {
+  if (json) {
+    std::cout << "{\"received\":" << s.received << ",\"completed\":"
+              << s.completed << ",\"retried\":" << s.retried
+              << ",\"moved_to_tsq\":" << s.moved_to_tsq
+              << ",\"failed\":" << s.failed << ",\"rejected\":" << s.rejected
+              << ",\"in_flight\":" << s.in_flight << "}\n";
+    return;
+  }
+  std::cout << "received " << s.received << ", completed " << s.completed
+            << ", retried " << s.retried << ", to TSQ " << s.moved_to_tsq
+            << ", failed " << s.failed << ", rejected " << s.rejected
+            << ", in flight " << s.in_flight << std::endl;
+}
+
+} // namespace
+
+int run_worker(const std::vector<std::string>& argv) {
+  std::vector<std::string> args;
+  bool json = false;
+  bool quiet = false;
+  for (auto& a : argv) {
+    if (a == "--json")
+      json = true;
+    else if (a == "--quiet")
+      quiet = true;
+    else
+      args.push_back(a);
+  }
+  config::worker_config cfg;
+  try {
+    cfg = config::load(args, [](const char* name) -> std::optional<std::string> {
+      if (const char* v = std::getenv(name))
+        return std::string{v};
+      return std::nullopt;
+    });
+  } catch (const config::help_requested&) {
+    std::cout << config::worker_help()
+              << "\nOutput: --json prints the final counters as JSON; "
+                 "--quiet omits the progress lines.\n";
+    return exit_ok;
+  } catch (const config::config_error& e) {
+    throw usage_error{e.what()};
+  }
+  if (cfg.dump_config) {
+    std::cout << config::describe(cfg);
+    return exit_ok;
+  }
+  handler_registry registry;
+  for (auto& d : cfg.domains)
+    demo::register_test_handler(registry, d);
+  auto shutdown_timeout = cfg.shutdown_timeout;
+  bool tick = cfg.tick;
+  worker w{cfg, std::move(registry)};
+  if (tick) {
+    auto stats = w.run_tick(std::chrono::hours{24});
+    print_stats(stats, json);
+    return exit_ok;
+  }
+  // Block SIGINT/SIGTERM in every thread; this one waits for them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  w.start();
+  std::atomic<bool> done{false};
+  std::thread progress;
+  if (!quiet && !json)
+    progress = std::thread([&] {
+      auto next = std::chrono::steady_clock::now();
+      while (!done) {
+        next += std::chrono::seconds{2};
+        while (!done && std::chrono::steady_clock::now() < next)
+          std::this_thread::sleep_for(std::chrono::milliseconds{100});
+        if (!done)
+          print_stats(w.stats(), false);
+      }
+    });
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  spdlog::info("signal {}: stopping (up to {} ms)", sig,
+               shutdown_timeout.count());
+  w.stop(shutdown_timeout).get();
+  done = true;
+  if (progress.joinable())
+    progress.join();
+  print_stats(w.stats(), json);
+  return exit_ok;
+}
+
+} // namespace cmdbus::cli

@@ -1,0 +1,85 @@
+#include "apps/demo_handlers.hpp"
+
+#include <random>
+#include <thread>
+
+#include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
+
+namespace cmdbus::demo {
+
+namespace {
+
+double number(const rapidjson::Value& obj, const char* key) {
+  auto it = obj.FindMember(key);
+  return it != obj.MemberEnd() && it->value.IsNumber() ? it->value.GetDouble()
+                                                       : 0.0;
+}
+
+std::string text(const rapidjson::Value& obj, const char* key,
+                 const char* fallback) {
+  auto it = obj.FindMember(key);
+  return it != obj.MemberEnd() && it->value.IsString()
+           ? std::string{it->value.GetString(), it->value.GetStringLength()}
+           : std::string{fallback};
+}
+
+json test_handler(const command& cmd, handler_context& ctx) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  rapidjson::Document doc;
+  doc.Parse(cmd.data.text().c_str());
+  static const rapidjson::Value empty{rapidjson::kObjectType};
+  const rapidjson::Value* behavior = &empty;
+  if (doc.IsObject()) {
+    auto it = doc.FindMember("behavior");
+    if (it != doc.MemberEnd() && it->value.IsObject())
+      behavior = &it->value;
+  }
+  auto min_ms = number(*behavior, "min_duration_ms");
+  auto max_ms = std::max(min_ms, number(*behavior, "max_duration_ms"));
+  if (max_ms > 0) {
+    std::uniform_real_distribution<double> d{min_ms, max_ms};
+    auto until = std::chrono::steady_clock::now()
+                 + std::chrono::microseconds{
+                   static_cast<int64_t>(d(rng) * 1000)};
+    // Simulated work, cut short when the worker shuts down.
+    while (std::chrono::steady_clock::now() < until && !ctx.cancelled())
+      std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(
+        until - std::chrono::steady_clock::now(),
+        std::chrono::milliseconds{50}));
+  }
+  std::uniform_real_distribution<double> roll_d{0.0, 100.0};
+  auto roll = roll_d(rng);
+  auto permanent = number(*behavior, "fail_permanent_pct");
+  auto transient = number(*behavior, "fail_transient_pct");
+  auto business = number(*behavior, "fail_business_rule_pct");
+  if (roll < permanent)
+    throw permanent_command_error(
+      text(*behavior, "error_code", "DEMO_PERMANENT"),
+      text(*behavior, "error_message", "demo permanent failure"));
+  if (roll < permanent + transient)
+    throw transient_command_error(
+      text(*behavior, "error_code", "DEMO_TRANSIENT"),
+      text(*behavior, "error_message", "demo transient failure"));
+  if (roll < permanent + transient + business)
+    throw business_rule_error(
+      text(*behavior, "error_code", "DEMO_BUSINESS_RULE"),
+      text(*behavior, "error_message", "demo business rule"));
+  auto it = behavior->FindMember("result");
+  if (it == behavior->MemberEnd())
+    return json::null();
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w{buf};
+  it->value.Accept(w);
+  return json{std::string{buf.GetString(), buf.GetSize()}, json::trusted};
+}
+
+} // namespace
+
+void register_test_handler(handler_registry& registry,
+                           const std::string& domain) {
+  registry.add(domain, "Test", test_handler);
+}
+
+} // namespace cmdbus::demo

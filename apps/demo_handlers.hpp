@@ -1,0 +1,22 @@
+#pragma once
+
+#include <string>
+
+#include "actors/handler_registry.hpp"
+
+namespace cmdbus::demo {
+
+/// Registers the demo handler for command type `Test` in `domain`. Its
+/// `data.behavior` object drives it, with the knobs of the reference's
+/// end-to-end test handler (all optional; success by default):
+///   fail_permanent_pct, fail_transient_pct, fail_business_rule_pct
+///     (0..100; one roll decides, in this order),
+///   min_duration_ms, max_duration_ms (simulated work, uniform),
+///   result (returned on success; null when absent),
+///   error_code, error_message (used by failures; defaults
+///     DEMO_PERMANENT / "demo permanent failure", DEMO_TRANSIENT /
+///     "demo transient failure", DEMO_BUSINESS_RULE / "demo business rule").
+void register_test_handler(handler_registry& registry,
+                           const std::string& domain);
+
+} // namespace cmdbus::demo

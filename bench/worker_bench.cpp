@@ -1,0 +1,241 @@
+// End-to-end worker throughput and latency, printed beside the raw PGMQ
+// consume ceiling measured in the same run:
+//   * raw ceiling: pgmq.read(q, 30, 50) + pgmq.delete(q, ids[]) in a loop;
+//   * the worker with a no-op handler over N pre-sent commands (every audit
+//     row and status transition of the reference written), at concurrency
+//     64 and 16, with worker CPU vs PostgreSQL CPU;
+//   * send->completed latency (server timestamps) at a paced offered load
+//     with NOTIFY, and the worker's peak RSS.
+//
+// Usage: cmdbus-worker-bench [--commands N] [--rate R] [--seconds S]
+// (DSN from CMDBUS_DSN)
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "actors/worker.hpp"
+#include "bench/bench_util.hpp"
+#include "db/command_bus.hpp"
+#include "db/connection.hpp"
+#include "db/pool.hpp"
+
+using namespace cmdbus;
+using namespace std::chrono_literals;
+
+namespace {
+
+// CPU seconds (user + system) of this process.
+double self_cpu() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec)
+         + static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec)
+             / 1e6;
+}
+
+// CPU seconds (user + system) of the whole machine, from /proc/stat.
+double machine_cpu() {
+  std::ifstream in{"/proc/stat"};
+  std::string cpu;
+  long long user = 0, nice = 0, sys = 0;
+  in >> cpu >> user >> nice >> sys;
+  return static_cast<double>(user + nice + sys)
+         / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+long peak_rss_mib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024;
+}
+
+void send_commands(command_bus& bus, const std::string& domain, int n) {
+  std::vector<send_request> reqs;
+  reqs.reserve(static_cast<size_t>(n));
+  auto data = json::parse(R"({"behavior": {}})");
+  for (int i = 0; i < n; ++i) {
+    send_request r;
+    r.domain = domain;
+    r.command_type = "Noop";
+    r.command_id = uuid::random();
+    r.data = data;
+    reqs.push_back(std::move(r));
+  }
+  bus.send_batch(reqs);
+}
+
+int64_t count_status(db::connection& c, const std::string& domain,
+                     const char* status) {
+  return c
+    .query("SELECT count(*) FROM commandbus.command WHERE domain = $1 AND "
+           "status = $2",
+           domain, status)
+    .int64(0, 0);
+}
+
+config::worker_config worker_cfg(const std::string& dsn,
+                                 const std::string& domain, int concurrency) {
+  config::worker_config cfg;
+  cfg.dsn = dsn;
+  cfg.domains = {domain};
+  cfg.concurrency = concurrency;
+  cfg.poll_interval = 1000ms;
+  return cfg;
+}
+
+handler_registry noop_registry(const std::string& domain) {
+  handler_registry reg;
+  reg.add(domain, "Noop",
+          [](const command&, handler_context&) { return json::null(); });
+  return reg;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int commands = 100000;
+  int rate = 500;
+  int latency_seconds = 10;
+  for (int i = 1; i + 1 < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--commands")
+      commands = std::atoi(argv[++i]);
+    else if (a == "--rate")
+      rate = std::atoi(argv[++i]);
+    else if (a == "--seconds")
+      latency_seconds = std::atoi(argv[++i]);
+  }
+  const char* env = std::getenv("CMDBUS_DSN");
+  std::string dsn = env ? env : "";
+  spdlog::set_level(spdlog::level::warn);
+  auto run_id = uuid::random().to_string().substr(0, 8);
+  db::pool_options popts;
+  popts.dsn = dsn;
+  popts.max_size = 4;
+  db::pool pool{popts};
+  command_bus bus{pool};
+  auto conn = db::connection::open(dsn);
+  std::printf("== worker benchmark (synchronous_commit=%s, %d commands)\n",
+              std::string{conn.exec("SHOW synchronous_commit").text(0, 0)}
+                .c_str(),
+              commands);
+
+  // -- raw consume ceiling ---------------------------------------------------
+  auto raw_domain = "wraw_" + run_id;
+  send_commands(bus, raw_domain, commands);
+  auto raw_queue = raw_domain + "__commands";
+  auto t0 = std::chrono::steady_clock::now();
+  int64_t moved = 0;
+  for (;;) {
+    auto r = conn.query("SELECT msg_id FROM pgmq.read($1, 30, 50)", raw_queue);
+    if (r.rows() == 0)
+      break;
+    std::vector<int64_t> ids;
+    for (int i = 0; i < r.rows(); ++i)
+      ids.push_back(r.int64(i, 0));
+    conn.query("SELECT pgmq.delete($1, $2::bigint[])", raw_queue,
+               db::array_literal(ids));
+    moved += r.rows();
+  }
+  auto raw_secs = std::chrono::duration<double>(
+                    std::chrono::steady_clock::now() - t0)
+                    .count();
+  bench::rate raw{"raw read(50)+delete ceiling", moved / raw_secs, moved,
+                  raw_secs};
+  std::printf("-- throughput (no-op handler, all reference writes)\n");
+  bench::print(raw);
+
+  bench::rate best;
+  for (int concurrency : {64, 16}) {
+    auto domain = "wb" + std::to_string(concurrency) + "_" + run_id;
+    send_commands(bus, domain, commands);
+    worker w{worker_cfg(dsn, domain, concurrency), noop_registry(domain)};
+    auto cpu0 = self_cpu();
+    auto mcpu0 = machine_cpu();
+    auto start = std::chrono::steady_clock::now();
+    w.start();
+    // Wait for the counters (cheap) with a generous deadline.
+    auto deadline = start + std::chrono::minutes{5};
+    while (w.stats().completed < commands
+           && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(5ms);
+    auto secs = std::chrono::duration<double>(
+                  std::chrono::steady_clock::now() - start)
+                  .count();
+    auto cpu = self_cpu() - cpu0;
+    auto mcpu = machine_cpu() - mcpu0;
+    w.stop(10s).get();
+    auto done = count_status(conn, domain, "COMPLETED");
+    bench::rate r{"worker, concurrency " + std::to_string(concurrency),
+                  static_cast<double>(done) / secs, done, secs};
+    bench::print(r, &raw);
+    std::printf("    CPU: worker %.1f s (%.0f%% of a core), PostgreSQL and "
+                "the rest %.1f s, wall %.1f s; %lld of %d COMPLETED\n",
+                cpu, 100 * cpu / secs, std::max(0.0, mcpu - cpu), secs,
+                static_cast<long long>(done), commands);
+    if (r.per_second > best.per_second)
+      best = r;
+  }
+
+  // -- latency at a paced offered load ---------------------------------------
+  auto lat_domain = "wlat_" + run_id;
+  {
+    worker w{worker_cfg(dsn, lat_domain, 16), noop_registry(lat_domain)};
+    w.start();
+    auto total = rate * latency_seconds;
+    auto interval = std::chrono::nanoseconds{1000000000LL / rate};
+    auto next = std::chrono::steady_clock::now();
+    auto data = json::parse(R"({"behavior": {}})");
+    for (int i = 0; i < total; ++i) {
+      std::this_thread::sleep_until(next);
+      next += interval;
+      send_request r;
+      r.domain = lat_domain;
+      r.command_type = "Noop";
+      r.command_id = uuid::random();
+      r.data = data;
+      bus.send(r);
+    }
+    auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (w.stats().completed < total
+           && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(5ms);
+    w.stop(10s).get();
+    auto q = conn.query(
+      "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), "
+      "percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), count(*) FROM "
+      "(SELECT extract(epoch FROM (updated_at - created_at)) * 1000 AS ms "
+      "FROM commandbus.command WHERE domain = $1 AND status = 'COMPLETED') t",
+      lat_domain);
+    std::printf("-- latency send->COMPLETED at %d commands/s offered, NOTIFY "
+                "on (%lld commands)\n",
+                rate, static_cast<long long>(q.int64(0, 2)));
+    std::printf("  p50 %.1f ms, p99 %.1f ms\n", std::stod(std::string{q.text(0, 0)}),
+                std::stod(std::string{q.text(0, 1)}));
+    bench::verdict("p50 latency <= 5 ms", 5.0 / std::max(0.001, std::stod(std::string{q.text(0, 0)})), 1.0, "x headroom");
+    bench::verdict("p99 latency <= 50 ms", 50.0 / std::max(0.001, std::stod(std::string{q.text(0, 1)})), 1.0, "x headroom");
+  }
+  std::printf("-- memory\n  worker process peak RSS %ld MiB\n", peak_rss_mib());
+  std::printf("-- targets\n");
+  bench::verdict("worker commands/s (best)", best.per_second, 15000, "");
+  bench::verdict("worker vs raw consume ceiling", best.per_second / raw.per_second,
+                 0.0, "x");
+
+  // Leave the database small for the next run.
+  for (auto* d : {"wraw_", "wb64_", "wb16_", "wlat_"}) {
+    auto domain = std::string{d} + run_id;
+    conn.query("DELETE FROM commandbus.audit WHERE domain = $1", domain);
+    conn.query("DELETE FROM commandbus.command WHERE domain = $1", domain);
+    conn.query("SELECT pgmq.drop_queue($1)", domain + "__commands");
+  }
+  conn.take_notices();
+  return 0;
+}

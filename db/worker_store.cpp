@@ -1,0 +1,216 @@
+#include "db/worker_store.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "db/queue_name.hpp"
+#include "model/errors.hpp"
+#include "model/wire.hpp"
+
+namespace cmdbus::db {
+
+
+worker_store::worker_store(connection& conn, std::string domain)
+  : conn_(conn), domain_(std::move(domain)), queue_(command_queue(domain_)) {
+  // nop
+}
+
+receive_result worker_store::receive(int vt_seconds, int qty) {
+  receive_result out;
+  if (qty <= 0)
+    return out;
+  auto r = conn_.exec_prepared(
+    "cmdbus_receive",
+    "SELECT msg_id, message, outcome, command_id, command_type, attempts, "
+    "max_attempts, batch_id FROM commandbus.cmdbus_receive($1, $2, $3::int, "
+    "$4::int)",
+    {domain_, queue_, to_param(vt_seconds), to_param(qty)});
+  out.read = r.rows();
+  for (int i = 0; i < r.rows(); ++i) {
+    auto msg_id = r.int64(i, 0);
+    std::string status{r.text(i, 2)};
+    if (status != "OK") {
+      // Never log or keep payloads: the id is what operators need.
+      out.rejected.push_back({msg_id, status, {}, {}});
+      continue;
+    }
+    received_command rc;
+    rc.msg_id = msg_id;
+    rc.attempt = static_cast<int>(r.int64(i, 5));
+    rc.max_attempts = static_cast<int>(r.int64(i, 6));
+    if (!r.is_null(i, 7))
+      rc.batch_id = uuid::parse(r.text(i, 7));
+    try {
+      rc.cmd = wire::decode_command(r.text(i, 1));
+    } catch (const decode_error& e) {
+      // Claimed but unusable: the caller moves it to the TSQ.
+      rc.cmd.domain = domain_;
+      rc.cmd.command_type = std::string{r.text(i, 4)};
+      rc.cmd.command_id = uuid::parse(r.text(i, 3)).value_or(uuid{});
+      out.rejected.push_back({msg_id, "UNDECODABLE", e.what(), rc});
+      continue;
+    }
+    out.commands.push_back(std::move(rc));
+  }
+  return out;
+}
+
+std::optional<std::string> reply_for(const finished_command& x) {
+  if (!x.rc.cmd.reply_to || x.rc.cmd.reply_to->empty())
+    return std::nullopt;
+  reply r;
+  r.command_id = x.rc.cmd.command_id;
+  r.correlation_id = x.rc.cmd.correlation_id;
+  switch (x.out.kind) {
+    case outcome_kind::success:
+      r.outcome = reply_outcome::success;
+      r.result = x.out.result;
+      return wire::encode_reply(r);
+    case outcome_kind::business_rule:
+      r.outcome = reply_outcome::failed;
+      r.result = x.out.error_details.is_object() ? x.out.error_details
+                                                 : json::object();
+      r.error_code = x.out.error_code;
+      r.error_message = x.out.error_message;
+      return wire::encode_reply(r);
+    default:
+      // Moves to the TSQ send no reply (reference behaviour, D5).
+      return std::nullopt;
+  }
+}
+
+std::vector<uuid>
+worker_store::finish(const std::vector<finished_command>& items) {
+  std::vector<uuid> completed;
+  if (items.empty())
+    return completed;
+  // Split by kind: success, and the three final failure kinds.
+  std::vector<const finished_command*> ok, permanent, exhausted, business;
+  for (auto& x : items) {
+    if (x.out.kind == outcome_kind::success)
+      ok.push_back(&x);
+    else if (x.out.kind == outcome_kind::business_rule)
+      business.push_back(&x);
+    else if (x.exhausted || x.out.kind == outcome_kind::transient)
+      exhausted.push_back(&x);
+    else
+      permanent.push_back(&x);
+  }
+  std::vector<connection::statement> sts;
+  sts.push_back({"BEGIN", {}});
+  if (!ok.empty()) {
+    std::vector<int64_t> msg_ids;
+    std::vector<std::string> ids, has_result;
+    std::vector<std::optional<std::string>> reply_tos, replies;
+    for (auto* x : ok) {
+      msg_ids.push_back(x->rc.msg_id);
+      ids.push_back(x->rc.cmd.command_id.to_string());
+      has_result.push_back(x->out.result.is_null() ? "f" : "t");
+      auto rep = reply_for(*x);
+      reply_tos.push_back(rep ? x->rc.cmd.reply_to : std::nullopt);
+      replies.push_back(rep);
+    }
+    sts.push_back(
+      {"SELECT batch_id, batch_complete FROM commandbus.cmdbus_complete($1, "
+       "$2, $3::bigint[], $4::uuid[], $5::boolean[], $6::text[], $7::jsonb[])",
+       {domain_, queue_, array_literal(msg_ids), array_literal(ids),
+        array_literal(has_result), array_literal(reply_tos),
+        array_literal(replies)},
+       "cmdbus_complete"});
+  }
+  auto add_final = [&](const char* kind,
+                       const std::vector<const finished_command*>& xs) {
+    if (xs.empty())
+      return;
+    std::vector<int64_t> msg_ids, attempts, max_attempts;
+    std::vector<std::string> ids, error_types, codes, msgs, details;
+    std::vector<std::optional<std::string>> reply_tos, replies;
+    for (auto* x : xs) {
+      msg_ids.push_back(x->rc.msg_id);
+      ids.push_back(x->rc.cmd.command_id.to_string());
+      attempts.push_back(x->rc.attempt);
+      max_attempts.push_back(x->rc.max_attempts);
+      error_types.push_back(x->out.kind == outcome_kind::business_rule
+                              ? "BUSINESS_RULE"
+                            : x->out.kind == outcome_kind::permanent
+                              ? "PERMANENT"
+                              : "TRANSIENT");
+      codes.push_back(x->out.error_code);
+      msgs.push_back(x->out.error_message);
+      details.push_back(x->out.error_details.is_object()
+                          ? x->out.error_details.text()
+                          : std::string{"{}"});
+      auto rep = reply_for(*x);
+      reply_tos.push_back(rep ? x->rc.cmd.reply_to : std::nullopt);
+      replies.push_back(rep);
+    }
+    sts.push_back(
+      {"SELECT batch_id, batch_complete FROM commandbus.cmdbus_fail_final($1, "
+       "$2, $3, $4::bigint[], $5::uuid[], $6::int[], $7::int[], $8::text[], "
+       "$9::text[], $10::text[], $11::jsonb[], $12::text[], $13::jsonb[])",
+       {domain_, queue_, std::string{kind}, array_literal(msg_ids),
+        array_literal(ids), array_literal(attempts),
+        array_literal(max_attempts), array_literal(error_types),
+        array_literal(codes), array_literal(msgs), array_literal(details),
+        array_literal(reply_tos), array_literal(replies)},
+       "cmdbus_fail_final"});
+  };
+  add_final("PERMANENT", permanent);
+  add_final("EXHAUSTED", exhausted);
+  add_final("BUSINESS_RULE", business);
+  sts.push_back({"COMMIT", {}});
+  std::vector<result> results;
+  try {
+    results = conn_.pipeline(sts);
+  } catch (...) {
+    if (conn_.is_open() && conn_.in_transaction()) {
+      try {
+        conn_.exec("ROLLBACK");
+      } catch (const std::exception& e) {
+        spdlog::warn("rollback after a failed finish: {}", e.what());
+      }
+    }
+    throw;
+  }
+  for (size_t i = 1; i + 1 < results.size(); ++i)
+    for (int row = 0; row < results[i].rows(); ++row)
+      if (!results[i].is_null(row, 0) && results[i].boolean(row, 1))
+        if (auto id = uuid::parse(results[i].text(row, 0)))
+          completed.push_back(*id);
+  return completed;
+}
+
+void worker_store::reschedule(const std::vector<retry_command>& items) {
+  if (items.empty())
+    return;
+  std::vector<int64_t> msg_ids, attempts, max_attempts, backoffs;
+  std::vector<std::string> ids, codes, msgs;
+  for (auto& x : items) {
+    msg_ids.push_back(x.rc.msg_id);
+    ids.push_back(x.rc.cmd.command_id.to_string());
+    attempts.push_back(x.rc.attempt);
+    max_attempts.push_back(x.rc.max_attempts);
+    codes.push_back(x.out.error_code);
+    msgs.push_back(x.out.error_message);
+    backoffs.push_back(x.backoff_seconds);
+  }
+  conn_.exec_prepared(
+    "cmdbus_fail_transient",
+    "SELECT commandbus.cmdbus_fail_transient($1, $2, $3::bigint[], "
+    "$4::uuid[], $5::int[], $6::int[], $7::text[], $8::text[], $9::int[])",
+    {domain_, queue_, array_literal(msg_ids), array_literal(ids),
+     array_literal(attempts), array_literal(max_attempts),
+     array_literal(codes), array_literal(msgs), array_literal(backoffs)});
+}
+
+int worker_store::extend_visibility(const std::vector<int64_t>& msg_ids,
+                                    int seconds) {
+  if (msg_ids.empty())
+    return 0;
+  auto r = conn_.exec_prepared(
+    "cmdbus_extend_visibility",
+    "SELECT commandbus.cmdbus_extend_visibility($1, $2::bigint[], $3::int)",
+    {queue_, array_literal(msg_ids), to_param(seconds)});
+  return static_cast<int>(r.int64(0, 0));
+}
+
+} // namespace cmdbus::db

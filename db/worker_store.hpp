@@ -1,0 +1,90 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "db/connection.hpp"
+#include "model/outcome.hpp"
+
+namespace cmdbus::db {
+
+/// A message that could not become a command (rcmd.md §1.7, D9).
+struct rejected_message {
+  int64_t msg_id = 0;
+  /// "INVALID" (archived: no usable command_id), "SKIPPED" (archived:
+  /// unknown or terminal command) or "UNDECODABLE" (claimed, but the
+  /// message does not decode; the caller must finish it as a permanent
+  /// failure).
+  std::string reason;
+  std::string detail;
+  /// Set for "UNDECODABLE": the claimed command, for finishing it.
+  std::optional<received_command> claimed;
+};
+
+/// What one `receive` call read.
+struct receive_result {
+  std::vector<received_command> commands;
+  std::vector<rejected_message> rejected;
+  /// Messages returned by pgmq.read (commands + rejected).
+  int read = 0;
+};
+
+/// A finished handler run, ready for its side effects.
+struct finished_command {
+  received_command rc;
+  outcome out;
+  /// Transient failure whose attempts are used up: moves to the TSQ.
+  bool exhausted = false;
+};
+
+/// A transient failure to reschedule.
+struct retry_command {
+  received_command rc;
+  outcome out;
+  int backoff_seconds = 0;
+};
+
+/// The worker's database side for one domain: each call is one set-based
+/// statement (or one transaction of them) over a whole batch of commands,
+/// using the functions of sql/commandbus/V004__cmdbus_worker.sql with the
+/// reference's statuses, audit rows and batch counters.
+class worker_store {
+public:
+  /// Works on `conn` for `domain` (queue `{domain}__commands`).
+  worker_store(connection& conn, std::string domain);
+
+  /// Reads up to `qty` visible messages, hiding them for `vt_seconds`, and
+  /// claims their commands (attempts + 1, IN_PROGRESS, RECEIVED audit);
+  /// invalid and stale messages are archived (D9).
+  receive_result receive(int vt_seconds, int qty);
+
+  /// Applies the final side effects of `items` in ONE transaction: success
+  /// (delete, COMPLETED, SUCCESS reply), permanent and exhausted failures
+  /// (archive, IN_TROUBLESHOOTING_QUEUE), business-rule failures (archive,
+  /// FAILED, FAILED reply), with their audit rows and batch counters.
+  /// Returns the batches that became complete.
+  std::vector<uuid> finish(const std::vector<finished_command>& items);
+
+  /// Records transient failures (error fields, FAILED audit) and hides
+  /// each message for its backoff, in one statement.
+  void reschedule(const std::vector<retry_command>& items);
+
+  /// Extends the visibility timeout of in-flight messages by `seconds`
+  /// from now (lease heartbeat, D7). Returns how many still exist.
+  int extend_visibility(const std::vector<int64_t>& msg_ids, int seconds);
+
+  /// Returns the domain's queue name.
+  const std::string& queue() const noexcept { return queue_; }
+
+private:
+  connection& conn_;
+  std::string domain_;
+  std::string queue_;
+};
+
+/// Returns the reply message for a finished command (SUCCESS or FAILED,
+/// rcmd.md §2.3 and D5), or std::nullopt when no reply is due.
+std::optional<std::string> reply_for(const finished_command& x);
+
+} // namespace cmdbus::db
