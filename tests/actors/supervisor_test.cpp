@@ -1,0 +1,234 @@
+// Deterministic tests of the domain supervisor's protocol (CAF test
+// coordinator): credits, bounded dispatch, outcome routing, respawn after a
+// handler crash, draining. The poller, writers and handlers are scheduled
+// fakes injected through actors::spawners, so everything runs on the
+// deterministic scheduler.
+
+#define CAF_SUITE actors.supervisor
+#include "actors/runtime.hpp"
+
+#include <caf/test/dsl.hpp>
+
+using namespace cmdbus;
+using namespace cmdbus::actors;
+
+namespace {
+
+// The children the supervisor spawned, for the test to address them.
+struct children {
+  caf::actor poller;
+  caf::actor completion;
+  caf::actor retry;
+  std::vector<caf::actor> handlers;
+};
+
+// A handler that decides the outcome by command type: "ok", "transient",
+// "permanent", "business", or "crash" (throws: the actor dies).
+caf::behavior fake_handler(caf::event_based_actor*) {
+  return {
+    [](atom::handle, const received_command& rc) -> outcome {
+      outcome out;
+      auto& t = rc.cmd.command_type;
+      if (t == "crash")
+        throw std::runtime_error("handler crashed");
+      if (t == "transient")
+        out.kind = outcome_kind::transient;
+      else if (t == "permanent")
+        out.kind = outcome_kind::permanent;
+      else if (t == "business")
+        out.kind = outcome_kind::business_rule;
+      out.error_code = t == "ok" ? "" : "E";
+      return out;
+    },
+  };
+}
+
+// Writers and poller that just take messages (checked with expect()).
+caf::behavior sink(caf::event_based_actor*) {
+  return {
+    [](atom::finish, const db::finished_command&) {},
+    [](atom::retry, const db::retry_command&) {},
+    [](atom::flush) {},
+    [](atom::credit, int64_t) {},
+    [](atom::wakeup) {},
+  };
+}
+
+received_command make_rc(int64_t msg_id, const std::string& type,
+                         int attempt = 1, int max_attempts = 3) {
+  received_command rc;
+  rc.cmd.domain = "d";
+  rc.cmd.command_type = type;
+  rc.cmd.command_id = uuid::random();
+  rc.msg_id = msg_id;
+  rc.attempt = attempt;
+  rc.max_attempts = max_attempts;
+  return rc;
+}
+
+struct fixture : test_coordinator_fixture<> {
+  std::shared_ptr<children> kids = std::make_shared<children>();
+  domain_settings settings;
+  caf::actor sup;
+
+  fixture() {
+    settings.domain = "d";
+    settings.concurrency = 2;
+    settings.counters = std::make_shared<worker_counters>();
+    settings.registry = std::make_shared<const handler_registry>();
+    settings.cancelled = std::make_shared<std::atomic<bool>>(false);
+    settings.retry.backoff_seconds = {7};
+    spawners sp;
+    auto k = kids;
+    sp.poller = [k](caf::event_based_actor* self, const domain_settings&) {
+      k->poller = self->spawn(sink);
+      return k->poller;
+    };
+    sp.completion = [k](caf::event_based_actor* self,
+                        const domain_settings&) {
+      k->completion = self->spawn(sink);
+      return k->completion;
+    };
+    sp.retry = [k](caf::event_based_actor* self, const domain_settings&) {
+      k->retry = self->spawn(sink);
+      return k->retry;
+    };
+    sp.handler = [k](caf::event_based_actor* self, const domain_settings&,
+                     caf::actor) {
+      auto h = self->spawn(fake_handler);
+      k->handlers.push_back(h);
+      return h;
+    };
+    sup = sys.spawn(supervisor, settings, sp);
+    sched.run();
+  }
+
+  ~fixture() {
+    caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+  }
+
+  supervisor_state& st() {
+    return deref<caf::stateful_actor<supervisor_state>>(sup).state;
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(supervisor_tests, fixture)
+
+CAF_TEST(it spawns the configured number of handlers and its children) {
+  CAF_CHECK_EQUAL(kids->handlers.size(), 2u);
+  CAF_CHECK_EQUAL(st().idle.size(), 2u);
+  CAF_CHECK(kids->poller != nullptr);
+  CAF_CHECK(kids->completion != nullptr);
+  CAF_CHECK(kids->retry != nullptr);
+}
+
+CAF_TEST(a success is finished by the completion actor and its credit returns) {
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{make_rc(1, "ok")});
+  sched.run();
+  CAF_CHECK_EQUAL(st().held, 1);
+  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 1);
+  CAF_CHECK(st().running.empty());
+  CAF_CHECK_EQUAL(st().idle.size(), 2u);
+  // The slot stays held until the side effects are committed.
+  self->send(sup, atom::done::value, int64_t{1});
+  expect((atom::done, int64_t), from(self).to(sup).with(_, 1));
+  expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
+  CAF_CHECK_EQUAL(st().held, 0);
+  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
+}
+
+CAF_TEST(outcomes are routed by kind) {
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{make_rc(1, "transient", 1, 3),
+                                           make_rc(2, "transient", 3, 3)});
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
+  // Both handlers run; the first has attempts left: retry with backoff.
+  expect((atom::handle, received_command),
+         from(sup).to(kids->handlers[0]).with(_, _));
+  expect((atom::handle, received_command),
+         from(sup).to(kids->handlers[1]).with(_, _));
+  expect((outcome), from(kids->handlers[0]).to(sup).with(_));
+  expect((atom::retry, db::retry_command),
+         from(sup).to(kids->retry).with(_, _));
+  // The second used its last attempt (D6): exhausted, to the completion.
+  expect((outcome), from(kids->handlers[1]).to(sup).with(_));
+  expect((atom::finish, db::finished_command),
+         from(sup).to(kids->completion).with(_, _));
+  CAF_CHECK_EQUAL(st().held, 2);
+}
+
+CAF_TEST(it never runs more commands than handlers) {
+  std::vector<received_command> batch;
+  for (int i = 1; i <= 3; ++i)
+    batch.push_back(make_rc(i, "ok"));
+  self->send(sup, atom::run::value, std::move(batch));
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
+  // Two handlers take two commands; the third waits in the backlog.
+  CAF_CHECK_EQUAL(st().running.size(), 2u);
+  CAF_CHECK_EQUAL(st().backlog.size(), 1u);
+  CAF_CHECK(st().idle.empty());
+  sched.run();
+  CAF_CHECK(st().backlog.empty());
+  CAF_CHECK_EQUAL(st().held, 3);
+}
+
+CAF_TEST(a crashed handler is replaced and its slot released) {
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{make_rc(9, "crash")});
+  sched.run();
+  // The handler died; the supervisor released the slot (the message
+  // reappears after its visibility timeout) and respawned the handler.
+  CAF_CHECK_EQUAL(st().held, 0);
+  CAF_CHECK_EQUAL(settings.counters->handler_restarts.load(), 1);
+  CAF_CHECK_EQUAL(st().handlers.size(), 2u);
+  CAF_CHECK_EQUAL(st().idle.size(), 2u);
+  CAF_CHECK_EQUAL(kids->handlers.size(), 3u);
+}
+
+CAF_TEST(drain stops intake and answers once nothing is held) {
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{make_rc(1, "ok")});
+  sched.run();
+  CAF_CHECK_EQUAL(st().held, 1);
+  self->send(sup, atom::drain::value);
+  expect((atom::drain), from(self).to(sup).with(_));
+  // Intake stops and the writers are told to flush; no answer yet.
+  expect((atom::flush), from(sup).to(kids->completion).with(_));
+  expect((atom::flush), from(sup).to(kids->retry).with(_));
+  CAF_CHECK(st().draining);
+  CAF_CHECK(st().poller == nullptr);
+  CAF_CHECK_EQUAL(self->mailbox().size(), 0u);
+  // The last side effect commits: the drain is answered, no credit goes
+  // out any more.
+  self->send(sup, atom::done::value, int64_t{1});
+  sched.run();
+  CAF_CHECK_EQUAL(st().held, 0);
+  CAF_REQUIRE_EQUAL(self->mailbox().size(), 1u);
+  self->receive([](atom::done) {});
+}
+
+CAF_TEST(backoff follows the schedule and clamps to its last entry) {
+  std::mt19937_64 rng{1};
+  config::retry_config retry;
+  retry.backoff_seconds = {10, 60, 300};
+  CAF_CHECK_EQUAL(backoff_seconds(retry, 1, rng), 10);
+  CAF_CHECK_EQUAL(backoff_seconds(retry, 2, rng), 60);
+  CAF_CHECK_EQUAL(backoff_seconds(retry, 3, rng), 300);
+  CAF_CHECK_EQUAL(backoff_seconds(retry, 9, rng), 300);
+  retry.backoff_seconds = {};
+  CAF_CHECK_EQUAL(backoff_seconds(retry, 1, rng), 30);
+  retry.backoff_seconds = {100};
+  retry.jitter = 0.1;
+  for (int i = 0; i < 50; ++i) {
+    auto b = backoff_seconds(retry, 1, rng);
+    CAF_CHECK_GREATER_OR_EQUAL(b, 90);
+    CAF_CHECK_LESS_OR_EQUAL(b, 110);
+  }
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
