@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
+#include "actors/fault.hpp"
 #include "db/pool.hpp"
 #include "db/queue_name.hpp"
 
@@ -130,6 +131,8 @@ void read(self_ptr self) {
     auto res = store.receive(
       static_cast<int>(st.settings.visibility_timeout.count()), qty);
     st.failures = 0;
+    if (res.read > 0)
+      maybe_crash(fault_point::after_receive);
     std::vector<received_command> runnable = std::move(res.commands);
     for (auto& r : res.rejected) {
       if (r.claimed) {

@@ -1,6 +1,8 @@
 #include "actors/runtime.hpp"
 
 #include <caf/all.hpp>
+
+#include "actors/fault.hpp"
 #include <spdlog/spdlog.h>
 
 namespace cmdbus::actors {
@@ -42,6 +44,7 @@ void dispatch(self_ptr self) {
     self->request(h, caf::infinite, atom::handle::value, rc)
       .then(
         [self, h, rc](outcome& out) {
+          maybe_crash(fault_point::after_handler);
           auto& st = self->state;
           st.running.erase(rc.msg_id);
           st.idle.push_back(h);

@@ -4,6 +4,8 @@
 #include "actors/runtime.hpp"
 
 #include <caf/all.hpp>
+
+#include "actors/fault.hpp"
 #include <spdlog/spdlog.h>
 
 #include "db/pool.hpp"
@@ -76,6 +78,7 @@ void flush_completion(caf::stateful_actor<completion_state>* self) {
   try {
     db::worker_store store{st.connection(), st.settings.domain};
     auto batches = store.finish(st.buffer);
+    maybe_crash(fault_point::after_commit);
     st.failures = 0;
     auto n = static_cast<int64_t>(st.buffer.size());
     for (auto& x : st.buffer) {
@@ -103,6 +106,7 @@ void flush_retry(caf::stateful_actor<retry_state>* self) {
   try {
     db::worker_store store{st.connection(), st.settings.domain};
     store.reschedule(st.buffer);
+    maybe_crash(fault_point::after_commit);
     st.failures = 0;
     auto n = static_cast<int64_t>(st.buffer.size());
     st.settings.counters->retried += n;
