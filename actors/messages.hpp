@@ -38,6 +38,8 @@ using drain = caf::atom_constant<caf::atom("drain")>;
 using heartbeat = caf::atom_constant<caf::atom("heartbeat")>;
 /// Poller: the queue was found empty with no message held (tick mode).
 using idle = caf::atom_constant<caf::atom("idle")>;
+/// Root: start a domain's supervisor again.
+using restart = caf::atom_constant<caf::atom("restart")>;
 /// Batch counter: batches that just became complete.
 using batches = caf::atom_constant<caf::atom("batches")>;
 

@@ -55,6 +55,9 @@ struct domain_settings {
   std::shared_ptr<std::atomic<bool>> cancelled;
   /// Receives (atom::batches, domain, std::vector<uuid>); may be invalid.
   caf::actor batch_counter;
+  /// This domain's share of counters->in_flight, so that the root can
+  /// correct the total when the domain's supervisor dies.
+  std::shared_ptr<std::atomic<int64_t>> domain_in_flight;
 };
 
 /// Returns the backoff in seconds after failed attempt `attempt` under
@@ -111,6 +114,35 @@ struct supervisor_state {
 /// (atom::heartbeat) internally.
 caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
                          domain_settings settings, spawners spawn);
+
+// -- root --------------------------------------------------------------------
+
+/// Spawns one domain supervisor (monitored by the root).
+using domain_spawner
+  = std::function<caf::actor(caf::event_based_actor*, const domain_settings&)>;
+
+/// State of the worker's root supervisor.
+struct root_state {
+  std::vector<domain_settings> domains;
+  domain_spawner spawn;
+  /// The live supervisor of each domain (invalid while restarting).
+  std::vector<caf::actor> supervisors;
+  /// Consecutive restarts per domain (reset after a stable minute).
+  std::vector<int> restarts;
+  std::vector<std::chrono::steady_clock::time_point> started;
+  bool stopping = false;
+  static inline const char* name = "worker-root";
+};
+
+/// Returns the delay before restarting a domain after `restarts`
+/// consecutive crashes: 1 s doubling up to 60 s.
+std::chrono::milliseconds restart_delay(int restarts);
+
+/// Runs one supervisor per domain and restarts a domain whose supervisor
+/// died, with backoff, so one domain's crash loop never takes the others
+/// down. Handles (atom::drain) -> atom::done once every domain drained.
+caf::behavior root(caf::stateful_actor<root_state>* self,
+                   std::vector<domain_settings> domains, domain_spawner spawn);
 
 // -- poller ------------------------------------------------------------------
 

@@ -77,6 +77,8 @@ void release(self_ptr self, int64_t n) {
   auto& st = self->state;
   st.held -= n;
   st.settings.counters->in_flight -= n;
+  if (st.settings.domain_in_flight)
+    *st.settings.domain_in_flight -= n;
   if (!st.draining && st.poller)
     self->send(st.poller, atom::credit::value, n);
   if (st.held <= 0 && (st.draining || (st.settings.tick && st.poller_idle))) {
@@ -144,6 +146,8 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
       st.poller_idle = false;
       st.held += static_cast<int64_t>(batch.size());
       st.settings.counters->in_flight += static_cast<int64_t>(batch.size());
+      if (st.settings.domain_in_flight)
+        *st.settings.domain_in_flight += static_cast<int64_t>(batch.size());
       st.settings.counters->received += static_cast<int64_t>(batch.size());
       for (auto& rc : batch)
         st.backlog.push_back(std::move(rc));
@@ -154,6 +158,8 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
       auto& st = self->state;
       st.held += 1;
       st.settings.counters->in_flight += 1;
+      if (st.settings.domain_in_flight)
+        *st.settings.domain_in_flight += 1;
       st.settings.counters->received += 1;
       self->send(st.completion, atom::finish::value, std::move(x));
     },

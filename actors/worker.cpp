@@ -34,7 +34,7 @@ struct worker::impl {
   std::vector<batch_callback> callbacks;
   caf::actor_system_config sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
-  std::vector<caf::actor> supervisors;
+  caf::actor root;
   caf::actor counter;
   std::atomic<bool> running{false};
   std::mutex mtx;
@@ -56,6 +56,7 @@ struct worker::impl {
     s.registry = registry;
     s.cancelled = cancelled;
     s.batch_counter = counter;
+    s.domain_in_flight = std::make_shared<std::atomic<int64_t>>(0);
     return s;
   }
 
@@ -75,36 +76,32 @@ struct worker::impl {
     sys_cfg.set("scheduler.max-threads", 2);
     sys = std::make_unique<caf::actor_system>(sys_cfg);
     counter = sys->spawn<caf::detached>(actors::batch_counter, callbacks);
+    std::vector<actors::domain_settings> domains;
     for (auto& d : cfg.domains)
-      supervisors.push_back(sys->spawn(actors::supervisor,
-                                       settings_for(d, tick),
-                                       actors::default_spawners()));
+      domains.push_back(settings_for(d, tick));
+    auto children = actors::default_spawners();
+    root = sys->spawn(actors::root, std::move(domains),
+                      [children](caf::event_based_actor* parent,
+                                 const actors::domain_settings& s) {
+                        return parent->spawn(actors::supervisor, s, children);
+                      });
     running = true;
     release_thread_logger();
     spdlog::info("worker started for {} domain(s), concurrency {}",
                  cfg.domains.size(), cfg.concurrency);
   }
 
-  // Asks every supervisor to drain; returns whether all confirmed in time.
+  // Asks every domain to drain; returns whether all confirmed in time.
   bool drain(std::chrono::milliseconds timeout) {
+    auto cleanup = caf::detail::make_scope_guard(release_thread_logger);
     caf::scoped_actor self{*sys};
     bool all = true;
-    auto deadline = std::chrono::steady_clock::now() + timeout;
-    auto cleanup = caf::detail::make_scope_guard(release_thread_logger);
-    for (auto& s : supervisors) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0) {
-        all = false;
-        break;
-      }
-      self->request(s, left, atom::drain::value)
-        .receive([](atom::done) {},
-                 [&](caf::error& err) {
-                   all = false;
-                   spdlog::warn("worker drain incomplete: {}", to_string(err));
-                 });
-    }
+    self->request(root, timeout, atom::drain::value)
+      .receive([](atom::done) {},
+               [&](caf::error& err) {
+                 all = false;
+                 spdlog::warn("worker drain incomplete: {}", to_string(err));
+               });
     return all;
   }
 
@@ -113,11 +110,10 @@ struct worker::impl {
     if (!sys)
       return;
     cancelled->store(true);
-    for (auto& s : supervisors)
-      caf::anon_send_exit(s, reason);
+    caf::anon_send_exit(root, reason);
     caf::anon_send_exit(counter, reason);
     release_thread_logger();
-    supervisors.clear();
+    root = caf::actor{};
     counter = caf::actor{};
     // Waits for every actor, incl. handlers still inside user code.
     sys.reset();

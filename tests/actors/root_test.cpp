@@ -1,0 +1,115 @@
+// The worker's root supervisor on the deterministic coordinator: a domain
+// whose supervisor dies is restarted with backoff while the other domains
+// keep running, and drain waits for every domain.
+
+#define CAF_SUITE actors.root
+#include "actors/runtime.hpp"
+
+#include <caf/test/dsl.hpp>
+
+using namespace cmdbus;
+using namespace cmdbus::actors;
+using namespace std::chrono_literals;
+
+namespace {
+
+caf::behavior fake_domain(caf::event_based_actor*) {
+  return {
+    [](atom::drain) { return atom::done::value; },
+  };
+}
+
+struct fixture : test_coordinator_fixture<> {
+  std::shared_ptr<std::vector<std::pair<std::string, caf::actor>>> spawned
+    = std::make_shared<std::vector<std::pair<std::string, caf::actor>>>();
+  std::shared_ptr<worker_counters> counters
+    = std::make_shared<worker_counters>();
+  caf::actor aut;
+
+  fixture() {
+    std::vector<domain_settings> domains(2);
+    domains[0].domain = "a";
+    domains[1].domain = "b";
+    for (auto& d : domains) {
+      d.counters = counters;
+      d.domain_in_flight = std::make_shared<std::atomic<int64_t>>(0);
+    }
+    auto log = spawned;
+    aut = sys.spawn(root, domains,
+                    [log](caf::event_based_actor* self,
+                          const domain_settings& s) {
+                      auto a = self->spawn(fake_domain);
+                      log->emplace_back(s.domain, a);
+                      return a;
+                    });
+    sched.run();
+  }
+
+  ~fixture() {
+    caf::anon_send_exit(aut, caf::exit_reason::user_shutdown);
+  }
+
+  root_state& st() {
+    return deref<caf::stateful_actor<root_state>>(aut).state;
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(root_tests, fixture)
+
+CAF_TEST(a crashed domain restarts with backoff and the others keep running) {
+  CAF_REQUIRE_EQUAL(spawned->size(), 2u);
+  auto a = (*spawned)[0].second;
+  auto b = (*spawned)[1].second;
+  // Domain a held 3 messages when it died: the total is corrected.
+  *st().domains[0].domain_in_flight = 3;
+  counters->in_flight = 5;
+  caf::anon_send_exit(a, caf::exit_reason::kill);
+  sched.run();
+  CAF_CHECK(st().supervisors[0] == nullptr);
+  CAF_CHECK(st().supervisors[1] == b);
+  CAF_CHECK_EQUAL(counters->in_flight.load(), 2);
+  CAF_CHECK_EQUAL(spawned->size(), 2u);
+  // Nothing before the 1 s backoff ...
+  sched.advance_time(999ms);
+  sched.run();
+  CAF_CHECK_EQUAL(spawned->size(), 2u);
+  // ... then a new supervisor for domain a.
+  sched.advance_time(1ms);
+  sched.run();
+  CAF_REQUIRE_EQUAL(spawned->size(), 3u);
+  CAF_CHECK_EQUAL((*spawned)[2].first, "a");
+  CAF_CHECK(st().supervisors[0] == (*spawned)[2].second);
+  // A second crash right away doubles the delay.
+  caf::anon_send_exit((*spawned)[2].second, caf::exit_reason::kill);
+  sched.run();
+  sched.advance_time(1s);
+  sched.run();
+  CAF_CHECK_EQUAL(spawned->size(), 3u);
+  sched.advance_time(1s);
+  sched.run();
+  CAF_CHECK_EQUAL(spawned->size(), 4u);
+}
+
+CAF_TEST(drain answers after every domain drained) {
+  self->send(aut, atom::drain::value);
+  sched.run();
+  CAF_REQUIRE_EQUAL(self->mailbox().size(), 1u);
+  self->receive([](atom::done) {});
+  // No restarts once stopping.
+  caf::anon_send_exit((*spawned)[0].second, caf::exit_reason::kill);
+  sched.run();
+  sched.advance_time(10s);
+  sched.run();
+  CAF_CHECK_EQUAL(spawned->size(), 2u);
+}
+
+CAF_TEST(restart delays double up to a minute) {
+  CAF_CHECK_EQUAL(restart_delay(1).count(), 1000);
+  CAF_CHECK_EQUAL(restart_delay(2).count(), 2000);
+  CAF_CHECK_EQUAL(restart_delay(7).count(), 60000);
+  CAF_CHECK_EQUAL(restart_delay(50).count(), 60000);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
