@@ -119,14 +119,9 @@ void read(self_ptr self) {
   if (st.credits <= 0)
     return;
   try {
-    if (!st.conn || !st.conn->is_open()) {
-      db::connection_options opts;
-      opts.application_name = "cmdbus-poller";
-      opts.statement_timeout = st.settings.statement_timeout;
-      st.conn = std::make_unique<db::connection>(
-        db::connection::open(st.settings.dsn, opts));
-    }
-    db::worker_store store{*st.conn, st.settings.domain};
+    db::worker_store store{ensure_connection(st.conn, st.settings,
+                                             "cmdbus-poller"),
+                           st.settings.domain};
     auto qty = static_cast<int>(st.credits);
     auto res = store.receive(
       static_cast<int>(st.settings.visibility_timeout.count()), qty);

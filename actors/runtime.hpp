@@ -60,6 +60,13 @@ struct domain_settings {
   std::shared_ptr<std::atomic<int64_t>> domain_in_flight;
 };
 
+/// Returns `*conn`, (re)opening it first when it is missing or broken, with
+/// the domain's statement timeout and `application_name`. Throws
+/// db::error when the database cannot be reached.
+db::connection& ensure_connection(std::unique_ptr<db::connection>& conn,
+                                  const domain_settings& settings,
+                                  const char* application_name);
+
 /// Returns the backoff in seconds after failed attempt `attempt` under
 /// `retry` (rcmd.md §1.6), with +/- `retry.jitter` applied using `rng`.
 int backoff_seconds(const config::retry_config& retry, int attempt,

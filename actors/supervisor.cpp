@@ -7,6 +7,19 @@
 
 namespace cmdbus::actors {
 
+db::connection& ensure_connection(std::unique_ptr<db::connection>& conn,
+                                  const domain_settings& settings,
+                                  const char* application_name) {
+  if (!conn || !conn->is_open()) {
+    db::connection_options opts;
+    opts.application_name = application_name;
+    opts.statement_timeout = settings.statement_timeout;
+    conn = std::make_unique<db::connection>(
+      db::connection::open(settings.dsn, opts));
+  }
+  return *conn;
+}
+
 int backoff_seconds(const config::retry_config& retry, int attempt,
                     std::mt19937_64& rng) {
   retry_policy policy;

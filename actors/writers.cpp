@@ -37,14 +37,7 @@ struct writer_state {
   std::optional<std::chrono::milliseconds> retry_in;
 
   db::connection& connection() {
-    if (!conn || !conn->is_open()) {
-      db::connection_options opts;
-      opts.application_name = "cmdbus-worker";
-      opts.statement_timeout = settings.statement_timeout;
-      conn = std::make_unique<db::connection>(
-        db::connection::open(settings.dsn, opts));
-    }
-    return *conn;
+    return ensure_connection(conn, settings, "cmdbus-worker");
   }
 
   // Returns the delay before the next attempt after a failure.
@@ -64,14 +57,18 @@ struct writer_state {
 };
 
 struct completion_state : writer_state<db::finished_command> {
+  using item_atom = atom::finish;
+  static void flush(caf::stateful_actor<completion_state>* self);
   static inline const char* name = "completion";
 };
 
 struct retry_state : writer_state<db::retry_command> {
+  using item_atom = atom::retry;
+  static void flush(caf::stateful_actor<retry_state>* self);
   static inline const char* name = "retry-scheduler";
 };
 
-void flush_completion(caf::stateful_actor<completion_state>* self) {
+void completion_state::flush(caf::stateful_actor<completion_state>* self) {
   auto& st = self->state;
   if (st.buffer.empty())
     return;
@@ -99,7 +96,7 @@ void flush_completion(caf::stateful_actor<completion_state>* self) {
   }
 }
 
-void flush_retry(caf::stateful_actor<retry_state>* self) {
+void retry_state::flush(caf::stateful_actor<retry_state>* self) {
   auto& st = self->state;
   if (st.buffer.empty())
     return;
@@ -120,101 +117,79 @@ void flush_retry(caf::stateful_actor<retry_state>* self) {
 
 // Writes when the mailbox ran empty or the buffer is full, unless backing
 // off after a failure (then the behavior's timeout retries).
-template <class Self, class Flush>
-void after_message(Self* self, Flush flush) {
-  auto& st = self->state;
-  if (!st.retry_in
-      && (st.buffer.size() >= max_flush || self->mailbox().empty()))
-    flush(self);
+/// The behavior of both writers: buffer each item; write when the mailbox
+/// ran empty or the buffer is full, unless backing off after a failure, in
+/// which case the behavior's timeout retries. `extra` are further handlers.
+template <class State, class... Extra>
+caf::behavior writer_behavior(caf::stateful_actor<State>* self,
+                              Extra... extra) {
+  auto update = [self, extra...] {
+    auto& st = self->state;
+    auto backoff = st.retry_in;
+    if (!st.retry_in
+        && (st.buffer.size() >= max_flush || self->mailbox().empty()))
+      State::flush(self);
+    if (backoff != st.retry_in)
+      self->become(writer_behavior(self, extra...));
+  };
+  auto on_item = [self, update](typename State::item_atom,
+                                typename decltype(State::buffer)::value_type&
+                                  x) {
+    self->state.buffer.push_back(std::move(x));
+    update();
+  };
+  auto on_flush = [update](atom::flush) { update(); };
+  if (!self->state.retry_in)
+    return {on_item, on_flush, extra...};
+  return {on_item, on_flush, extra...,
+          caf::after(*self->state.retry_in) >> [self, extra...] {
+            self->state.retry_in.reset();
+            State::flush(self);
+            self->become(writer_behavior(self, extra...));
+          }};
 }
 
-caf::behavior completion_behavior(caf::stateful_actor<completion_state>* self);
+/// Starts a writer: on exit it writes what is buffered first (a failure
+/// leaves the messages to reappear after their visibility timeout: nothing
+/// is lost).
+template <class State, class... Extra>
+caf::behavior start_writer(caf::stateful_actor<State>* self,
+                           domain_settings settings, caf::actor parent,
+                           Extra... extra) {
+  self->state.settings = std::move(settings);
+  self->state.parent = std::move(parent);
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    self->state.retry_in.reset();
+    State::flush(self);
+    self->quit(em.reason);
+  });
+  return writer_behavior(self, extra...);
+}
 
 caf::behavior completion(caf::stateful_actor<completion_state>* self,
                          domain_settings settings, caf::actor parent) {
-  self->state.settings = std::move(settings);
-  self->state.parent = std::move(parent);
-  self->set_exit_handler([self](caf::exit_msg& em) {
-    // Write what is buffered before going (a failure leaves the messages
-    // to reappear after their visibility timeout: nothing is lost).
-    self->state.retry_in.reset();
-    flush_completion(self);
-    self->quit(em.reason);
-  });
-  return completion_behavior(self);
+  return start_writer(self, std::move(settings), std::move(parent));
 }
-
-caf::behavior completion_behavior(caf::stateful_actor<completion_state>* self) {
-  auto update = [self] {
-    auto backoff = self->state.retry_in;
-    after_message(self, flush_completion);
-    if (backoff != self->state.retry_in)
-      self->become(completion_behavior(self));
-  };
-  auto on_finish = [self, update](atom::finish, db::finished_command& x) {
-    self->state.buffer.push_back(std::move(x));
-    update();
-  };
-  auto on_flush = [update](atom::flush) { update(); };
-  if (!self->state.retry_in)
-    return {on_finish, on_flush};
-  return {on_finish, on_flush,
-          caf::after(*self->state.retry_in) >> [self] {
-            self->state.retry_in.reset();
-            flush_completion(self);
-            self->become(completion_behavior(self));
-          }};
-}
-
-caf::behavior retry_behavior(caf::stateful_actor<retry_state>* self);
 
 caf::behavior retry_scheduler(caf::stateful_actor<retry_state>* self,
                               domain_settings settings, caf::actor parent) {
-  self->state.settings = std::move(settings);
-  self->state.parent = std::move(parent);
-  self->set_exit_handler([self](caf::exit_msg& em) {
-    self->state.retry_in.reset();
-    flush_retry(self);
-    self->quit(em.reason);
-  });
-  return retry_behavior(self);
-}
-
-caf::behavior retry_behavior(caf::stateful_actor<retry_state>* self) {
-  auto update = [self] {
-    auto backoff = self->state.retry_in;
-    after_message(self, flush_retry);
-    if (backoff != self->state.retry_in)
-      self->become(retry_behavior(self));
-  };
-  auto on_retry = [self, update](atom::retry, db::retry_command& x) {
-    self->state.buffer.push_back(std::move(x));
-    update();
-  };
-  auto on_flush = [update](atom::flush) { update(); };
   auto on_extend = [self](atom::extend, std::vector<int64_t>& msg_ids,
                           int seconds) -> caf::result<int> {
-      auto& st = self->state;
-      try {
-        db::worker_store store{st.connection(), st.settings.domain};
-        return store.extend_visibility(msg_ids, seconds);
-      } catch (const std::exception& e) {
-        st.settings.counters->db_errors += 1;
-        if (st.conn && !st.conn->is_open())
-          st.conn.reset();
-        return caf::make_error(caf::sec::runtime_error,
-                               std::string{"extending visibility failed: "}
-                                 + e.what());
-      }
+    auto& st = self->state;
+    try {
+      db::worker_store store{st.connection(), st.settings.domain};
+      return store.extend_visibility(msg_ids, seconds);
+    } catch (const std::exception& e) {
+      st.settings.counters->db_errors += 1;
+      if (st.conn && !st.conn->is_open())
+        st.conn.reset();
+      return caf::make_error(caf::sec::runtime_error,
+                             std::string{"extending visibility failed: "}
+                               + e.what());
+    }
   };
-  if (!self->state.retry_in)
-    return {on_retry, on_flush, on_extend};
-  return {on_retry, on_flush, on_extend,
-          caf::after(*self->state.retry_in) >> [self] {
-            self->state.retry_in.reset();
-            flush_retry(self);
-            self->become(retry_behavior(self));
-          }};
+  return start_writer(self, std::move(settings), std::move(parent),
+                      on_extend);
 }
 
 /// Runs the application's handlers, one command at a time, on its own
