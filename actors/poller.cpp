@@ -77,6 +77,8 @@ struct poller_state {
   std::unique_ptr<listener> listen;
   /// Free message slots: the poller never holds more than it can run.
   int64_t credits = 0;
+  /// Credit messages received (echoed in atom::idle).
+  int64_t credits_seen = 0;
   /// When to read again if nothing else happens (poll interval, idle
   /// backoff or error backoff); unset in tick mode.
   std::optional<std::chrono::milliseconds> next_poll;
@@ -156,7 +158,7 @@ void read(self_ptr self) {
     } else {
       if (res.read == 0) {
         ++st.empty_reads;
-        self->send(st.parent, atom::idle::value);
+        self->send(st.parent, atom::idle::value, st.credits_seen);
       } else {
         st.empty_reads = 0;
       }
@@ -181,6 +183,7 @@ caf::behavior poller_behavior(self_ptr self) {
   auto on_wakeup = [self](atom::wakeup) { read(self); };
   auto on_credit = [self](atom::credit, int64_t n) {
     self->state.credits += n;
+    ++self->state.credits_seen;
     read(self);
   };
   if (!self->state.next_poll)

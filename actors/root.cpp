@@ -77,13 +77,15 @@ caf::behavior root(self_ptr self, std::vector<domain_settings> domains,
     [self](atom::drain) -> caf::result<atom::done> {
       auto& st = self->state;
       st.stopping = true;
-      auto rp = self->make_response_promise<atom::done>();
       auto pending = std::make_shared<size_t>(0);
       for (auto& s : st.supervisors)
         if (s)
           ++*pending;
+      // Answer directly when there is nothing to wait for (a promise, once
+      // made, takes over the reply).
       if (*pending == 0)
         return atom::done::value;
+      auto rp = self->make_response_promise<atom::done>();
       for (auto& s : st.supervisors) {
         if (!s)
           continue;

@@ -109,6 +109,8 @@ struct supervisor_state {
   int64_t held = 0;
   bool draining = false;
   bool poller_idle = false;
+  /// Credit messages sent to the poller (tick mode: see atom::idle).
+  int64_t credits_sent = 0;
   std::vector<caf::response_promise> drain_waiters;
   std::mt19937_64 rng{std::random_device{}()};
   static inline const char* name = "domain-supervisor";
@@ -116,7 +118,8 @@ struct supervisor_state {
 
 /// Supervises one domain. Handles (atom::run, std::vector<received_command>)
 /// and (atom::finish, db::finished_command) from the poller,
-/// (atom::done, int64_t) from the writers, (atom::idle) from the poller,
+/// (atom::done, int64_t) from the writers, (atom::idle, int64_t
+/// credits_seen) from the poller,
 /// (atom::drain) -> atom::done once intake stopped and nothing is held,
 /// (atom::heartbeat) internally.
 caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,

@@ -85,6 +85,17 @@ void dispatch(self_ptr self) {
   }
 }
 
+// Answers waiting drains once nothing is held and intake stopped (or, in
+// tick mode, the poller found the queue empty after its last credit).
+void maybe_finish_drain(self_ptr self) {
+  auto& st = self->state;
+  if (st.held > 0 || !(st.draining || (st.settings.tick && st.poller_idle)))
+    return;
+  for (auto& rp : st.drain_waiters)
+    rp.deliver(atom::done::value);
+  st.drain_waiters.clear();
+}
+
 // Frees `n` message slots: credits for the poller, progress for a drain.
 void release(self_ptr self, int64_t n) {
   auto& st = self->state;
@@ -92,13 +103,13 @@ void release(self_ptr self, int64_t n) {
   st.settings.counters->in_flight -= n;
   if (st.settings.domain_in_flight)
     *st.settings.domain_in_flight -= n;
-  if (!st.draining && st.poller)
+  if (!st.draining && st.poller) {
     self->send(st.poller, atom::credit::value, n);
-  if (st.held <= 0 && (st.draining || (st.settings.tick && st.poller_idle))) {
-    for (auto& rp : st.drain_waiters)
-      rp.deliver(atom::done::value);
-    st.drain_waiters.clear();
+    // The poller reads again: an earlier "idle" no longer counts.
+    ++st.credits_sent;
+    st.poller_idle = false;
   }
+  maybe_finish_drain(self);
 }
 
 void add_handler(self_ptr self) {
@@ -177,14 +188,12 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
       self->send(st.completion, atom::finish::value, std::move(x));
     },
     [self](atom::done, int64_t n) { release(self, n); },
-    [self](atom::idle) {
+    [self](atom::idle, int64_t credits_seen) {
+      // Only an empty read made after the poller got every credit counts
+      // (an older one raced with a credit that makes it read again).
       auto& st = self->state;
-      st.poller_idle = true;
-      if (st.settings.tick && st.held <= 0) {
-        for (auto& rp : st.drain_waiters)
-          rp.deliver(atom::done::value);
-        st.drain_waiters.clear();
-      }
+      st.poller_idle = credits_seen == st.credits_sent;
+      maybe_finish_drain(self);
     },
     [self](atom::drain) -> caf::result<atom::done> {
       auto& st = self->state;
@@ -216,8 +225,15 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
         if (now - run.second >= vt / 2)
           due.push_back(msg_id);
       if (!due.empty())
-        self->send(st.retry, atom::extend::value, std::move(due),
-                   static_cast<int>(vt.count()));
+        // keep_longer: never shorten a longer explicit extension (D7).
+        self
+          ->request(st.retry, caf::infinite, atom::extend::value,
+                    std::move(due), static_cast<int>(vt.count()), true)
+          .then([](int) {},
+                [self](caf::error& err) {
+                  spdlog::warn("{} lease heartbeat failed: {}", self->name(),
+                               to_string(err));
+                });
     },
   };
 }

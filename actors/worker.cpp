@@ -1,6 +1,7 @@
 #include "actors/worker.hpp"
 
 #include <stdexcept>
+#include <thread>
 
 #include <caf/all.hpp>
 #include <spdlog/spdlog.h>
@@ -105,7 +106,11 @@ struct worker::impl {
     return all;
   }
 
-  void shutdown(caf::exit_reason reason) {
+  // Stops every actor. With `wait`, returns once all are gone; otherwise
+  // (handlers may still be inside user code, which nothing can interrupt)
+  // a background thread destroys the actor system when they return, and
+  // their commands reappear after the visibility timeout.
+  void shutdown(caf::exit_reason reason, bool wait) {
     std::lock_guard<std::mutex> guard{mtx};
     if (!sys)
       return;
@@ -115,8 +120,10 @@ struct worker::impl {
     release_thread_logger();
     root = caf::actor{};
     counter = caf::actor{};
-    // Waits for every actor, incl. handlers still inside user code.
-    sys.reset();
+    if (wait)
+      sys.reset();
+    else
+      std::thread([s = std::move(sys)]() mutable { s.reset(); }).detach();
     running = false;
   }
 };
@@ -145,16 +152,17 @@ std::future<void> worker::stop(std::chrono::milliseconds timeout) {
     if (!impl_->running)
       return;
     impl_->cancelled->store(true);
-    if (!impl_->drain(timeout))
+    auto drained = impl_->drain(timeout);
+    if (!drained)
       spdlog::warn("worker stop: in-flight commands did not finish within {} "
                    "ms; they reappear after their visibility timeout",
                    timeout.count());
-    impl_->shutdown(caf::exit_reason::user_shutdown);
+    impl_->shutdown(caf::exit_reason::user_shutdown, drained);
   });
 }
 
 void worker::stop_now() {
-  impl_->shutdown(caf::exit_reason::kill);
+  impl_->shutdown(caf::exit_reason::kill, in_flight_count() == 0);
 }
 
 bool worker::is_running() const noexcept {
@@ -187,10 +195,11 @@ void worker::on_batch_complete(batch_callback cb) {
 
 worker_stats worker::run_tick(std::chrono::milliseconds timeout) {
   impl_->launch(true);
-  if (!impl_->drain(timeout))
+  auto drained = impl_->drain(timeout);
+  if (!drained)
     spdlog::warn("tick: not everything finished within {} ms",
                  timeout.count());
-  impl_->shutdown(caf::exit_reason::user_shutdown);
+  impl_->shutdown(caf::exit_reason::user_shutdown, drained);
   return stats();
 }
 

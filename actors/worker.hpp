@@ -71,12 +71,14 @@ public:
 
   /// Stops intake, lets in-flight commands finish up to `timeout`, flushes
   /// the side-effect actors and closes connections. The future becomes
-  /// ready when everything stopped. Commands still running at the timeout
-  /// are abandoned: their messages reappear after the visibility timeout.
+  /// ready when everything stopped, or at the timeout: commands still
+  /// running then are abandoned (their handlers finish in the background,
+  /// their results are not written, their messages reappear after the
+  /// visibility timeout).
   std::future<void> stop(std::chrono::milliseconds timeout);
 
-  /// Stops immediately (in-flight commands reappear after their
-  /// visibility timeout; nothing is lost).
+  /// Stops immediately without waiting for running handlers (their
+  /// commands reappear after the visibility timeout; nothing is lost).
   void stop_now();
 
   /// Returns whether the worker runs.

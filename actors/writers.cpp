@@ -174,11 +174,11 @@ caf::behavior completion(caf::stateful_actor<completion_state>* self,
 caf::behavior retry_scheduler(caf::stateful_actor<retry_state>* self,
                               domain_settings settings, caf::actor parent) {
   auto on_extend = [self](atom::extend, std::vector<int64_t>& msg_ids,
-                          int seconds) -> caf::result<int> {
+                          int seconds, bool keep_longer) -> caf::result<int> {
     auto& st = self->state;
     try {
       db::worker_store store{st.connection(), st.settings.domain};
-      return store.extend_visibility(msg_ids, seconds);
+      return store.extend_visibility(msg_ids, seconds, keep_longer);
     } catch (const std::exception& e) {
       st.settings.counters->db_errors += 1;
       if (st.conn && !st.conn->is_open())
@@ -207,7 +207,7 @@ caf::behavior handler(caf::event_based_actor* self, domain_settings settings,
         tmp
           ->request(retry, std::chrono::seconds{30}, atom::extend::value,
                     std::vector<int64_t>{rc.msg_id},
-                    static_cast<int>(secs.count()))
+                    static_cast<int>(secs.count()), false)
           .receive([](int) {},
                    [&](caf::error& err) { failure = to_string(err); });
         if (failure)

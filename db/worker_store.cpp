@@ -1,5 +1,7 @@
 #include "db/worker_store.hpp"
 
+#include <cctype>
+
 #include <spdlog/spdlog.h>
 
 #include "db/queue_name.hpp"
@@ -203,9 +205,23 @@ void worker_store::reschedule(const std::vector<retry_command>& items) {
 }
 
 int worker_store::extend_visibility(const std::vector<int64_t>& msg_ids,
-                                    int seconds) {
+                                    int seconds, bool keep_longer) {
   if (msg_ids.empty())
     return 0;
+  if (keep_longer) {
+    // The queue table of a validated queue name (PGMQ's layout, pgmq.q_<n>
+    // lower-cased); the values are parameters.
+    std::string table;
+    for (char c : "q_" + queue_)
+      table += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    auto r = conn_.exec_prepared(
+      "cmdbus_keep_lease_" + table,
+      "UPDATE pgmq.\"" + table
+        + "\" SET vt = GREATEST(vt, clock_timestamp() + make_interval(secs => "
+          "$2::int)) WHERE msg_id = ANY($1::bigint[])",
+      {array_literal(msg_ids), to_param(seconds)});
+    return static_cast<int>(r.affected_rows());
+  }
   auto r = conn_.exec_prepared(
     "cmdbus_extend_visibility",
     "SELECT commandbus.cmdbus_extend_visibility($1, $2::bigint[], $3::int)",

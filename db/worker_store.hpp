@@ -70,9 +70,12 @@ public:
   /// each message for its backoff, in one statement.
   void reschedule(const std::vector<retry_command>& items);
 
-  /// Extends the visibility timeout of in-flight messages by `seconds`
-  /// from now (lease heartbeat, D7). Returns how many still exist.
-  int extend_visibility(const std::vector<int64_t>& msg_ids, int seconds);
+  /// Sets the visibility timeout of in-flight messages to `seconds` from
+  /// now (D7), like pgmq.set_vt; with `keep_longer` (the lease heartbeat) a
+  /// later visibility timeout already set is kept. Returns how many still
+  /// exist.
+  int extend_visibility(const std::vector<int64_t>& msg_ids, int seconds,
+                        bool keep_longer = false);
 
   /// Returns the domain's queue name.
   const std::string& queue() const noexcept { return queue_; }

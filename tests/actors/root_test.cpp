@@ -105,6 +105,18 @@ CAF_TEST(drain answers after every domain drained) {
   CAF_CHECK_EQUAL(spawned->size(), 2u);
 }
 
+CAF_TEST(drain answers at once while every domain is restarting) {
+  for (auto& [name, sup] : *spawned)
+    caf::anon_send_exit(sup, caf::exit_reason::kill);
+  sched.run();
+  CAF_CHECK(st().supervisors[0] == nullptr);
+  CAF_CHECK(st().supervisors[1] == nullptr);
+  self->send(aut, atom::drain::value);
+  sched.run();
+  CAF_REQUIRE_EQUAL(self->mailbox().size(), 1u);
+  self->receive([](atom::done) {});
+}
+
 CAF_TEST(restart delays double up to a minute) {
   CAF_CHECK_EQUAL(restart_delay(1).count(), 1000);
   CAF_CHECK_EQUAL(restart_delay(2).count(), 2000);
