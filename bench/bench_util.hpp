@@ -72,4 +72,12 @@ inline void verdict(const std::string& what, double value, double target,
   std::fflush(stdout);
 }
 
+/// Prints whether `value` stays at or below `limit` (figures only).
+inline void verdict_at_most(const std::string& what, double value,
+                            double limit, const char* unit) {
+  std::printf("  target %-36s %s: %.2f%s (target <= %.2f%s)\n", what.c_str(),
+              value <= limit ? "MET" : "MISSED", value, unit, limit, unit);
+  std::fflush(stdout);
+}
+
 } // namespace cmdbus::bench
