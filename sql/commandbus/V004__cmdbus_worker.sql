@@ -30,6 +30,30 @@
 -- order, so concurrent calls never deadlock on each other. (Several calls in
 -- one transaction can: run each call in its own transaction.)
 --
+-- Audit timestamps: the rows written here take clock_timestamp(), not the
+-- column default NOW() (the transaction start), so that an audit trail
+-- ordered by (ts, audit_id) (D11) follows causality even when a receive
+-- statement starts before the retry that makes its message visible commits.
+--
+-- Plans: the statements must not depend on planner statistics, which are
+-- stale after any burst on a new domain (`domain = 'x'` is then estimated at
+-- a few rows, which once made the planner scan a whole domain per call). So
+-- every lookup of the id set is one index probe per id:
+-- - rows are found and locked by a LATERAL subquery per id, `FROM <ids,
+--   sorted> CROSS JOIN LATERAL (SELECT ... WHERE domain = .. AND id = x.id
+--   LIMIT 1 FOR UPDATE)`: the LIMIT keeps it from being flattened, so it is
+--   a nested loop with a unique-index probe per id, locking in the order of
+--   the sorted ids. commandbus.batch has other indexes leading with domain,
+--   so its probes take the domain from the outer row (a parameter, not a
+--   constant the statistics know nothing about) and ORDER BY batch_id,
+--   which leaves the primary key as the only sensible index;
+-- - the locked rows are then updated by ctid, joined to the arrays with
+--   `c.ctid = f.tid` and no other condition on the table (a nested loop of
+--   TID scans; a filter on the table could be estimated at one row and turn
+--   the join into a nested loop over a sequential scan). The ctids are
+--   current: the rows are locked by us and not updated in between;
+-- - the queue tables are accessed by msg_id = ANY (primary-key probes).
+--
 -- cmdbus_check_lengths, cmdbus_finish_commands and cmdbus_apply_batch_deltas
 -- are helpers of the five worker functions, not a client API.
 --
@@ -88,7 +112,13 @@ CREATE FUNCTION commandbus.cmdbus_apply_batch_deltas(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_n INT := COALESCE(cardinality(p_batch_ids), 0);
+    v_n    INT := COALESCE(cardinality(p_batch_ids), 0);
+    v_tids TID[];
+    v_done BOOLEAN[];
+    v_dc   INT[];
+    v_df   INT[];
+    v_dx   INT[];
+    v_dt   INT[];
 BEGIN
     PERFORM commandbus.cmdbus_check_lengths(
         'cmdbus_apply_batch_deltas', v_n,
@@ -99,36 +129,51 @@ BEGIN
         RETURN;
     END IF;
 
-    PERFORM b.batch_id
-       FROM commandbus.batch b
-      WHERE b.domain = p_domain
-        AND b.batch_id = ANY(p_batch_ids)
-      ORDER BY b.batch_id
-        FOR UPDATE;
+    -- Lock the batch rows in batch_id order, one primary-key probe per id
+    -- (see "Plans" at the top), and decide on the locked (current) values
+    -- plus the summed deltas whether each batch now becomes terminal. The
+    -- ctids stay valid until our UPDATE below: the rows are locked by us.
+    SELECT array_agg(l.tid ORDER BY l.batch_id),
+           array_agg(l.done ORDER BY l.batch_id),
+           array_agg(l.dc ORDER BY l.batch_id),
+           array_agg(l.df ORDER BY l.batch_id),
+           array_agg(l.dx ORDER BY l.batch_id),
+           array_agg(l.dt ORDER BY l.batch_id)
+      INTO v_tids, v_done, v_dc, v_df, v_dx, v_dt
+      FROM (SELECT t.batch_id, b.tid, t.dc, t.df, t.dx, t.dt,
+                   b.status NOT IN ('COMPLETED', 'COMPLETED_WITH_FAILURES')
+                   AND b.completed_count + t.dc + b.canceled_count + t.dx
+                       + b.failed_count + t.df = b.total_count
+                   AND b.in_troubleshooting_count + t.dt = 0 AS done
+              FROM (SELECT p_domain AS domain, x.batch_id,
+                           COALESCE(sum(x.completed), 0)::int AS dc,
+                           COALESCE(sum(x.failed), 0)::int    AS df,
+                           COALESCE(sum(x.canceled), 0)::int  AS dx,
+                           COALESCE(sum(x.tsq), 0)::int       AS dt
+                      FROM unnest(p_batch_ids, p_completed, p_failed,
+                                  p_canceled, p_tsq)
+                           AS x(batch_id, completed, failed, canceled, tsq)
+                     WHERE x.batch_id IS NOT NULL
+                     GROUP BY x.batch_id
+                     ORDER BY x.batch_id) t
+             CROSS JOIN LATERAL (
+                   SELECT b.ctid AS tid, b.status, b.total_count,
+                          b.completed_count, b.canceled_count, b.failed_count,
+                          b.in_troubleshooting_count
+                     FROM commandbus.batch b
+                    WHERE b.domain = t.domain
+                      AND b.batch_id = t.batch_id
+                    ORDER BY b.batch_id
+                    LIMIT 1
+                      FOR UPDATE) b) l;
 
-    -- All parts see the rows as they were before this statement (locked by
-    -- us, so current): d.done is decided on the old values plus the deltas.
+    IF v_tids IS NULL THEN
+        RETURN;
+    END IF;
+
+    -- One UPDATE of the locked rows by ctid.
     RETURN QUERY
-    WITH t AS (
-        SELECT x.batch_id,
-               COALESCE(sum(x.completed), 0)::int AS dc,
-               COALESCE(sum(x.failed), 0)::int    AS df,
-               COALESCE(sum(x.canceled), 0)::int  AS dx,
-               COALESCE(sum(x.tsq), 0)::int       AS dt
-          FROM unnest(p_batch_ids, p_completed, p_failed, p_canceled, p_tsq)
-               AS x(batch_id, completed, failed, canceled, tsq)
-         WHERE x.batch_id IS NOT NULL
-         GROUP BY x.batch_id
-    ), d AS (
-        SELECT t.batch_id, t.dc, t.df, t.dx, t.dt,
-               b.status NOT IN ('COMPLETED', 'COMPLETED_WITH_FAILURES')
-               AND b.completed_count + t.dc + b.canceled_count + t.dx
-                   + b.failed_count + t.df = b.total_count
-               AND b.in_troubleshooting_count + t.dt = 0 AS done
-          FROM t
-          JOIN commandbus.batch b
-            ON b.domain = p_domain AND b.batch_id = t.batch_id
-    ), upd AS (
+    WITH upd AS (
         UPDATE commandbus.batch b
            SET completed_count = b.completed_count + d.dc,
                failed_count = b.failed_count + d.df,
@@ -141,14 +186,14 @@ BEGIN
                    ELSE 'COMPLETED'
                END,
                completed_at = CASE WHEN d.done THEN NOW() ELSE b.completed_at END
-          FROM d
-         WHERE b.domain = p_domain
-           AND b.batch_id = d.batch_id
+          FROM unnest(v_tids, v_done, v_dc, v_df, v_dx, v_dt)
+               AS d(tid, done, dc, df, dx, dt)
+         WHERE b.ctid = d.tid
         RETURNING b.batch_id, b.total_count, b.completed_count,
                   b.canceled_count, b.failed_count, d.done
     ), aud AS (
-        INSERT INTO commandbus.audit (domain, command_id, event_type, details_json)
-        SELECT p_domain, u.batch_id, 'BATCH_COMPLETED',
+        INSERT INTO commandbus.audit (ts, domain, command_id, event_type, details_json)
+        SELECT clock_timestamp(), p_domain, u.batch_id, 'BATCH_COMPLETED',
                jsonb_build_object('batch_id', u.batch_id,
                                   'total_count', u.total_count,
                                   'completed_count', u.completed_count,
@@ -207,6 +252,10 @@ DECLARE
     v_ids       UUID[];
     v_old       TEXT[];
     v_batches   UUID[];
+    v_tids      TID[];
+    v_err_types TEXT[];
+    v_err_codes TEXT[];
+    v_err_msgs  TEXT[];
     v_queue     TEXT;
     v_d_batch   UUID[];
     v_d_done    INT[];
@@ -223,19 +272,39 @@ BEGIN
             quote_nullable(p_remove) USING ERRCODE = '22023';
     END IF;
 
-    -- 2. lock, remember the old status and batch of each known command
+    -- 2. lock (command_id order, one index probe per id, see "Plans" at the
+    --    top), remember the old status, batch and ctid of each known
+    --    command, with the error values of its first occurrence (a command
+    --    given twice takes those, as two sequential calls would)
     SELECT array_agg(l.command_id ORDER BY l.command_id),
            array_agg(l.status ORDER BY l.command_id),
-           array_agg(l.batch_id ORDER BY l.command_id)
-      INTO v_ids, v_old, v_batches
-      FROM (SELECT c.command_id, c.status, c.batch_id
-              FROM commandbus.command c
-             WHERE c.domain = p_domain
-               AND c.command_id = ANY(p_command_ids)
-             ORDER BY c.command_id
-               FOR UPDATE) l;
+           array_agg(l.batch_id ORDER BY l.command_id),
+           array_agg(l.tid ORDER BY l.command_id),
+           array_agg(l.error_type ORDER BY l.command_id),
+           array_agg(l.error_code ORDER BY l.command_id),
+           array_agg(l.error_msg ORDER BY l.command_id)
+      INTO v_ids, v_old, v_batches, v_tids, v_err_types, v_err_codes,
+           v_err_msgs
+      FROM (SELECT x.command_id, c.status, c.batch_id, c.tid, x.error_type,
+                   x.error_code, x.error_msg
+              FROM (SELECT DISTINCT ON (t.command_id)
+                           t.command_id, t.error_type, t.error_code,
+                           t.error_msg
+                      FROM unnest(p_command_ids, p_error_types, p_error_codes,
+                                  p_error_msgs) WITH ORDINALITY
+                           AS t(command_id, error_type, error_code, error_msg,
+                                ord)
+                     WHERE t.command_id IS NOT NULL
+                     ORDER BY t.command_id, t.ord) x
+             CROSS JOIN LATERAL (
+                   SELECT c.ctid AS tid, c.status, c.batch_id
+                     FROM commandbus.command c
+                    WHERE c.domain = p_domain
+                      AND c.command_id = x.command_id
+                    LIMIT 1
+                      FOR UPDATE) c) l;
 
-    -- 3. real transitions
+    -- 3. real transitions: one UPDATE of the locked rows by ctid
     IF v_ids IS NOT NULL AND EXISTS (
            SELECT 1 FROM unnest(v_old) AS o(status) WHERE o.status <> p_status) THEN
         UPDATE commandbus.command c
@@ -244,20 +313,15 @@ BEGIN
                last_error_code = COALESCE(f.error_code, c.last_error_code),
                last_error_msg = COALESCE(f.error_msg, c.last_error_msg),
                updated_at = NOW()
-          FROM (SELECT DISTINCT ON (t.command_id)
-                       t.command_id, t.error_type, t.error_code, t.error_msg
-                  FROM unnest(p_command_ids, p_error_types, p_error_codes,
-                              p_error_msgs) WITH ORDINALITY
-                       AS t(command_id, error_type, error_code, error_msg, ord)
-                 ORDER BY t.command_id, t.ord) f
-         WHERE c.domain = p_domain
-           AND c.command_id = f.command_id
-           AND c.status <> p_status;
+          FROM unnest(v_tids, v_old, v_err_types, v_err_codes, v_err_msgs)
+               AS f(tid, status, error_type, error_code, error_msg)
+         WHERE c.ctid = f.tid
+           AND f.status <> p_status;
     END IF;
 
     -- 4. audits
-    INSERT INTO commandbus.audit (domain, command_id, event_type, details_json)
-    SELECT p_domain, t.command_id, p_event_type, t.details
+    INSERT INTO commandbus.audit (ts, domain, command_id, event_type, details_json)
+    SELECT clock_timestamp(), p_domain, t.command_id, p_event_type, t.details
       FROM unnest(p_command_ids, p_details) WITH ORDINALITY
            AS t(command_id, details, ord)
      ORDER BY t.ord;
@@ -404,6 +468,9 @@ DECLARE
     v_outcomes   TEXT[];
     v_reasons    TEXT[];
     v_statuses   TEXT[];
+    v_tids       TID[];
+    v_tid_msgs   BIGINT[];
+    v_btids      TID[];
 BEGIN
     -- The subquery fixes the msg_id order of every array.
     SELECT array_agg(r.msg_id), array_agg(r.read_ct), array_agg(r.message),
@@ -424,35 +491,39 @@ BEGIN
         RETURN;
     END IF;
 
-    -- Claim: lock, then update the non-terminal commands (each once, for
-    -- its lowest msg_id) and audit RECEIVED in msg_id order.
-    PERFORM c.command_id
-       FROM commandbus.command c
-      WHERE c.domain = p_domain
-        AND c.command_id = ANY(v_cids)
-      ORDER BY c.command_id
-        FOR UPDATE;
+    -- Claim: lock in command_id order (one index probe per id, see "Plans"
+    -- at the top), keeping for each non-terminal command its ctid and its
+    -- lowest msg_id; then update those rows by ctid (each once) and audit
+    -- RECEIVED in msg_id order.
+    SELECT array_agg(l.tid), array_agg(l.msg_id)
+      INTO v_tids, v_tid_msgs
+      FROM (SELECT f.msg_id, c.tid, c.status
+              FROM (SELECT DISTINCT ON (t.cid) t.cid, t.msg_id
+                      FROM unnest(v_msg_ids, v_cids) AS t(msg_id, cid)
+                     WHERE t.cid IS NOT NULL
+                     ORDER BY t.cid, t.msg_id) f
+             CROSS JOIN LATERAL (
+                   SELECT c.ctid AS tid, c.status
+                     FROM commandbus.command c
+                    WHERE c.domain = p_domain
+                      AND c.command_id = f.cid
+                    LIMIT 1
+                      FOR UPDATE) c) l
+     WHERE l.status NOT IN ('COMPLETED', 'CANCELED', 'FAILED',
+                            'IN_TROUBLESHOOTING_QUEUE');
 
-    WITH f AS (
-        SELECT DISTINCT ON (t.cid) t.cid, t.msg_id
-          FROM unnest(v_msg_ids, v_cids) AS t(msg_id, cid)
-         WHERE t.cid IS NOT NULL
-         ORDER BY t.cid, t.msg_id
-    ), u AS (
+    WITH u AS (
         UPDATE commandbus.command c
            SET attempts = c.attempts + 1,
                status = 'IN_PROGRESS',
                updated_at = NOW()
-          FROM f
-         WHERE c.domain = p_domain
-           AND c.command_id = f.cid
-           AND c.status NOT IN ('COMPLETED', 'CANCELED', 'FAILED',
-                                'IN_TROUBLESHOOTING_QUEUE')
+          FROM unnest(v_tids, v_tid_msgs) AS f(tid, msg_id)
+         WHERE c.ctid = f.tid
         RETURNING f.msg_id, c.command_id, c.command_type, c.attempts,
                   c.max_attempts, c.correlation_id, c.reply_queue, c.batch_id
     ), a AS (
-        INSERT INTO commandbus.audit (domain, command_id, event_type, details_json)
-        SELECT p_domain, u.command_id, 'RECEIVED',
+        INSERT INTO commandbus.audit (ts, domain, command_id, event_type, details_json)
+        SELECT clock_timestamp(), p_domain, u.command_id, 'RECEIVED',
                jsonb_build_object('msg_id', u.msg_id,
                                   'attempt', u.attempts,
                                   'max_attempts', u.max_attempts)
@@ -469,29 +540,40 @@ BEGIN
       FROM (SELECT u.* FROM u ORDER BY u.msg_id) o;
 
     -- sp_start_batch, once per PENDING batch.
+    -- The PENDING ones are locked in batch_id order with one primary-key
+    -- probe per id (see "Plans" at the top; `|| ''` keeps ix_batch_status
+    -- out of reach), then updated by ctid (no other condition on the table:
+    -- the locked rows are PENDING).
     IF v_batches IS NOT NULL THEN
-        PERFORM b.batch_id
-           FROM commandbus.batch b
-          WHERE b.domain = p_domain
-            AND b.batch_id = ANY(v_batches)
-            AND b.status = 'PENDING'
-          ORDER BY b.batch_id
-            FOR UPDATE;
+        v_btids := ARRAY(
+            SELECT b.tid
+              FROM (SELECT DISTINCT p_domain AS domain, x.batch_id
+                      FROM unnest(v_batches) AS x(batch_id)
+                     ORDER BY x.batch_id) x
+             CROSS JOIN LATERAL (
+                   SELECT b.ctid AS tid
+                     FROM commandbus.batch b
+                    WHERE b.domain = x.domain
+                      AND b.batch_id = x.batch_id
+                      AND b.status || '' = 'PENDING'
+                    ORDER BY b.batch_id
+                    LIMIT 1
+                      FOR UPDATE) b);
 
-        WITH s AS (
-            UPDATE commandbus.batch b
-               SET status = 'IN_PROGRESS',
-                   started_at = NOW()
-             WHERE b.domain = p_domain
-               AND b.batch_id = ANY(v_batches)
-               AND b.status = 'PENDING'
-            RETURNING b.batch_id
-        )
-        INSERT INTO commandbus.audit (domain, command_id, event_type, details_json)
-        SELECT p_domain, s.batch_id, 'BATCH_STARTED',
-               jsonb_build_object('batch_id', s.batch_id)
-          FROM s
-         ORDER BY s.batch_id;
+        IF cardinality(v_btids) > 0 THEN
+            WITH s AS (
+                UPDATE commandbus.batch b
+                   SET status = 'IN_PROGRESS',
+                       started_at = NOW()
+                 WHERE b.ctid = ANY(v_btids)
+                RETURNING b.batch_id
+            )
+            INSERT INTO commandbus.audit (ts, domain, command_id, event_type, details_json)
+            SELECT clock_timestamp(), p_domain, s.batch_id, 'BATCH_STARTED',
+                   jsonb_build_object('batch_id', s.batch_id)
+              FROM s
+             ORDER BY s.batch_id;
+        END IF;
     END IF;
 
     -- Fast path: every message claimed its own command; the arrays of the
@@ -536,12 +618,16 @@ BEGIN
                            row_number() OVER (PARTITION BY x.cid
                                               ORDER BY x.msg_id) AS rn
                       FROM unnest(v_msg_ids, v_cids) AS x(msg_id, cid)) t
-              LEFT JOIN commandbus.command c
-                ON c.domain = p_domain AND c.command_id = t.cid) k;
+              LEFT JOIN LATERAL (
+                   SELECT c.command_id, c.status
+                     FROM commandbus.command c
+                    WHERE c.domain = p_domain
+                      AND c.command_id = t.cid
+                    LIMIT 1) c ON TRUE) k;
 
     IF 'SKIPPED' = ANY(v_outcomes) THEN
-        INSERT INTO commandbus.audit (domain, command_id, event_type, details_json)
-        SELECT p_domain, t.cid, 'RECEIVE_SKIPPED',
+        INSERT INTO commandbus.audit (ts, domain, command_id, event_type, details_json)
+        SELECT clock_timestamp(), p_domain, t.cid, 'RECEIVE_SKIPPED',
                jsonb_build_object('msg_id', t.msg_id,
                                   'reason', t.reason,
                                   'status', t.status)
@@ -571,8 +657,14 @@ BEGIN
       FROM unnest(v_msg_ids, v_read_cts, v_messages, v_cids, v_outcomes,
                   v_statuses)
            AS t(msg_id, read_ct, message, cid, outcome, status)
-      LEFT JOIN commandbus.command c
-        ON t.outcome = 'OK' AND c.domain = p_domain AND c.command_id = t.cid
+      LEFT JOIN LATERAL (
+           SELECT c.command_type, c.status, c.attempts, c.max_attempts,
+                  c.correlation_id, c.reply_queue, c.batch_id
+             FROM commandbus.command c
+            WHERE t.outcome = 'OK'
+              AND c.domain = p_domain
+              AND c.command_id = t.cid
+            LIMIT 1) c ON TRUE
      ORDER BY t.msg_id;
 END;
 $$;
@@ -778,7 +870,10 @@ LANGUAGE plpgsql
 AS $$
 DECLARE
     v_n     INT := COALESCE(cardinality(p_msg_ids), 0);
-    v_count INT;
+    v_count     INT;
+    v_tids      TID[];
+    v_err_codes TEXT[];
+    v_err_msgs  TEXT[];
 BEGIN
     PERFORM commandbus.cmdbus_check_lengths(
         'cmdbus_fail_transient', v_n,
@@ -796,21 +891,40 @@ BEGIN
     END IF;
 
     -- Queue rows first (lock order). format_table_name rejects dangerous
-    -- names; %I quotes the rest.
+    -- names; %I quotes the rest. The redundant msg_id = ANY($1) restricts
+    -- the queue table to primary-key probes of the given ids whatever the
+    -- join method (it is estimated at n rows, msg_id being unique).
     EXECUTE format(
         'UPDATE pgmq.%I q
             SET vt = clock_timestamp() + make_interval(secs => COALESCE(t.backoff, 0))
            FROM unnest($1::bigint[], $2::int[]) AS t(msg_id, backoff)
-          WHERE q.msg_id = t.msg_id',
+          WHERE q.msg_id = ANY($1::bigint[])
+            AND q.msg_id = t.msg_id',
         pgmq.format_table_name(p_queue_name, 'q'))
     USING p_msg_ids, p_backoff_seconds;
 
-    PERFORM c.command_id
-       FROM commandbus.command c
-      WHERE c.domain = p_domain
-        AND c.command_id = ANY(p_command_ids)
-      ORDER BY c.command_id
-        FOR UPDATE;
+    -- Lock in command_id order (one index probe per id, see "Plans" at the
+    -- top), with the error values of each command's last occurrence (as
+    -- sequential calls would leave them); then update the locked rows by
+    -- ctid.
+    SELECT array_agg(l.tid ORDER BY l.command_id),
+           array_agg(l.error_code ORDER BY l.command_id),
+           array_agg(l.error_msg ORDER BY l.command_id)
+      INTO v_tids, v_err_codes, v_err_msgs
+      FROM (SELECT x.command_id, c.tid, x.error_code, x.error_msg
+              FROM (SELECT DISTINCT ON (t.command_id)
+                           t.command_id, t.error_code, t.error_msg
+                      FROM unnest(p_command_ids, p_error_codes, p_error_msgs)
+                           WITH ORDINALITY AS t(command_id, error_code,
+                                                error_msg, ord)
+                     ORDER BY t.command_id, t.ord DESC) x
+             CROSS JOIN LATERAL (
+                   SELECT c.ctid AS tid
+                     FROM commandbus.command c
+                    WHERE c.domain = p_domain
+                      AND c.command_id = x.command_id
+                    LIMIT 1
+                      FOR UPDATE) c) l;
 
     WITH t AS (
         SELECT x.*
@@ -818,23 +932,19 @@ BEGIN
                       p_error_codes, p_error_msgs) WITH ORDINALITY
                AS x(msg_id, command_id, attempt, max_attempts, error_code,
                     error_msg, ord)
-    ), f AS (
-        SELECT DISTINCT ON (t.command_id) t.command_id, t.error_code, t.error_msg
-          FROM t
-         ORDER BY t.command_id, t.ord DESC
     ), u AS (
         UPDATE commandbus.command c
            SET last_error_type = 'TRANSIENT',
                last_error_code = f.error_code,
                last_error_msg = f.error_msg,
                updated_at = NOW()
-          FROM f
-         WHERE c.domain = p_domain
-           AND c.command_id = f.command_id
+          FROM unnest(v_tids, v_err_codes, v_err_msgs)
+               AS f(tid, error_code, error_msg)
+         WHERE c.ctid = f.tid
         RETURNING c.command_id
     ), a AS (
-        INSERT INTO commandbus.audit (domain, command_id, event_type, details_json)
-        SELECT p_domain, t.command_id, 'FAILED',
+        INSERT INTO commandbus.audit (ts, domain, command_id, event_type, details_json)
+        SELECT clock_timestamp(), p_domain, t.command_id, 'FAILED',
                jsonb_build_object('msg_id', t.msg_id,
                                   'attempt', t.attempt,
                                   'max_attempts', t.max_attempts,
