@@ -105,8 +105,11 @@ struct supervisor_state {
   /// Running commands by msg_id: handler and start time.
   std::map<int64_t, std::pair<caf::actor, std::chrono::steady_clock::time_point>>
     running;
-  /// Messages read and not yet finalised.
+  /// Messages read whose side effects are not committed yet (drain waits
+  /// for 0).
   int64_t held = 0;
+  /// Freed handler slots not yet returned to the poller as credits.
+  int64_t pending_credit = 0;
   bool draining = false;
   bool poller_idle = false;
   /// Credit messages sent to the poller (tick mode: see atom::idle).

@@ -42,7 +42,8 @@ namespace {
 
 using self_ptr = caf::stateful_actor<supervisor_state>*;
 
-void release(self_ptr self, int64_t n);
+void handler_freed(self_ptr self, int64_t n);
+void committed(self_ptr self, int64_t n);
 
 // Starts the next command on an idle handler while there are both.
 void dispatch(self_ptr self) {
@@ -61,6 +62,7 @@ void dispatch(self_ptr self) {
           auto& st = self->state;
           st.running.erase(rc.msg_id);
           st.idle.push_back(h);
+          handler_freed(self, 1);
           if (out.kind == outcome_kind::transient
               && rc.attempt < rc.max_attempts) {
             db::retry_command x{rc, std::move(out),
@@ -80,7 +82,8 @@ void dispatch(self_ptr self) {
           spdlog::warn("{} lost command msg_id {}: {}", self->name(), msg_id,
                        to_string(err));
           self->state.running.erase(msg_id);
-          release(self, 1);
+          handler_freed(self, 1);
+          committed(self, 1);
         });
   }
 }
@@ -96,19 +99,42 @@ void maybe_finish_drain(self_ptr self) {
   st.drain_waiters.clear();
 }
 
-// Frees `n` message slots: credits for the poller, progress for a drain.
-void release(self_ptr self, int64_t n) {
+// Sends `n` credits (0 just makes the poller read again) unless intake
+// stopped. An "idle" from the poller counts only once it saw this credit.
+void give_credit(self_ptr self, int64_t n) {
   auto& st = self->state;
-  st.held -= n;
+  if (st.draining || !st.poller)
+    return;
+  self->send(st.poller, atom::credit::value, n);
+  ++st.credits_sent;
+  st.poller_idle = false;
+}
+
+// `n` handler slots became free: the poller may read that many more
+// messages (credits are returned in batches of a quarter of the pool, or
+// at once when nothing runs any more, so that reads stay large).
+void handler_freed(self_ptr self, int64_t n) {
+  auto& st = self->state;
   st.settings.counters->in_flight -= n;
   if (st.settings.domain_in_flight)
     *st.settings.domain_in_flight -= n;
-  if (!st.draining && st.poller) {
-    self->send(st.poller, atom::credit::value, n);
-    // The poller reads again: an earlier "idle" no longer counts.
-    ++st.credits_sent;
-    st.poller_idle = false;
+  st.pending_credit += n;
+  auto batch = std::max<int64_t>(1, st.settings.concurrency / 4);
+  if (st.pending_credit >= batch
+      || (st.running.empty() && st.backlog.empty())) {
+    give_credit(self, st.pending_credit);
+    st.pending_credit = 0;
   }
+}
+
+// The side effects of `n` commands are committed (or will never be
+// written): progress for a drain. In tick mode the poller reads once more,
+// since a retry may have become due.
+void committed(self_ptr self, int64_t n) {
+  auto& st = self->state;
+  st.held -= n;
+  if (st.settings.tick)
+    give_credit(self, 0);
   maybe_finish_drain(self);
 }
 
@@ -179,15 +205,16 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
     },
     [self](atom::finish, db::finished_command& x) {
       // A claimed message that cannot run (e.g. undecodable): finish it.
+      // It took one of the poller's credits but no handler.
       auto& st = self->state;
       st.held += 1;
-      st.settings.counters->in_flight += 1;
-      if (st.settings.domain_in_flight)
-        *st.settings.domain_in_flight += 1;
       st.settings.counters->received += 1;
       self->send(st.completion, atom::finish::value, std::move(x));
+      st.pending_credit += 1;
+      give_credit(self, st.pending_credit);
+      st.pending_credit = 0;
     },
-    [self](atom::done, int64_t n) { release(self, n); },
+    [self](atom::done, int64_t n) { committed(self, n); },
     [self](atom::idle, int64_t credits_seen) {
       // Only an empty read made after the poller got every credit counts
       // (an older one raced with a credit that makes it read again).

@@ -19,7 +19,8 @@ namespace cmdbus {
 
 /// Counters of a running worker (all domains), updated by its actors.
 struct worker_counters {
-  /// Messages read and not yet finalised (in a handler or being written).
+  /// Commands read and not yet handled (running in a handler or waiting
+  /// for one); never more than the concurrency per domain.
   std::atomic<int64_t> in_flight{0};
   std::atomic<int64_t> received{0};
   std::atomic<int64_t> completed{0};
@@ -84,7 +85,8 @@ public:
   /// Returns whether the worker runs.
   bool is_running() const noexcept;
 
-  /// Returns the number of messages read and not yet finalised.
+  /// Returns the number of commands read and not yet handled (in a
+  /// handler or waiting for one).
   size_t in_flight_count() const noexcept;
 
   /// Returns the first configured domain.

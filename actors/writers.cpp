@@ -32,6 +32,8 @@ struct writer_state {
   caf::actor parent;
   std::unique_ptr<db::connection> conn;
   std::vector<Item> buffer;
+  /// When the oldest buffered item arrived.
+  std::chrono::steady_clock::time_point oldest;
   int failures = 0;
   /// Set while waiting for the error backoff to pass.
   std::optional<std::chrono::milliseconds> retry_in;
@@ -125,22 +127,43 @@ caf::behavior writer_behavior(caf::stateful_actor<State>* self,
                               Extra... extra) {
   auto update = [self, extra...] {
     auto& st = self->state;
-    auto backoff = st.retry_in;
-    if (!st.retry_in
-        && (st.buffer.size() >= max_flush || self->mailbox().empty()))
+    if (st.retry_in || st.buffer.empty())
+      return;
+    // Group commit: write when full, or when nothing else is queued and the
+    // oldest item waited flush_interval (so that the batch can grow while
+    // handlers are still finishing; the behavior's timeout covers a lull).
+    auto waited = std::chrono::steady_clock::now() - st.oldest;
+    if (st.buffer.size() >= max_flush
+        || (self->mailbox().empty() && waited >= st.settings.flush_interval))
       State::flush(self);
-    if (backoff != st.retry_in)
+    if (st.retry_in)
       self->become(writer_behavior(self, extra...));
   };
   auto on_item = [self, update](typename State::item_atom,
                                 typename decltype(State::buffer)::value_type&
                                   x) {
-    self->state.buffer.push_back(std::move(x));
+    auto& st = self->state;
+    if (st.buffer.empty())
+      st.oldest = std::chrono::steady_clock::now();
+    st.buffer.push_back(std::move(x));
     update();
   };
-  auto on_flush = [update](atom::flush) { update(); };
+  auto on_flush = [self, extra...](atom::flush) {
+    if (self->state.retry_in)
+      return;
+    State::flush(self);
+    if (self->state.retry_in)
+      self->become(writer_behavior(self, extra...));
+  };
   if (!self->state.retry_in)
-    return {on_item, on_flush, extra...};
+    return {on_item, on_flush, extra...,
+            caf::after(std::max(std::chrono::milliseconds{1},
+                                self->state.settings.flush_interval))
+              >> [self, extra...] {
+                  State::flush(self);
+                  if (self->state.retry_in)
+                    self->become(writer_behavior(self, extra...));
+                }};
   return {on_item, on_flush, extra...,
           caf::after(*self->state.retry_in) >> [self, extra...] {
             self->state.retry_in.reset();

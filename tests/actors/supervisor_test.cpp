@@ -124,20 +124,29 @@ CAF_TEST(it spawns the configured number of handlers and its children) {
   CAF_CHECK(kids->retry != nullptr);
 }
 
-CAF_TEST(a success is finished by the completion actor and its credit returns) {
+CAF_TEST(a freed handler returns its credit and the drain waits for the commit) {
   self->send(sup, atom::run::value,
              std::vector<received_command>{make_rc(1, "ok")});
-  sched.run();
-  CAF_CHECK_EQUAL(st().held, 1);
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
   CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 1);
+  expect((atom::handle, received_command),
+         from(sup).to(kids->handlers[0]).with(_, _));
+  expect((outcome), from(kids->handlers[0]).to(sup).with(_));
+  // The handler slot is free again: its credit goes back to the poller at
+  // once (the pool is idle), and the command is no longer in flight ...
+  expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
+  expect((atom::finish, db::finished_command),
+         from(sup).to(kids->completion).with(_, _));
+  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
   CAF_CHECK(st().running.empty());
   CAF_CHECK_EQUAL(st().idle.size(), 2u);
-  // The slot stays held until the side effects are committed.
+  // ... but it stays held until its side effects are committed.
+  CAF_CHECK_EQUAL(st().held, 1);
   self->send(sup, atom::done::value, int64_t{1});
   expect((atom::done, int64_t), from(self).to(sup).with(_, 1));
-  expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
   CAF_CHECK_EQUAL(st().held, 0);
-  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
+  disallow((atom::credit, int64_t), from(sup).to(kids->poller).with(_, _));
 }
 
 CAF_TEST(outcomes are routed by kind) {
@@ -172,9 +181,11 @@ CAF_TEST(it never runs more commands than handlers) {
   CAF_CHECK_EQUAL(st().running.size(), 2u);
   CAF_CHECK_EQUAL(st().backlog.size(), 1u);
   CAF_CHECK(st().idle.empty());
+  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 3);
   sched.run();
   CAF_CHECK(st().backlog.empty());
   CAF_CHECK_EQUAL(st().held, 3);
+  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
 }
 
 CAF_TEST(a crashed handler is replaced and its slot released) {
@@ -184,6 +195,7 @@ CAF_TEST(a crashed handler is replaced and its slot released) {
   // The handler died; the supervisor released the slot (the message
   // reappears after its visibility timeout) and respawned the handler.
   CAF_CHECK_EQUAL(st().held, 0);
+  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
   CAF_CHECK_EQUAL(settings.counters->handler_restarts.load(), 1);
   CAF_CHECK_EQUAL(st().handlers.size(), 2u);
   CAF_CHECK_EQUAL(st().idle.size(), 2u);
