@@ -22,58 +22,57 @@ public:
   using command_bus_error::command_bus_error;
 };
 
-/// A command with this (domain, command_id) exists already.
-class duplicate_command_error : public command_bus_error {
+/// An error about one (domain, id) pair: a command or a batch.
+class keyed_error : public command_bus_error {
 public:
-  duplicate_command_error(std::string domain, uuid command_id)
-    : command_bus_error("duplicate command " + command_id.to_string()
-                        + " in domain " + domain),
-      domain_(std::move(domain)),
-      command_id_(command_id) {
+  keyed_error(const std::string& what, std::string domain, uuid id)
+    : command_bus_error(what), domain_(std::move(domain)), id_(id) {
     // nop
   }
   const std::string& domain() const noexcept { return domain_; }
-  const uuid& command_id() const noexcept { return command_id_; }
+
+protected:
+  const uuid& id() const noexcept { return id_; }
 
 private:
   std::string domain_;
-  uuid command_id_;
+  uuid id_;
+};
+
+/// A command with this (domain, command_id) exists already.
+class duplicate_command_error : public keyed_error {
+public:
+  duplicate_command_error(std::string domain, uuid command_id)
+    : keyed_error("duplicate command " + command_id.to_string()
+                    + " in domain " + domain,
+                  domain, command_id) {
+    // nop
+  }
+  const uuid& command_id() const noexcept { return id(); }
 };
 
 /// No command with this (domain, command_id).
-class command_not_found_error : public command_bus_error {
+class command_not_found_error : public keyed_error {
 public:
   command_not_found_error(std::string domain, uuid command_id)
-    : command_bus_error("command " + command_id.to_string()
-                        + " not found in domain " + domain),
-      domain_(std::move(domain)),
-      command_id_(command_id) {
+    : keyed_error("command " + command_id.to_string()
+                    + " not found in domain " + domain,
+                  domain, command_id) {
     // nop
   }
-  const std::string& domain() const noexcept { return domain_; }
-  const uuid& command_id() const noexcept { return command_id_; }
-
-private:
-  std::string domain_;
-  uuid command_id_;
+  const uuid& command_id() const noexcept { return id(); }
 };
 
 /// No batch with this (domain, batch_id).
-class batch_not_found_error : public command_bus_error {
+class batch_not_found_error : public keyed_error {
 public:
   batch_not_found_error(std::string domain, uuid batch_id)
-    : command_bus_error("batch " + batch_id.to_string()
-                        + " not found in domain " + domain),
-      domain_(std::move(domain)),
-      batch_id_(batch_id) {
+    : keyed_error("batch " + batch_id.to_string() + " not found in domain "
+                    + domain,
+                  domain, batch_id) {
     // nop
   }
-  const std::string& domain() const noexcept { return domain_; }
-  const uuid& batch_id() const noexcept { return batch_id_; }
-
-private:
-  std::string domain_;
-  uuid batch_id_;
+  const uuid& batch_id() const noexcept { return id(); }
 };
 
 /// An operation that the current state does not allow (e.g. an operator
