@@ -111,15 +111,17 @@ void give_credit(self_ptr self, int64_t n) {
 }
 
 // `n` handler slots became free: the poller may read that many more
-// messages (credits are returned in batches of a quarter of the pool, or
-// at once when nothing runs any more, so that reads stay large).
+// messages. Credits go back in batches of half the pool, so that reads
+// stay large under load (a small read costs nearly as much as a large
+// one), or at once when nothing runs any more. (Returning them after a
+// delay as well was measured to collapse throughput; see docs/worker.md.)
 void handler_freed(self_ptr self, int64_t n) {
   auto& st = self->state;
   st.settings.counters->in_flight -= n;
   if (st.settings.domain_in_flight)
     *st.settings.domain_in_flight -= n;
   st.pending_credit += n;
-  auto batch = std::max<int64_t>(1, st.settings.concurrency / 4);
+  auto batch = std::max<int64_t>(1, st.settings.concurrency / 2);
   if (st.pending_credit >= batch
       || (st.running.empty() && st.backlog.empty())) {
     give_credit(self, st.pending_credit);
@@ -215,6 +217,7 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
       st.pending_credit = 0;
     },
     [self](atom::done, int64_t n) { committed(self, n); },
+
     [self](atom::idle, int64_t credits_seen) {
       // Only an empty read made after the poller got every credit counts
       // (an older one raced with a credit that makes it read again).
