@@ -17,6 +17,7 @@
 
 #include "db/connection.hpp"
 #include "db/error.hpp"
+#include "tests/support/rows.hpp"
 #include "tests/support/test_db.hpp"
 
 using namespace cmdbus;
@@ -119,37 +120,8 @@ command_row read_command(db::connection& conn, const std::string& domain,
   return row;
 }
 
-struct batch_row {
-  std::string status;
-  int64_t total = 0;
-  int64_t completed = 0;
-  int64_t canceled = 0;
-  int64_t in_tsq = 0;
-  int64_t failed = 0;
-  opt_str started_at;
-  opt_str completed_at;
-};
-
-batch_row read_batch(db::connection& conn, const std::string& domain,
-                     const std::string& id) {
-  auto res = conn.query(
-    "SELECT status, total_count, completed_count, canceled_count,"
-    " in_troubleshooting_count, failed_count, started_at, completed_at"
-    " FROM commandbus.batch WHERE domain = $1 AND batch_id = $2::uuid",
-    domain, id);
-  if (res.rows() != 1)
-    throw std::runtime_error("batch row not found");
-  batch_row row;
-  row.status = std::string{res.text(0, 0)};
-  row.total = res.int64(0, 1);
-  row.completed = res.int64(0, 2);
-  row.canceled = res.int64(0, 3);
-  row.in_tsq = res.int64(0, 4);
-  row.failed = res.int64(0, 5);
-  row.started_at = res.opt_text(0, 6);
-  row.completed_at = res.opt_text(0, 7);
-  return row;
-}
+using test::batch_row;
+using test::read_batch;
 
 struct audit_row {
   std::string event_type;

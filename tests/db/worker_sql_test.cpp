@@ -33,6 +33,7 @@
 #include "model/json.hpp"
 #include "model/types.hpp"
 #include "model/uuid.hpp"
+#include "tests/support/rows.hpp"
 #include "tests/support/test_db.hpp"
 
 using namespace cmdbus;
@@ -337,38 +338,8 @@ void set_status(db::connection& c, const std::string& domain,
           domain, id, status);
 }
 
-struct batch_row {
-  std::string status;
-  int64_t total = 0;
-  int64_t completed = 0;
-  int64_t canceled = 0;
-  int64_t in_tsq = 0;
-  int64_t failed = 0;
-  bool started = false;
-  bool finished = false;
-};
-
-batch_row read_batch(db::connection& c, const std::string& domain,
-                     const std::string& id) {
-  auto res = c.query(
-    "SELECT status, total_count, completed_count, canceled_count,"
-    " in_troubleshooting_count, failed_count, started_at IS NOT NULL,"
-    " completed_at IS NOT NULL"
-    " FROM commandbus.batch WHERE domain = $1 AND batch_id = $2::uuid",
-    domain, id);
-  if (res.rows() != 1)
-    throw std::runtime_error("batch row not found");
-  batch_row row;
-  row.status = std::string{res.text(0, 0)};
-  row.total = res.int64(0, 1);
-  row.completed = res.int64(0, 2);
-  row.canceled = res.int64(0, 3);
-  row.in_tsq = res.int64(0, 4);
-  row.failed = res.int64(0, 5);
-  row.started = res.boolean(0, 6);
-  row.finished = res.boolean(0, 7);
-  return row;
-}
+using test::batch_row;
+using test::read_batch;
 
 struct audit_row {
   std::string event_type;
@@ -797,7 +768,7 @@ TEST(WorkerSqlReceive, StartsBatchOnce) {
   EXPECT_EQ(rows[0].batch_id, batch_id);
   auto b = read_batch(e.conn, e.domain, batch_id);
   EXPECT_EQ(b.status, "IN_PROGRESS");
-  EXPECT_TRUE(b.started);
+  EXPECT_TRUE(b.started_at);
   auto started_at = e.conn
                       .query("SELECT started_at::text FROM commandbus.batch"
                              " WHERE domain = $1 AND batch_id = $2::uuid",
@@ -963,13 +934,13 @@ TEST(WorkerSqlComplete, CompletesBatchExactlyOnceAcrossCalls) {
             (completions{{batch_id, false}}));
   auto b = read_batch(e.conn, e.domain, batch_id);
   EXPECT_EQ(b.status, "IN_PROGRESS");
-  EXPECT_FALSE(b.finished);
+  EXPECT_FALSE(b.completed_at);
 
   EXPECT_EQ(complete(e.conn, e.domain, e.queue, {{cmds[1].second, cmds[1].first}}),
             (completions{{batch_id, true}}));
   b = read_batch(e.conn, e.domain, batch_id);
   EXPECT_EQ(b.status, "COMPLETED");
-  EXPECT_TRUE(b.finished);
+  EXPECT_TRUE(b.completed_at);
   EXPECT_EQ(b.completed, 2);
 
   // Redelivered completions change nothing and never complete it again.
@@ -1028,7 +999,7 @@ TEST(WorkerSqlComplete, FailedCommandCompletesBatchWithFailures) {
 
   auto b = read_batch(e.conn, e.domain, batch_id);
   EXPECT_EQ(b.status, "COMPLETED_WITH_FAILURES");
-  EXPECT_TRUE(b.finished);
+  EXPECT_TRUE(b.completed_at);
   EXPECT_EQ(b.completed, 1);
   EXPECT_EQ(b.failed, 1);
   EXPECT_TRUE(json_eq(e.conn,
