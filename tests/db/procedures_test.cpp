@@ -120,7 +120,6 @@ command_row read_command(db::connection& conn, const std::string& domain,
   return row;
 }
 
-using test::batch_row;
 using test::read_batch;
 
 struct audit_row {

@@ -338,7 +338,6 @@ void set_status(db::connection& c, const std::string& domain,
           domain, id, status);
 }
 
-using test::batch_row;
 using test::read_batch;
 
 struct audit_row {
