@@ -42,6 +42,8 @@ using idle = caf::atom_constant<caf::atom("idle")>;
 using restart = caf::atom_constant<caf::atom("restart")>;
 /// Batch counter: batches that just became complete.
 using batches = caf::atom_constant<caf::atom("batches")>;
+/// Batch counter: deliver recorded completions whose lease is free.
+using sweep = caf::atom_constant<caf::atom("sweep")>;
 
 } // namespace cmdbus::atom
 

@@ -55,6 +55,9 @@ struct domain_settings {
   std::shared_ptr<std::atomic<bool>> cancelled;
   /// Receives (atom::batches, domain, std::vector<uuid>); may be invalid.
   caf::actor batch_counter;
+  /// The completion writer records the batches it completes for durable
+  /// callback delivery (set when batch callbacks are registered).
+  bool record_batches = false;
   /// This domain's share of counters->in_flight, so that the root can
   /// correct the total when the domain's supervisor dies.
   std::shared_ptr<std::atomic<int64_t>> domain_in_flight;
@@ -65,6 +68,12 @@ struct domain_settings {
 /// db::error when the database cannot be reached.
 db::connection& ensure_connection(std::unique_ptr<db::connection>& conn,
                                   const domain_settings& settings,
+                                  const char* application_name);
+
+/// The same for a DSN and statement timeout.
+db::connection& ensure_connection(std::unique_ptr<db::connection>& conn,
+                                  const std::string& dsn,
+                                  std::chrono::milliseconds statement_timeout,
                                   const char* application_name);
 
 /// Returns the backoff in seconds after failed attempt `attempt` under
@@ -165,11 +174,43 @@ caf::actor spawn_poller(caf::event_based_actor* parent,
 
 // -- writers -----------------------------------------------------------------
 
-/// Spawns the production completion actor.
+/// How the completion writer writes one buffer: one transaction, throwing
+/// on failure; returns the batches that became complete.
+using finish_fn
+  = std::function<std::vector<uuid>(const std::vector<db::finished_command>&)>;
+/// How the retry scheduler writes one buffer (one transaction, throws).
+using reschedule_fn
+  = std::function<void(const std::vector<db::retry_command>&)>;
+/// How the retry scheduler extends visibility timeouts (msg_ids, seconds,
+/// keep_longer) -> messages that still exist; throws on failure.
+using extend_fn
+  = std::function<int(const std::vector<int64_t>&, int, bool)>;
+
+/// Spawns a completion writer reporting (atom::done, n) to `parent` and
+/// completed batches to settings.batch_counter. It buffers
+/// (atom::finish, db::finished_command) and writes through `write` (the
+/// database when empty) when its mailbox ran empty and the oldest item
+/// waited flush_interval, when 512 are buffered, on (atom::flush), and on
+/// exit; a failed write keeps the buffer and is retried after a backoff.
+/// Detached in production; scheduled (`detached` false) in tests.
+caf::actor spawn_completion_writer(caf::actor_system& sys,
+                                   const domain_settings& settings,
+                                   caf::actor parent, finish_fn write,
+                                   bool detached);
+
+/// The same for the retry scheduler, which buffers (atom::retry,
+/// db::retry_command) and also answers (atom::extend, msg_ids, seconds,
+/// keep_longer) -> int through `extend` (the database when empty).
+caf::actor spawn_retry_writer(caf::actor_system& sys,
+                              const domain_settings& settings,
+                              caf::actor parent, reschedule_fn write,
+                              extend_fn extend, bool detached);
+
+/// Spawns the production completion actor, linked to `parent`.
 caf::actor spawn_completion(caf::event_based_actor* parent,
                             const domain_settings& settings);
 
-/// Spawns the production retry scheduler.
+/// Spawns the production retry scheduler, linked to `parent`.
 caf::actor spawn_retry(caf::event_based_actor* parent,
                        const domain_settings& settings);
 
@@ -177,13 +218,36 @@ caf::actor spawn_retry(caf::event_based_actor* parent,
 caf::actor spawn_handler(caf::event_based_actor* parent,
                          const domain_settings& settings, caf::actor retry);
 
-/// The process-wide batch counter: runs the registered callbacks once per
-/// completed batch.
+/// Where and how the batch counter delivers recorded batch completions
+/// (V005: claim with a lease, run the callbacks, mark delivered).
+struct batch_delivery_settings {
+  std::string dsn;
+  std::vector<std::string> domains;
+  std::chrono::milliseconds statement_timeout{25000};
+  /// How long a claimed delivery is reserved for this process; after a
+  /// crash, the batch is delivered again once it expired.
+  std::chrono::seconds lease{60};
+  /// How often recorded, undelivered completions are looked for (also at
+  /// start): those of a worker that died before delivering them.
+  std::chrono::milliseconds sweep_interval{30000};
+};
+
+/// The process-wide batch counter (detached: callbacks and the database
+/// may block): runs the registered callbacks once per completed batch,
+/// claiming each recorded completion first and marking it delivered after
+/// the callbacks ran, so that a crash in between delivers it again later
+/// and nothing is delivered twice otherwise (DECISIONS.md D3).
 struct batch_counter_state {
   std::vector<batch_callback> callbacks;
+  batch_delivery_settings settings;
+  std::unique_ptr<db::connection> conn;
+  std::chrono::steady_clock::time_point next_sweep;
+  std::shared_ptr<worker_counters> counters;
   static inline const char* name = "batch-counter";
 };
 caf::behavior batch_counter(caf::stateful_actor<batch_counter_state>* self,
-                            std::vector<batch_callback> callbacks);
+                            std::vector<batch_callback> callbacks,
+                            batch_delivery_settings settings,
+                            std::shared_ptr<worker_counters> counters);
 
 } // namespace cmdbus::actors

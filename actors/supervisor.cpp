@@ -8,16 +8,23 @@
 namespace cmdbus::actors {
 
 db::connection& ensure_connection(std::unique_ptr<db::connection>& conn,
-                                  const domain_settings& settings,
+                                  const std::string& dsn,
+                                  std::chrono::milliseconds statement_timeout,
                                   const char* application_name) {
   if (!conn || !conn->is_open()) {
     db::connection_options opts;
     opts.application_name = application_name;
-    opts.statement_timeout = settings.statement_timeout;
-    conn = std::make_unique<db::connection>(
-      db::connection::open(settings.dsn, opts));
+    opts.statement_timeout = statement_timeout;
+    conn = std::make_unique<db::connection>(db::connection::open(dsn, opts));
   }
   return *conn;
+}
+
+db::connection& ensure_connection(std::unique_ptr<db::connection>& conn,
+                                  const domain_settings& settings,
+                                  const char* application_name) {
+  return ensure_connection(conn, settings.dsn, settings.statement_timeout,
+                           application_name);
 }
 
 int backoff_seconds(const config::retry_config& retry, int attempt,

@@ -57,6 +57,7 @@ struct worker::impl {
     s.registry = registry;
     s.cancelled = cancelled;
     s.batch_counter = counter;
+    s.record_batches = !callbacks.empty();
     s.domain_in_flight = std::make_shared<std::atomic<int64_t>>(0);
     return s;
   }
@@ -76,7 +77,12 @@ struct worker::impl {
     cancelled->store(false);
     sys_cfg.set("scheduler.max-threads", 2);
     sys = std::make_unique<caf::actor_system>(sys_cfg);
-    counter = sys->spawn<caf::detached>(actors::batch_counter, callbacks);
+    actors::batch_delivery_settings delivery;
+    delivery.dsn = cfg.dsn;
+    delivery.domains = cfg.domains;
+    delivery.statement_timeout = cfg.statement_timeout;
+    counter = sys->spawn<caf::detached>(actors::batch_counter, callbacks,
+                                        std::move(delivery), counters);
     std::vector<actors::domain_settings> domains;
     for (auto& d : cfg.domains)
       domains.push_back(settings_for(d, tick));

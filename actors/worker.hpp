@@ -48,8 +48,9 @@ struct worker_stats {
   int64_t db_errors = 0;
 };
 
-/// Called once when a batch becomes complete (COMPLETED or
-/// COMPLETED_WITH_FAILURES) through this worker, after the commit.
+/// Called when a batch becomes complete (COMPLETED or
+/// COMPLETED_WITH_FAILURES) through a worker, after the commit: once, or
+/// again only if the process died before recording the delivery.
 using batch_callback = std::function<void(const std::string& domain,
                                           const uuid& batch_id)>;
 
@@ -95,7 +96,12 @@ public:
   /// Returns the counters so far.
   worker_stats stats() const noexcept;
 
-  /// Registers a batch-completion callback (in memory, like the reference).
+  /// Registers a batch-completion callback. With callbacks registered, the
+  /// worker records each batch it completes in the same transaction as the
+  /// transition and marks it delivered after the callbacks ran; a
+  /// completion recorded but not delivered (the process died) is delivered
+  /// by the next worker with callbacks for the domain, at its start or in
+  /// its periodic sweep (DECISIONS.md D3, docs/worker.md).
   void on_batch_complete(batch_callback cb);
 
   /// Tick mode: processes what is due now in every domain, waits for its

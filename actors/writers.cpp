@@ -60,12 +60,15 @@ struct writer_state {
 
 struct completion_state : writer_state<db::finished_command> {
   using item_atom = atom::finish;
+  finish_fn write;
   static void flush(caf::stateful_actor<completion_state>* self);
   static inline const char* name = "completion";
 };
 
 struct retry_state : writer_state<db::retry_command> {
   using item_atom = atom::retry;
+  reschedule_fn write;
+  extend_fn extend;
   static void flush(caf::stateful_actor<retry_state>* self);
   static inline const char* name = "retry-scheduler";
 };
@@ -75,8 +78,7 @@ void completion_state::flush(caf::stateful_actor<completion_state>* self) {
   if (st.buffer.empty())
     return;
   try {
-    db::worker_store store{st.connection(), st.settings.domain};
-    auto batches = store.finish(st.buffer);
+    auto batches = st.write(st.buffer);
     maybe_crash(fault_point::after_commit);
     st.failures = 0;
     auto n = static_cast<int64_t>(st.buffer.size());
@@ -103,8 +105,7 @@ void retry_state::flush(caf::stateful_actor<retry_state>* self) {
   if (st.buffer.empty())
     return;
   try {
-    db::worker_store store{st.connection(), st.settings.domain};
-    store.reschedule(st.buffer);
+    st.write(st.buffer);
     maybe_crash(fault_point::after_commit);
     st.failures = 0;
     auto n = static_cast<int64_t>(st.buffer.size());
@@ -190,18 +191,49 @@ caf::behavior start_writer(caf::stateful_actor<State>* self,
 }
 
 caf::behavior completion(caf::stateful_actor<completion_state>* self,
-                         domain_settings settings, caf::actor parent) {
+                         domain_settings settings, caf::actor parent,
+                         finish_fn write) {
+  if (write) {
+    self->state.write = std::move(write);
+  } else {
+    self->state.write = [self](const std::vector<db::finished_command>& xs) {
+      auto& st = self->state;
+      db::worker_store store{st.connection(), st.settings.domain};
+      store.record_batch_completions(st.settings.record_batches);
+      return store.finish(xs);
+    };
+  }
   return start_writer(self, std::move(settings), std::move(parent));
 }
 
 caf::behavior retry_scheduler(caf::stateful_actor<retry_state>* self,
-                              domain_settings settings, caf::actor parent) {
+                              domain_settings settings, caf::actor parent,
+                              reschedule_fn write, extend_fn extend) {
+  auto& st = self->state;
+  if (write) {
+    st.write = std::move(write);
+  } else {
+    st.write = [self](const std::vector<db::retry_command>& xs) {
+      auto& st = self->state;
+      db::worker_store store{st.connection(), st.settings.domain};
+      store.reschedule(xs);
+    };
+  }
+  if (extend) {
+    st.extend = std::move(extend);
+  } else {
+    st.extend = [self](const std::vector<int64_t>& msg_ids, int seconds,
+                       bool keep_longer) {
+      auto& st = self->state;
+      db::worker_store store{st.connection(), st.settings.domain};
+      return store.extend_visibility(msg_ids, seconds, keep_longer);
+    };
+  }
   auto on_extend = [self](atom::extend, std::vector<int64_t>& msg_ids,
                           int seconds, bool keep_longer) -> caf::result<int> {
     auto& st = self->state;
     try {
-      db::worker_store store{st.connection(), st.settings.domain};
-      return store.extend_visibility(msg_ids, seconds, keep_longer);
+      return st.extend(msg_ids, seconds, keep_longer);
     } catch (const std::exception& e) {
       st.settings.counters->db_errors += 1;
       if (st.conn && !st.conn->is_open())
@@ -244,16 +276,43 @@ caf::behavior handler(caf::event_based_actor* self, domain_settings settings,
 
 } // namespace
 
+caf::actor spawn_completion_writer(caf::actor_system& sys,
+                                   const domain_settings& settings,
+                                   caf::actor parent, finish_fn write,
+                                   bool detached) {
+  if (detached)
+    return sys.spawn<caf::detached>(completion, settings, std::move(parent),
+                                    std::move(write));
+  return sys.spawn(completion, settings, std::move(parent), std::move(write));
+}
+
+caf::actor spawn_retry_writer(caf::actor_system& sys,
+                              const domain_settings& settings,
+                              caf::actor parent, reschedule_fn write,
+                              extend_fn extend, bool detached) {
+  if (detached)
+    return sys.spawn<caf::detached>(retry_scheduler, settings,
+                                    std::move(parent), std::move(write),
+                                    std::move(extend));
+  return sys.spawn(retry_scheduler, settings, std::move(parent),
+                   std::move(write), std::move(extend));
+}
+
 caf::actor spawn_completion(caf::event_based_actor* parent,
                             const domain_settings& settings) {
-  return parent->spawn<caf::detached + caf::linked>(
-    completion, settings, caf::actor_cast<caf::actor>(parent));
+  auto writer = spawn_completion_writer(
+    parent->system(), settings, caf::actor_cast<caf::actor>(parent), {}, true);
+  parent->link_to(writer);
+  return writer;
 }
 
 caf::actor spawn_retry(caf::event_based_actor* parent,
                        const domain_settings& settings) {
-  return parent->spawn<caf::detached + caf::linked>(
-    retry_scheduler, settings, caf::actor_cast<caf::actor>(parent));
+  auto writer = spawn_retry_writer(parent->system(), settings,
+                                   caf::actor_cast<caf::actor>(parent), {},
+                                   {}, true);
+  parent->link_to(writer);
+  return writer;
 }
 
 caf::actor spawn_handler(caf::event_based_actor* parent,
@@ -265,23 +324,101 @@ spawners default_spawners() {
   return {spawn_poller, spawn_completion, spawn_handler, spawn_retry};
 }
 
+namespace {
+
+/// Most recorded completions claimed per statement.
+constexpr int delivery_chunk = 100;
+
+using counter_ptr = caf::stateful_actor<batch_counter_state>*;
+
+// Runs the callbacks of one batch; a throwing callback is logged and
+// swallowed (like the reference) and does not stop the others.
+void run_callbacks(counter_ptr self, const std::string& domain,
+                   const uuid& id) {
+  for (auto& cb : self->state.callbacks) {
+    try {
+      cb(domain, id);
+    } catch (const std::exception& e) {
+      spdlog::warn("batch callback for {} failed: {}", id.to_string(),
+                   e.what());
+    }
+  }
+}
+
+// Delivers recorded completions of `domain`: `ids` only (just completed),
+// or every one whose lease is free (a sweep). Claims first, runs the
+// callbacks, then marks them delivered. On a database failure the
+// undelivered rest stays recorded for a later sweep.
+void deliver(counter_ptr self, const std::string& domain,
+             const std::vector<uuid>* ids) {
+  auto& st = self->state;
+  try {
+    db::worker_store store{
+      ensure_connection(st.conn, st.settings.dsn,
+                        st.settings.statement_timeout, "cmdbus-batches"),
+      domain};
+    auto lease = static_cast<int>(st.settings.lease.count());
+    for (;;) {
+      auto claimed = store.claim_batch_deliveries(ids, lease, delivery_chunk);
+      for (auto& id : claimed)
+        run_callbacks(self, domain, id);
+      store.mark_batches_delivered(claimed);
+      if (ids || claimed.size() < static_cast<size_t>(delivery_chunk))
+        break;
+    }
+  } catch (const std::exception& e) {
+    if (st.counters)
+      st.counters->db_errors += 1;
+    if (st.conn && !st.conn->is_open())
+      st.conn.reset();
+    spdlog::warn("{}: delivering batch completions of {} failed ({}); they "
+                 "stay recorded and are delivered by a later sweep",
+                 self->name(), domain, e.what());
+  }
+}
+
+void sweep(counter_ptr self) {
+  auto& st = self->state;
+  st.next_sweep = std::chrono::steady_clock::now() + st.settings.sweep_interval;
+  for (auto& d : st.settings.domains)
+    deliver(self, d, nullptr);
+}
+
+// Sweeps when due; called on every message, since a busy mailbox keeps
+// the behavior's idle timeout from firing.
+void sweep_if_due(counter_ptr self) {
+  if (std::chrono::steady_clock::now() >= self->state.next_sweep)
+    sweep(self);
+}
+
+} // namespace
+
 caf::behavior batch_counter(caf::stateful_actor<batch_counter_state>* self,
-                            std::vector<batch_callback> callbacks) {
-  self->state.callbacks = std::move(callbacks);
+                            std::vector<batch_callback> callbacks,
+                            batch_delivery_settings settings,
+                            std::shared_ptr<worker_counters> counters) {
+  auto& st = self->state;
+  st.callbacks = std::move(callbacks);
+  st.settings = std::move(settings);
+  st.counters = std::move(counters);
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    self->state.conn.reset();
+    self->quit(em.reason);
+  });
+  if (st.callbacks.empty())
+    // Nothing is recorded for a worker without callbacks (see
+    // domain_settings::record_batches); there is nothing to deliver.
+    return {[](atom::batches, const std::string&, const std::vector<uuid>&) {
+    }};
+  self->send(self, atom::sweep::value);
   return {
     [self](atom::batches, const std::string& domain,
            const std::vector<uuid>& ids) {
-      for (auto& id : ids)
-        for (auto& cb : self->state.callbacks) {
-          try {
-            cb(domain, id);
-          } catch (const std::exception& e) {
-            // Like the reference: callback failures are logged, swallowed.
-            spdlog::warn("batch callback for {} failed: {}", id.to_string(),
-                         e.what());
-          }
-        }
+      deliver(self, domain, &ids);
+      sweep_if_due(self);
     },
+    [self](atom::sweep) { sweep(self); },
+    caf::after(st.settings.sweep_interval) >> [self] { sweep_if_due(self); },
   };
 }
 

@@ -69,6 +69,12 @@ int run_worker(const std::vector<std::string>& argv) {
   auto shutdown_timeout = cfg.shutdown_timeout;
   bool tick = cfg.tick;
   worker w{cfg, std::move(registry)};
+  // Operators see batch completions in the log. Having a callback also
+  // makes the worker record them for durable delivery (V005).
+  w.on_batch_complete([](const std::string& domain, const uuid& batch_id) {
+    spdlog::info("batch {} of domain {} is complete", batch_id.to_string(),
+                 domain);
+  });
   if (tick) {
     auto stats = w.run_tick(std::chrono::hours{24});
     print_stats(stats, json);

@@ -80,6 +80,25 @@ std::optional<std::string> reply_for(const finished_command& x) {
   }
 }
 
+namespace {
+
+// The statement of one finish step: `call` returns (batch_id,
+// batch_complete) rows; with `record`, the batches that just became
+// complete are also recorded for callback delivery (V005) in the same
+// statement, so the record commits with the transition.
+std::string finish_sql(const char* call, bool record) {
+  std::string sql;
+  if (!record)
+    return sql.append("SELECT batch_id, batch_complete FROM ").append(call);
+  return sql.append("WITH f AS (SELECT batch_id, batch_complete FROM ")
+    .append(call)
+    .append("), r AS (INSERT INTO commandbus.cmdbus_batch_delivery (domain, "
+            "batch_id) SELECT $1, f.batch_id FROM f WHERE f.batch_complete "
+            "ON CONFLICT DO NOTHING) SELECT batch_id, batch_complete FROM f");
+}
+
+} // namespace
+
 std::vector<uuid>
 worker_store::finish(const std::vector<finished_command>& items) {
   std::vector<uuid> completed;
@@ -112,12 +131,13 @@ worker_store::finish(const std::vector<finished_command>& items) {
       replies.push_back(rep);
     }
     sts.push_back(
-      {"SELECT batch_id, batch_complete FROM commandbus.cmdbus_complete($1, "
-       "$2, $3::bigint[], $4::uuid[], $5::boolean[], $6::text[], $7::jsonb[])",
+      {finish_sql("commandbus.cmdbus_complete($1, $2, $3::bigint[], "
+                  "$4::uuid[], $5::boolean[], $6::text[], $7::jsonb[])",
+                  record_batches_),
        {domain_, queue_, array_literal(msg_ids), array_literal(ids),
         array_literal(has_result), array_literal(reply_tos),
         array_literal(replies)},
-       "cmdbus_complete"});
+       record_batches_ ? "cmdbus_complete_rec" : "cmdbus_complete"});
   }
   auto add_final = [&](const char* kind,
                        const std::vector<const finished_command*>& xs) {
@@ -146,15 +166,16 @@ worker_store::finish(const std::vector<finished_command>& items) {
       replies.push_back(rep);
     }
     sts.push_back(
-      {"SELECT batch_id, batch_complete FROM commandbus.cmdbus_fail_final($1, "
-       "$2, $3, $4::bigint[], $5::uuid[], $6::int[], $7::int[], $8::text[], "
-       "$9::text[], $10::text[], $11::jsonb[], $12::text[], $13::jsonb[])",
+      {finish_sql("commandbus.cmdbus_fail_final($1, $2, $3, $4::bigint[], "
+                  "$5::uuid[], $6::int[], $7::int[], $8::text[], $9::text[], "
+                  "$10::text[], $11::jsonb[], $12::text[], $13::jsonb[])",
+                  record_batches_),
        {domain_, queue_, std::string{kind}, array_literal(msg_ids),
         array_literal(ids), array_literal(attempts),
         array_literal(max_attempts), array_literal(error_types),
         array_literal(codes), array_literal(msgs), array_literal(details),
         array_literal(reply_tos), array_literal(replies)},
-       "cmdbus_fail_final"});
+       record_batches_ ? "cmdbus_fail_final_rec" : "cmdbus_fail_final"});
   };
   add_final("PERMANENT", permanent);
   add_final("EXHAUSTED", exhausted);
@@ -227,6 +248,40 @@ int worker_store::extend_visibility(const std::vector<int64_t>& msg_ids,
     "SELECT commandbus.cmdbus_extend_visibility($1, $2::bigint[], $3::int)",
     {queue_, array_literal(msg_ids), to_param(seconds)});
   return static_cast<int>(r.int64(0, 0));
+}
+
+std::vector<uuid>
+worker_store::claim_batch_deliveries(const std::vector<uuid>* batch_ids,
+                                     int lease_seconds, int limit) {
+  std::optional<std::string> ids;
+  if (batch_ids) {
+    std::vector<std::string> texts;
+    for (auto& id : *batch_ids)
+      texts.push_back(id.to_string());
+    ids = array_literal(texts);
+  }
+  auto r = conn_.query(
+    "SELECT batch_id FROM commandbus.cmdbus_claim_batch_deliveries($1, "
+    "$2::uuid[], $3::int, $4::int)",
+    domain_, ids, std::to_string(lease_seconds), std::to_string(limit));
+  std::vector<uuid> claimed;
+  for (int row = 0; row < r.rows(); ++row)
+    if (auto id = uuid::parse(r.text(row, 0)))
+      claimed.push_back(*id);
+  return claimed;
+}
+
+int worker_store::mark_batches_delivered(const std::vector<uuid>& batch_ids) {
+  if (batch_ids.empty())
+    return 0;
+  std::vector<std::string> texts;
+  for (auto& id : batch_ids)
+    texts.push_back(id.to_string());
+  return static_cast<int>(
+    conn_
+      .query("SELECT commandbus.cmdbus_mark_batches_delivered($1, $2::uuid[])",
+             domain_, array_literal(texts))
+      .int64(0, 0));
 }
 
 } // namespace cmdbus::db

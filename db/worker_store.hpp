@@ -63,8 +63,24 @@ public:
   /// (delete, COMPLETED, SUCCESS reply), permanent and exhausted failures
   /// (archive, IN_TROUBLESHOOTING_QUEUE), business-rule failures (archive,
   /// FAILED, FAILED reply), with their audit rows and batch counters.
-  /// Returns the batches that became complete.
+  /// Returns the batches that became complete; with
+  /// record_batch_completions(true) they are also recorded for durable
+  /// callback delivery in the same transaction (D3, V005).
   std::vector<uuid> finish(const std::vector<finished_command>& items);
+
+  /// Whether `finish` records the batches it completes in
+  /// commandbus.cmdbus_batch_delivery (a worker with batch callbacks).
+  void record_batch_completions(bool on) noexcept { record_batches_ = on; }
+
+  /// Claims recorded, undelivered batch completions whose lease is free
+  /// (only `batch_ids` when given, else the oldest up to `limit`), leasing
+  /// them for `lease_seconds`. Returns the claimed batch ids.
+  std::vector<uuid> claim_batch_deliveries(const std::vector<uuid>* batch_ids,
+                                           int lease_seconds, int limit);
+
+  /// Records that the callbacks of `batch_ids` ran. Returns how many rows
+  /// changed.
+  int mark_batches_delivered(const std::vector<uuid>& batch_ids);
 
   /// Records transient failures (error fields, FAILED audit) and hides
   /// each message for its backoff, in one statement.
@@ -84,6 +100,7 @@ private:
   connection& conn_;
   std::string domain_;
   std::string queue_;
+  bool record_batches_ = false;
 };
 
 /// Returns the reply message for a finished command (SUCCESS or FAILED,

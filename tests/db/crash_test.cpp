@@ -7,9 +7,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
+#include "actors/handler_registry.hpp"
+#include "actors/worker.hpp"
+#include "config/worker_config.hpp"
 #include "db/command_bus.hpp"
 #include "db/pool.hpp"
 #include "tests/support/process.hpp"
@@ -161,3 +168,136 @@ INSTANTIATE_TEST_SUITE_P(
         c = '_';
     return point + "_" + scenarios[std::get<1>(info.param)].name;
   });
+
+// -- batch callbacks (DECISIONS.md D3) -----------------------------------------
+
+namespace {
+
+/// Batch ids a worker's callback saw, in order.
+class callback_log {
+public:
+  void add(const uuid& id) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    ids_.push_back(id);
+  }
+  int64_t count(const uuid& id) const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return std::count(ids_.begin(), ids_.end(), id);
+  }
+
+private:
+  mutable std::mutex mtx_;
+  std::vector<uuid> ids_;
+};
+
+/// Runs an in-process worker with a batch callback on `domain` until the
+/// callback saw `marker` (a batch completed by this worker: the sweep of
+/// recorded completions at start ran before, as it is the first message
+/// the batch counter handles). Returns what the callback saw.
+std::shared_ptr<callback_log> run_until_delivered(const std::string& domain,
+                                                  const uuid& marker) {
+  config::worker_config cfg;
+  cfg.dsn = test::dsn();
+  cfg.domains = {domain};
+  cfg.concurrency = 2;
+  cfg.poll_interval = 100ms;
+  cfg.statement_timeout = 2s;
+  handler_registry reg;
+  reg.add(domain, "Test",
+          [](const command&, handler_context&) { return json::null(); });
+  worker w{cfg, std::move(reg)};
+  auto log = std::make_shared<callback_log>();
+  w.on_batch_complete(
+    [log](const std::string&, const uuid& id) { log->add(id); });
+  w.start();
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (log->count(marker) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  w.stop(10s).get();
+  return log;
+}
+
+} // namespace
+
+TEST(CrashBatchCallback, DeliveredAgainOnlyIfNotRecordedAsDelivered) {
+  auto domain = test::unique_name("cb");
+  db::pool_options popts;
+  popts.dsn = test::dsn();
+  db::pool pool{popts};
+  command_bus bus{pool};
+  auto one = [] {
+    batch_command c;
+    c.command_type = "Test";
+    c.command_id = uuid::random();
+    return c;
+  };
+  auto conn = test::connect();
+  auto delivery = [&](const uuid& batch) {
+    return conn
+      .query("SELECT coalesce(delivered_at IS NOT NULL, false)::text || '/' "
+             "|| attempts FROM commandbus.cmdbus_batch_delivery WHERE domain "
+             "= $1 AND batch_id = $2::uuid",
+             domain, batch.to_string())
+      .text(0, 0);
+  };
+
+  // 1. The worker dies right after committing the batch's completion: the
+  //    completion is recorded, its callback never ran.
+  auto crashed = bus.create_batch(domain, {one()});
+  auto first = run_worker(domain, "after-commit");
+  ASSERT_EQ(first.exit_code, 128 + 9) << first.err;
+  ASSERT_EQ(conn
+              .query("SELECT status FROM commandbus.batch WHERE domain = $1 "
+                     "AND batch_id = $2::uuid",
+                     domain, crashed.batch_id.to_string())
+              .text(0, 0),
+            std::string_view{"COMPLETED"});
+  EXPECT_EQ(delivery(crashed.batch_id), std::string_view{"false/0"});
+
+  // 2. The next worker with a callback delivers it, once, and records that.
+  auto second = bus.create_batch(domain, {one()});
+  auto log = run_until_delivered(domain, second.batch_id);
+  EXPECT_EQ(log->count(second.batch_id), 1);
+  EXPECT_EQ(log->count(crashed.batch_id), 1);
+  EXPECT_EQ(delivery(crashed.batch_id), std::string_view{"true/1"});
+  EXPECT_EQ(delivery(second.batch_id), std::string_view{"true/1"});
+
+  // 3. A later worker delivers neither again.
+  auto third = bus.create_batch(domain, {one()});
+  auto log3 = run_until_delivered(domain, third.batch_id);
+  EXPECT_EQ(log3->count(third.batch_id), 1);
+  EXPECT_EQ(log3->count(crashed.batch_id), 0);
+  EXPECT_EQ(log3->count(second.batch_id), 0);
+}
+
+TEST(CrashBatchCallback, ExpiredClaimOfADeadDelivererIsDeliveredAgain) {
+  // A deliverer that died after claiming (callbacks may have run) leaves
+  // its lease; once it expired, the next worker delivers again
+  // (at-least-once); a live lease of another process is left alone.
+  auto domain = test::unique_name("cb");
+  db::pool_options popts;
+  popts.dsn = test::dsn();
+  db::pool pool{popts};
+  command_bus bus{pool};
+  auto conn = test::connect();
+  auto expired = uuid::random(), live = uuid::random();
+  conn.query("INSERT INTO commandbus.cmdbus_batch_delivery (domain, batch_id, "
+             "claimed_until, attempts) VALUES ($1, $2::uuid, "
+             "clock_timestamp() - interval '1 second', 1), ($1, $3::uuid, "
+             "clock_timestamp() + interval '1 hour', 1)",
+             domain, expired.to_string(), live.to_string());
+  batch_command c;
+  c.command_type = "Test";
+  c.command_id = uuid::random();
+  auto marker = bus.create_batch(domain, {c});
+  auto log = run_until_delivered(domain, marker.batch_id);
+  EXPECT_EQ(log->count(expired), 1);
+  EXPECT_EQ(log->count(live), 0);
+  EXPECT_EQ(conn
+              .query("SELECT attempts FROM commandbus.cmdbus_batch_delivery "
+                     "WHERE domain = $1 AND batch_id = $2::uuid AND "
+                     "delivered_at IS NOT NULL",
+                     domain, expired.to_string())
+              .int64(0, 0),
+            2);
+}
