@@ -1,0 +1,256 @@
+// Deterministic tests of the side-effect writers (completion and retry
+// scheduler) on CAF's test coordinator: group commit of what queued in the
+// mailbox, the flush interval, explicit flushes (drain), the flush on exit,
+// and keeping the buffer across a failed write. The database is replaced by
+// recording fakes through spawn_completion_writer / spawn_retry_writer.
+
+#define CAF_SUITE actors.writers
+#include "actors/runtime.hpp"
+
+#include <caf/test/dsl.hpp>
+
+#include <stdexcept>
+
+using namespace cmdbus;
+using namespace cmdbus::actors;
+
+namespace {
+
+// Takes what the writers report, adding up the done counts.
+caf::behavior parent_sink(caf::event_based_actor*,
+                          std::shared_ptr<int64_t> done_total) {
+  return {
+    [done_total](atom::done, int64_t n) { *done_total += n; },
+    [](atom::batches, const std::string&, const std::vector<uuid>&) {},
+  };
+}
+
+received_command make_rc(int64_t msg_id) {
+  received_command rc;
+  rc.cmd.domain = "d";
+  rc.cmd.command_type = "T";
+  rc.cmd.command_id = uuid::random();
+  rc.msg_id = msg_id;
+  rc.attempt = 1;
+  rc.max_attempts = 3;
+  return rc;
+}
+
+db::finished_command finished(int64_t msg_id) {
+  db::finished_command x;
+  x.rc = make_rc(msg_id);
+  x.out.kind = outcome_kind::success;
+  return x;
+}
+
+db::retry_command retried(int64_t msg_id) {
+  db::retry_command x;
+  x.rc = make_rc(msg_id);
+  x.out.kind = outcome_kind::transient;
+  x.backoff_seconds = 5;
+  return x;
+}
+
+// What a fake write saw: the msg_ids of each call.
+struct writes {
+  std::vector<std::vector<int64_t>> calls;
+  /// Calls that throw before succeeding (a database failure).
+  int fail_next = 0;
+  std::vector<uuid> completed_batches;
+
+  template <class Item>
+  void record(const std::vector<Item>& xs) {
+    std::vector<int64_t> ids;
+    for (auto& x : xs)
+      ids.push_back(x.rc.msg_id);
+    calls.push_back(std::move(ids));
+    if (fail_next > 0) {
+      --fail_next;
+      throw std::runtime_error("database unavailable");
+    }
+  }
+};
+
+struct fixture : test_coordinator_fixture<> {
+  std::shared_ptr<writes> log = std::make_shared<writes>();
+  std::shared_ptr<int64_t> done_total = std::make_shared<int64_t>(0);
+  domain_settings settings;
+  caf::actor parent;
+  caf::actor counter;
+  caf::actor writer;
+
+  fixture() {
+    settings.domain = "d";
+    settings.counters = std::make_shared<worker_counters>();
+    settings.flush_interval = std::chrono::milliseconds{2};
+    parent = sys.spawn(parent_sink, done_total);
+    counter = sys.spawn(parent_sink, std::make_shared<int64_t>(0));
+    settings.batch_counter = counter;
+    sched.run();
+  }
+
+  ~fixture() {
+    for (auto* a : {&writer, &parent, &counter})
+      if (*a)
+        caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+
+  void spawn_completion() {
+    auto l = log;
+    writer = spawn_completion_writer(
+      sys, settings, parent,
+      [l](const std::vector<db::finished_command>& xs) {
+        l->record(xs);
+        return l->completed_batches;
+      },
+      false);
+    sched.run();
+  }
+
+  void spawn_retry() {
+    auto l = log;
+    writer = spawn_retry_writer(
+      sys, settings, parent,
+      [l](const std::vector<db::retry_command>& xs) { l->record(xs); },
+      [](const std::vector<int64_t>& ids, int, bool) {
+        return static_cast<int>(ids.size());
+      },
+      false);
+    sched.run();
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(writer_tests, fixture)
+
+CAF_TEST(items queued in the mailbox are written as one transaction) {
+  settings.flush_interval = std::chrono::milliseconds{0};
+  spawn_completion();
+  for (int64_t i = 1; i <= 5; ++i)
+    self->send(writer, atom::finish::value, finished(i));
+  sched.run();
+  CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
+  CAF_CHECK_EQUAL(log->calls[0], (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  CAF_CHECK_EQUAL(settings.counters->completed.load(), 5);
+}
+
+CAF_TEST(the done count goes to the parent and completed batches to the counter) {
+  settings.flush_interval = std::chrono::milliseconds{0};
+  auto batch = uuid::random();
+  log->completed_batches = {batch};
+  spawn_completion();
+  self->send(writer, atom::finish::value, finished(1));
+  self->send(writer, atom::finish::value, finished(2));
+  expect((atom::finish, db::finished_command), from(self).to(writer));
+  expect((atom::finish, db::finished_command), from(self).to(writer));
+  expect((atom::done, int64_t), from(writer).to(parent).with(_, 2));
+  expect((atom::batches, std::string, std::vector<uuid>),
+         from(writer).to(counter).with(_, "d", std::vector<uuid>{batch}));
+}
+
+CAF_TEST(a young buffer waits for the flush interval) {
+  settings.flush_interval = std::chrono::hours{1};
+  spawn_completion();
+  self->send(writer, atom::finish::value, finished(1));
+  sched.run();
+  CAF_CHECK(log->calls.empty());
+  // The behavior's timeout writes it once the mailbox stayed quiet.
+  sched.trigger_timeouts();
+  sched.run();
+  CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
+  CAF_CHECK_EQUAL(log->calls[0], (std::vector<int64_t>{1}));
+}
+
+CAF_TEST(a flush request writes at once) {
+  settings.flush_interval = std::chrono::hours{1};
+  spawn_completion();
+  self->send(writer, atom::finish::value, finished(1));
+  self->send(writer, atom::flush::value);
+  expect((atom::finish, db::finished_command), from(self).to(writer));
+  CAF_CHECK(log->calls.empty());
+  expect((atom::flush), from(self).to(writer));
+  CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
+  expect((atom::done, int64_t), from(writer).to(parent).with(_, 1));
+}
+
+CAF_TEST(the completion writer writes its buffer on exit) {
+  settings.flush_interval = std::chrono::hours{1};
+  spawn_completion();
+  for (int64_t i = 1; i <= 3; ++i)
+    self->send(writer, atom::finish::value, finished(i));
+  sched.run();
+  CAF_CHECK(log->calls.empty());
+  caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
+  sched.run();
+  CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
+  CAF_CHECK_EQUAL(log->calls[0], (std::vector<int64_t>{1, 2, 3}));
+  CAF_CHECK_EQUAL(settings.counters->completed.load(), 3);
+  CAF_CHECK_EQUAL(*done_total, 3);
+  writer = caf::actor{};
+}
+
+CAF_TEST(the retry scheduler writes its buffer on exit) {
+  settings.flush_interval = std::chrono::hours{1};
+  spawn_retry();
+  self->send(writer, atom::retry::value, retried(7));
+  self->send(writer, atom::retry::value, retried(8));
+  sched.run();
+  CAF_CHECK(log->calls.empty());
+  caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
+  sched.run();
+  CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
+  CAF_CHECK_EQUAL(log->calls[0], (std::vector<int64_t>{7, 8}));
+  CAF_CHECK_EQUAL(settings.counters->retried.load(), 2);
+  CAF_CHECK_EQUAL(*done_total, 2);
+  writer = caf::actor{};
+}
+
+CAF_TEST(a failed write keeps the buffer and retries it with new items) {
+  settings.flush_interval = std::chrono::milliseconds{0};
+  log->fail_next = 1;
+  spawn_completion();
+  self->send(writer, atom::finish::value, finished(1));
+  sched.run();
+  CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
+  CAF_CHECK_EQUAL(settings.counters->db_errors.load(), 1);
+  CAF_CHECK_EQUAL(settings.counters->completed.load(), 0);
+  // While backing off, new items are buffered, not written.
+  self->send(writer, atom::finish::value, finished(2));
+  sched.run();
+  CAF_CHECK_EQUAL(log->calls.size(), 1u);
+  // The backoff's timeout writes everything, in order, once.
+  sched.trigger_timeouts();
+  sched.run();
+  CAF_REQUIRE_EQUAL(log->calls.size(), 2u);
+  CAF_CHECK_EQUAL(log->calls[1], (std::vector<int64_t>{1, 2}));
+  CAF_CHECK_EQUAL(settings.counters->completed.load(), 2);
+}
+
+CAF_TEST(a write failing on exit reports nothing as done) {
+  // The messages reappear after their visibility timeout: nothing is lost,
+  // and nothing is claimed to be committed.
+  settings.flush_interval = std::chrono::hours{1};
+  log->fail_next = 1;
+  spawn_completion();
+  self->send(writer, atom::finish::value, finished(1));
+  sched.run();
+  caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
+  sched.run();
+  CAF_CHECK_EQUAL(log->calls.size(), 1u);
+  CAF_CHECK_EQUAL(settings.counters->completed.load(), 0);
+  CAF_CHECK_EQUAL(*done_total, 0);
+  writer = caf::actor{};
+}
+
+CAF_TEST(the retry scheduler answers lease extensions) {
+  spawn_retry();
+  self->send(writer, atom::extend::value, std::vector<int64_t>{1, 2, 3}, 30,
+             true);
+  expect((atom::extend, std::vector<int64_t>, int, bool),
+         from(self).to(writer).with(_, _, 30, true));
+  expect((int), from(writer).to(self).with(3));
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
