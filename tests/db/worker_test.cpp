@@ -3,7 +3,7 @@
 // real database: rcmd.md §1.4-§1.8, §2.3, §4 and the §5.1 scenarios
 // test_worker / test_retry / test_exhaustion / test_permanent_failure /
 // test_business_rule_exception; DECISIONS.md D5, D6, D7, D9; the Java spec's
-// WK-1..WK-10; story S004; and the `cmdbus worker` CLI.
+// WK-1..WK-11; story S004; and the `cmdbus worker` CLI.
 //
 // Every test works in its own domain(s). Conditions are awaited by polling
 // with a deadline (`eventually`), never by sleeping a fixed time. State is
@@ -429,6 +429,69 @@ TEST(WorkerRun, RespectsConcurrencyLimitAndCountsInFlight) {
   stop_worker(w);
   EXPECT_EQ(w.in_flight_count(), 0u);
   EXPECT_EQ(w.stats().completed, total);
+}
+
+// -- WK-11: high concurrency (load) -------------------------------------------
+
+TEST(WorkerLoad, HundredsOfBlockingHandlersRunAtOnceAndLoseNothing) {
+  // 256 handler slots, 2,000 commands. Every handler blocks until all 256
+  // slots are inside a handler at the same time (so blocking handlers truly
+  // run in parallel and never stall each other), then the rest flows
+  // through. Every command completes exactly once and the limit holds.
+  env e;
+  auto d = test::unique_name("wk");
+  constexpr int concurrency = 256;
+  constexpr int total = 2000;
+  std::vector<send_request> reqs;
+  for (int i = 0; i < total; ++i)
+    reqs.push_back(make_req(d, "Load"));
+  e.bus.send_batch(reqs);
+  gate all_in;
+  std::atomic<int> running{0};
+  std::atomic<int> max_running{0};
+  std::atomic<int> runs{0};
+  handler_registry reg;
+  reg.add(d, "Load", [&](const command&, handler_context&) -> json {
+    auto now = ++running;
+    auto seen = max_running.load();
+    while (now > seen && !max_running.compare_exchange_weak(seen, now)) {
+      // retry
+    }
+    if (now == concurrency)
+      all_in.open();
+    all_in.wait(30s);
+    --running;
+    ++runs;
+    return json::null();
+  });
+  auto cfg = make_cfg({d}, concurrency);
+  cfg.visibility_timeout = 60s;
+  cfg.statement_timeout = 10s;
+  worker w{cfg, std::move(reg)};
+  finally cleanup{[&] {
+    all_in.open();
+    stop_worker(w);
+  }};
+  w.start();
+  ASSERT_TRUE(eventually([&] { return max_running.load() == concurrency; },
+                         60s))
+    << "at most " << max_running.load() << " handlers ran at once";
+  ASSERT_TRUE(eventually([&] { return w.stats().completed == total; }, 120s))
+    << w.stats().completed << " of " << total << " completed";
+  stop_worker(w);
+  EXPECT_EQ(max_running.load(), concurrency);
+  EXPECT_EQ(runs.load(), total);
+  EXPECT_EQ(scalar(e.conn,
+                   "SELECT count(*)::text FROM commandbus.command WHERE "
+                   "domain = $1 AND status = 'COMPLETED' AND attempts = 1",
+                   d),
+            opt_str{std::to_string(total)});
+  EXPECT_EQ(scalar(e.conn,
+                   "SELECT count(*)::text FROM commandbus.audit WHERE domain "
+                   "= $1 AND event_type = 'COMPLETED'",
+                   d),
+            opt_str{std::to_string(total)});
+  EXPECT_EQ(queue_rows(e.conn, queue_of(d)), 0);
 }
 
 // -- WK-3: the handler's command and context ---------------------------------
