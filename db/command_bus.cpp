@@ -1,5 +1,7 @@
 #include "db/command_bus.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <future>
 #include <map>
 #include <unordered_set>
@@ -161,15 +163,25 @@ int command_bus::effective_max_attempts(const std::optional<int>& x) const {
   return x && *x > 0 ? *x : opts_.default_max_attempts;
 }
 
-command_bus::prepared command_bus::prepare(const send_request& req) {
-  prepared p;
-  p.queue = db::command_queue(req.domain);
+namespace {
+
+// Throws for a request that cannot be sent; returns its command queue.
+std::string validated_queue(const send_request& req) {
+  auto queue = db::command_queue(req.domain);
   if (req.reply_to)
     db::validate_queue_name(*req.reply_to);
   if (req.command_type.empty())
     throw command_bus_error("command_type must not be empty");
   if (!req.data.is_object())
     throw command_bus_error("command data must be a JSON object");
+  return queue;
+}
+
+} // namespace
+
+command_bus::prepared command_bus::prepare(const send_request& req) {
+  prepared p;
+  p.queue = validated_queue(req);
   p.domain = req.domain;
   p.command_type = req.command_type;
   p.command_id = req.command_id;
@@ -451,78 +463,106 @@ command_bus::send_chunk(const std::vector<prepared>& items,
 namespace {
 
 // Throws duplicate_command_error for a (domain, command_id) that appears
-// twice in the input.
+// twice among n keys; key_of(i) returns (const std::string& domain, uuid).
 template <class F>
 void check_unique(size_t n, F&& key_of) {
-  std::set<std::pair<std::string, uuid>> seen;
+  std::vector<std::pair<const std::string*, uuid>> keys;
+  keys.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    auto key = key_of(i);
-    if (!seen.insert(key).second)
-      throw duplicate_command_error(key.first, key.second);
+    auto [domain, id] = key_of(i);
+    keys.emplace_back(domain, id);
   }
+  auto less = [](const auto& a, const auto& b) {
+    auto c = a.first->compare(*b.first);
+    return c < 0 || (c == 0 && a.second < b.second);
+  };
+  std::sort(keys.begin(), keys.end(), less);
+  for (size_t i = 1; i < keys.size(); ++i)
+    if (*keys[i].first == *keys[i - 1].first
+        && keys[i].second == keys[i - 1].second)
+      throw duplicate_command_error(*keys[i].first, keys[i].second);
 }
 
 } // namespace
 
-std::vector<std::vector<command_bus::prepared>>
-command_bus::prepare_chunks(const std::vector<send_request>& reqs) {
+std::vector<std::pair<size_t, size_t>>
+command_bus::plan_chunks(const std::vector<send_request>& reqs) {
+  // Everything is validated, and the queues exist, before the first chunk
+  // goes out, so that invalid input writes nothing. Encoding happens per
+  // chunk (prepare_range), on the thread that sends it.
   check_unique(reqs.size(), [&](size_t i) {
-    return std::make_pair(reqs[i].domain, reqs[i].command_id);
+    return std::make_pair(&reqs[i].domain, reqs[i].command_id);
   });
-  // Validate and encode everything before the first chunk goes out, so
-  // that invalid input writes nothing.
-  std::vector<std::vector<prepared>> chunks;
-  for (size_t start = 0; start < reqs.size(); start += opts_.chunk_size) {
-    auto end = std::min(reqs.size(), start + opts_.chunk_size);
-    std::vector<prepared> items;
-    items.reserve(end - start);
-    for (auto i = start; i < end; ++i)
-      items.push_back(prepare(reqs[i]));
-    chunks.push_back(std::move(items));
-  }
-  for (auto& items : chunks)
-    ensure_queues(items);
-  return chunks;
+  std::set<std::string> queues;
+  for (auto& r : reqs)
+    queues.insert(validated_queue(r));
+  for (auto& r : reqs)
+    if (r.reply_to)
+      queues.insert(*r.reply_to);
+  for (auto& q : queues)
+    ensure_queue(q);
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (size_t start = 0; start < reqs.size(); start += opts_.chunk_size)
+    ranges.emplace_back(start, std::min(reqs.size(), start + opts_.chunk_size));
+  return ranges;
+}
+
+std::vector<command_bus::prepared>
+command_bus::prepare_range(const std::vector<send_request>& reqs,
+                           std::pair<size_t, size_t> range) {
+  std::vector<prepared> items;
+  items.reserve(range.second - range.first);
+  for (auto i = range.first; i < range.second; ++i)
+    items.push_back(prepare(reqs[i]));
+  return items;
 }
 
 batch_send_result
 command_bus::send_batch(const std::vector<send_request>& reqs) {
-  auto chunks = prepare_chunks(reqs);
-  auto run_chunk = [this](const std::vector<prepared>& items) {
-    auto conn = pool_.acquire();
-    return send_chunk(items, *conn, true);
-  };
+  auto chunks = plan_chunks(reqs);
   batch_send_result out;
-  auto width = std::max<size_t>(1, opts_.parallel_chunks);
-  for (size_t wave = 0; wave < chunks.size(); wave += width) {
-    auto end = std::min(chunks.size(), wave + width);
-    // Chunks of one wave run concurrently on separate connections; the
-    // caller's thread runs the first of them.
-    std::vector<std::future<std::vector<send_result>>> others;
-    for (auto c = wave + 1; c < end; ++c)
-      others.push_back(std::async(std::launch::async, run_chunk,
-                                  std::cref(chunks[c])));
-    std::exception_ptr failure;
-    std::vector<std::vector<send_result>> results(end - wave);
-    try {
-      results[0] = run_chunk(chunks[wave]);
-    } catch (...) {
-      failure = std::current_exception();
-    }
-    for (size_t k = 0; k < others.size(); ++k) {
+  std::vector<std::vector<send_result>> results(chunks.size());
+  // Up to parallel_chunks connections send chunks concurrently; each takes
+  // the next chunk as soon as its previous one committed (no waves). After
+  // a failure no further chunk starts; those already running finish.
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  std::mutex failure_mtx;
+  std::exception_ptr failure;
+  auto lane = [&] {
+    for (;;) {
+      if (failed)
+        return;
+      auto c = next++;
+      if (c >= chunks.size())
+        return;
       try {
-        results[k + 1] = others[k].get();
+        auto items = prepare_range(reqs, chunks[c]);
+        auto conn = pool_.acquire();
+        results[c] = send_chunk(items, *conn, true);
       } catch (...) {
+        std::lock_guard<std::mutex> guard{failure_mtx};
         if (!failure)
           failure = std::current_exception();
+        failed = true;
+        return;
       }
     }
-    if (failure)
-      std::rethrow_exception(failure);
-    for (auto& r : results) {
-      out.results.insert(out.results.end(), r.begin(), r.end());
-      ++out.chunks_processed;
-    }
+  };
+  auto width = std::min(chunks.size(),
+                        std::max<size_t>(1, opts_.parallel_chunks));
+  std::vector<std::future<void>> others;
+  for (size_t k = 1; k < width; ++k)
+    others.push_back(std::async(std::launch::async, lane));
+  // The caller's thread is the first lane.
+  lane();
+  for (auto& f : others)
+    f.get();
+  if (failure)
+    std::rethrow_exception(failure);
+  for (auto& r : results) {
+    out.results.insert(out.results.end(), r.begin(), r.end());
+    ++out.chunks_processed;
   }
   out.total_commands = static_cast<int>(out.results.size());
   return out;
@@ -531,8 +571,8 @@ command_bus::send_batch(const std::vector<send_request>& reqs) {
 batch_send_result command_bus::send_batch(const std::vector<send_request>& reqs,
                                           db::connection& conn) {
   batch_send_result out;
-  for (auto& items : prepare_chunks(reqs)) {
-    auto results = send_chunk(items, conn, false);
+  for (auto& range : plan_chunks(reqs)) {
+    auto results = send_chunk(prepare_range(reqs, range), conn, false);
     out.results.insert(out.results.end(), results.begin(), results.end());
     ++out.chunks_processed;
   }
@@ -579,7 +619,7 @@ command_bus::create_batch(const std::string& domain,
     throw command_bus_error("create_batch needs at least one command");
   db::validate_domain(domain);
   check_unique(commands.size(), [&](size_t i) {
-    return std::make_pair(domain, commands[i].command_id);
+    return std::make_pair(&domain, commands[i].command_id);
   });
   create_batch_result out;
   out.batch_id = opts.batch_id ? *opts.batch_id : uuid::random();

@@ -25,9 +25,12 @@ struct command_bus_options {
   /// into one transaction by concurrent `send` calls).
   size_t chunk_size = 1000;
   /// Chunks of one `send_batch` call sent concurrently on separate pooled
-  /// connections. 1 (the default) sends them one after the other, so that a
-  /// failure leaves exactly the chunks before it committed; with more, the
-  /// other chunks of the failing chunk's wave may have committed too.
+  /// connections, each connection taking the next chunk as soon as its
+  /// previous one committed (and encoding it on its own thread). 1 (the
+  /// default) sends them one after the other, so that a failure leaves
+  /// exactly the chunks before it committed; with more, chunks running
+  /// beside the failing one may have committed too, and no chunk starts
+  /// after a failure.
   size_t parallel_chunks = 1;
   /// Transactions that concurrent `send` calls may have in flight at once;
   /// calls arriving meanwhile are combined into the next transaction.
@@ -146,8 +149,10 @@ private:
   struct pending_send;
   prepared prepare(const send_request& req);
   void ensure_queues(const std::vector<prepared>& items);
-  std::vector<std::vector<prepared>>
-  prepare_chunks(const std::vector<send_request>& reqs);
+  std::vector<std::pair<size_t, size_t>>
+  plan_chunks(const std::vector<send_request>& reqs);
+  std::vector<prepared> prepare_range(const std::vector<send_request>& reqs,
+                                      std::pair<size_t, size_t> range);
   std::optional<uuid> first_existing(const std::string& domain,
                                      const std::vector<uuid>& ids);
   send_result send_one(const prepared& item, db::connection& conn);

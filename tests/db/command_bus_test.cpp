@@ -2006,6 +2006,38 @@ TEST(BusSendBatch, ParallelChunksKeepInputOrder) {
   EXPECT_EQ(queue_length(env.conn, queue_of(d)), 22);
 }
 
+TEST(BusSendBatch, ParallelChunkFailureCommitsWholeChunksOnly) {
+  // A duplicate in the second of six chunks, two at once: the call fails
+  // naming it, the failing chunk wrote nothing and the others committed
+  // whole or not at all (which ones ran beside it depends on timing).
+  command_bus_options opts;
+  opts.chunk_size = 4;
+  opts.parallel_chunks = 2;
+  bus_env env{4, opts};
+  auto d = test::unique_name("bsf");
+  std::vector<send_request> reqs;
+  for (int i = 0; i < 24; ++i)
+    reqs.push_back(make_req(d));
+  auto existing = reqs[5];
+  env.bus.send(existing);
+  try {
+    env.bus.send_batch(reqs);
+    FAIL() << "the duplicate was not reported";
+  } catch (const duplicate_command_error& e) {
+    EXPECT_EQ(e.command_id().to_string(), existing.command_id.to_string());
+  }
+  auto sent = command_rows(env.conn, d) - 1;
+  EXPECT_EQ(sent % 4, 0) << sent;
+  EXPECT_LE(sent, 20);
+  for (int i = 4; i < 8; ++i)
+    if (i != 5)
+      EXPECT_FALSE(command_row_exists(env.conn, d,
+                                      reqs[static_cast<size_t>(i)].command_id))
+        << i;
+  EXPECT_EQ(queue_length(env.conn, queue_of(d)), sent + 1);
+  EXPECT_EQ(audit_rows(env.conn, d), sent + 1);
+}
+
 // Two send_batch calls race on the same new command id: the loser fails on
 // the unique index (23505) and must name the command that is the duplicate.
 TEST(BusSendBatch, RacingDuplicateNamesTheDuplicateCommand) {
