@@ -85,6 +85,9 @@ struct poller_state {
   /// Consecutive empty reads (idle backoff) and failed reads (error backoff).
   int empty_reads = 0;
   int failures = 0;
+  /// A wakeup to ourselves is in the mailbox: credits that arrive before
+  /// it are read together (one large read instead of several small ones).
+  bool read_scheduled = false;
   std::mt19937_64 rng{std::random_device{}()};
   static inline const char* name = "poller";
 };
@@ -92,6 +95,7 @@ struct poller_state {
 using self_ptr = caf::stateful_actor<poller_state>*;
 
 caf::behavior poller_behavior(self_ptr self);
+void schedule_read(self_ptr self);
 
 // Re-arms the poll timeout. It is the behavior's idle timeout (caf::after),
 // not a delayed_send: a message pending in CAF's clock keeps a detached
@@ -154,7 +158,7 @@ void read(self_ptr self) {
     if (res.read >= qty) {
       // A full read: there may be more; read again as soon as possible.
       st.empty_reads = 0;
-      self->send(self, atom::wakeup::value);
+      schedule_read(self);
     } else {
       if (res.read == 0) {
         ++st.empty_reads;
@@ -179,12 +183,25 @@ void read(self_ptr self) {
   }
 }
 
+// Reads once the messages already in the mailbox are handled: the wakeup
+// queues behind any credits that arrived meanwhile.
+void schedule_read(self_ptr self) {
+  auto& st = self->state;
+  if (st.read_scheduled)
+    return;
+  st.read_scheduled = true;
+  self->send(self, atom::wakeup::value);
+}
+
 caf::behavior poller_behavior(self_ptr self) {
-  auto on_wakeup = [self](atom::wakeup) { read(self); };
+  auto on_wakeup = [self](atom::wakeup) {
+    self->state.read_scheduled = false;
+    read(self);
+  };
   auto on_credit = [self](atom::credit, int64_t n) {
     self->state.credits += n;
     ++self->state.credits_seen;
-    read(self);
+    schedule_read(self);
   };
   if (!self->state.next_poll)
     return {on_wakeup, on_credit};
@@ -209,7 +226,7 @@ caf::behavior poller(self_ptr self, domain_settings settings,
   });
   if (!st.settings.tick)
     st.next_poll = st.settings.poll_interval;
-  self->send(self, atom::wakeup::value);
+  schedule_read(self);
   return poller_behavior(self);
 }
 

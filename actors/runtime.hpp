@@ -119,6 +119,9 @@ struct supervisor_state {
   int64_t held = 0;
   /// Freed handler slots not yet returned to the poller as credits.
   int64_t pending_credit = 0;
+  /// Incremented whenever pending credits go out; a (atom::credit_due,
+  /// epoch) timer of an older epoch is stale.
+  uint64_t credit_epoch = 0;
   bool draining = false;
   bool poller_idle = false;
   /// Credit messages sent to the poller (tick mode: see atom::idle).

@@ -117,22 +117,34 @@ void give_credit(self_ptr self, int64_t n) {
   st.poller_idle = false;
 }
 
+// Returns the pending credits to the poller now.
+void flush_credit(self_ptr self) {
+  auto& st = self->state;
+  ++st.credit_epoch;
+  if (st.pending_credit <= 0)
+    return;
+  give_credit(self, st.pending_credit);
+  st.pending_credit = 0;
+}
+
 // `n` handler slots became free: the poller may read that many more
-// messages. Credits go back in batches of half the pool, so that reads
-// stay large under load (a small read costs nearly as much as a large
-// one), or at once when nothing runs any more. (Returning them after a
-// delay as well was measured to collapse throughput; see docs/worker.md.)
+// messages. Credits go back at once when no handler runs any more (then
+// the poller reads for the whole pool), else after at most flush_interval
+// (atom::credit_due), so that reads stay large under load (a small read
+// costs nearly as much as a large one) while a freed slot never waits
+// long for work.
 void handler_freed(self_ptr self, int64_t n) {
   auto& st = self->state;
   st.settings.counters->in_flight -= n;
   if (st.settings.domain_in_flight)
     *st.settings.domain_in_flight -= n;
+  auto first = st.pending_credit == 0;
   st.pending_credit += n;
-  auto batch = std::max<int64_t>(1, st.settings.concurrency / 2);
-  if (st.pending_credit >= batch
-      || (st.running.empty() && st.backlog.empty())) {
-    give_credit(self, st.pending_credit);
-    st.pending_credit = 0;
+  if (st.running.empty() && st.backlog.empty()) {
+    flush_credit(self);
+  } else if (first) {
+    self->delayed_send(self, st.settings.flush_interval,
+                       atom::credit_due::value, st.credit_epoch);
   }
 }
 
@@ -220,10 +232,14 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
       st.settings.counters->received += 1;
       self->send(st.completion, atom::finish::value, std::move(x));
       st.pending_credit += 1;
-      give_credit(self, st.pending_credit);
-      st.pending_credit = 0;
+      flush_credit(self);
     },
     [self](atom::done, int64_t n) { committed(self, n); },
+    [self](atom::credit_due, uint64_t epoch) {
+      // Stale when the credits went out meanwhile.
+      if (epoch == self->state.credit_epoch)
+        flush_credit(self);
+    },
 
     [self](atom::idle, int64_t credits_seen) {
       // Only an empty read made after the poller got every credit counts

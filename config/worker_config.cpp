@@ -957,7 +957,8 @@ Options:
   --no-notify              poll only, without LISTEN/NOTIFY
   --statement-timeout DUR  > 0 and below the visibility timeout (25s)
   --shutdown-timeout DUR   how long a stop waits for in-flight commands (30s)
-  --flush-interval DUR     side-effect batching delay, 0..1000ms (2ms)
+  --flush-interval DUR     batching delay of side effects and of freed
+                           handler slots, 0..1000ms (2ms)
   --max-attempts N         attempts per command, >= 1 (3)
   --backoff LIST           retry delays in seconds (10,60,300); an empty
                            list (--backoff=) means 30s after every attempt

@@ -92,7 +92,8 @@ struct worker_config {
   /// How long a stop waits for in-flight commands; >= 0.
   std::chrono::milliseconds shutdown_timeout{30000};
 
-  /// Side-effect batching delay; 0 .. 1000 ms.
+  /// Batching delay of side effects (writers) and of freed handler slots
+  /// returned to the poller; 0 .. 1000 ms.
   std::chrono::milliseconds flush_interval{2};
 
   /// Run one drain of every domain and exit.

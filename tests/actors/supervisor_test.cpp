@@ -149,6 +149,55 @@ CAF_TEST(a freed handler returns its credit and the drain waits for the commit) 
   disallow((atom::credit, int64_t), from(sup).to(kids->poller).with(_, _));
 }
 
+CAF_TEST(credits wait for the pool to run empty or for the flush interval) {
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{make_rc(1, "ok"), make_rc(2, "ok")});
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
+  expect((atom::handle, received_command),
+         from(sup).to(kids->handlers[0]).with(_, _));
+  // One slot frees while the other still runs (its handler has not even
+  // picked the command up yet): the freed slot's credit waits ...
+  expect((outcome), from(kids->handlers[0]).to(sup).with(_));
+  expect((atom::finish, db::finished_command),
+         from(sup).to(kids->completion).with(_, _));
+  CAF_CHECK_EQUAL(st().pending_credit, 1);
+  // ... at most the flush interval, then goes out alone.
+  CAF_REQUIRE(sched.trigger_timeout());
+  expect((atom::credit_due, uint64_t), to(sup).with(_, _));
+  expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
+  CAF_CHECK_EQUAL(st().pending_credit, 0);
+  // The last running slot frees: the pool is empty, its credit goes at once.
+  expect((atom::handle, received_command),
+         from(sup).to(kids->handlers[1]).with(_, _));
+  expect((outcome), from(kids->handlers[1]).to(sup).with(_));
+  expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
+}
+
+CAF_TEST(slots freed together go back as one credit) {
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{make_rc(1, "ok"), make_rc(2, "ok")});
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
+  expect((atom::handle, received_command),
+         from(sup).to(kids->handlers[0]).with(_, _));
+  expect((atom::handle, received_command),
+         from(sup).to(kids->handlers[1]).with(_, _));
+  expect((outcome), from(kids->handlers[0]).to(sup).with(_));
+  expect((atom::finish, db::finished_command),
+         from(sup).to(kids->completion).with(_, _));
+  expect((outcome), from(kids->handlers[1]).to(sup).with(_));
+  // Both slots in one credit: the poller reads for the whole pool.
+  expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 2));
+  expect((atom::finish, db::finished_command),
+         from(sup).to(kids->completion).with(_, _));
+  // The timer of the first slot is stale now: it sends nothing.
+  CAF_REQUIRE(sched.trigger_timeout());
+  expect((atom::credit_due, uint64_t), to(sup).with(_, _));
+  disallow((atom::credit, int64_t), from(sup).to(kids->poller).with(_, _));
+  CAF_CHECK_EQUAL(st().pending_credit, 0);
+}
+
 CAF_TEST(outcomes are routed by kind) {
   self->send(sup, atom::run::value,
              std::vector<received_command>{make_rc(1, "transient", 1, 3),
