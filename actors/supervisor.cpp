@@ -159,6 +159,15 @@ void committed(self_ptr self, int64_t n) {
   maybe_finish_drain(self);
 }
 
+// The lease heartbeat's period: a quarter of the visibility timeout (at
+// least 100 ms), so that a message is extended between half and three
+// quarters of its visibility timeout, well before it expires.
+std::chrono::milliseconds heartbeat_period(std::chrono::seconds vt) {
+  return std::max(std::chrono::milliseconds{100},
+                  std::chrono::duration_cast<std::chrono::milliseconds>(vt)
+                    / 4);
+}
+
 void add_handler(self_ptr self) {
   auto& st = self->state;
   auto h = st.spawn.handler(self, st.settings, st.retry);
@@ -206,11 +215,8 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
   });
   // Lease heartbeat (D7): extend messages whose handler runs longer than
   // half the visibility timeout.
-  auto beat = std::max(std::chrono::milliseconds{1000},
-                       std::chrono::duration_cast<std::chrono::milliseconds>(
-                         st.settings.visibility_timeout)
-                         / 3);
-  self->delayed_send(self, beat, atom::heartbeat::value);
+  self->delayed_send(self, heartbeat_period(st.settings.visibility_timeout),
+                     atom::heartbeat::value);
   return {
     [self](atom::run, std::vector<received_command>& batch) {
       auto& st = self->state;
@@ -268,10 +274,7 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
     [self](atom::heartbeat) {
       auto& st = self->state;
       auto vt = st.settings.visibility_timeout;
-      auto beat = std::max(std::chrono::milliseconds{1000},
-                           std::chrono::duration_cast<std::chrono::milliseconds>(vt)
-                             / 3);
-      self->delayed_send(self, beat, atom::heartbeat::value);
+      self->delayed_send(self, heartbeat_period(vt), atom::heartbeat::value);
       auto now = std::chrono::steady_clock::now();
       std::vector<int64_t> due;
       for (auto& [msg_id, run] : st.running)

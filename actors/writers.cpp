@@ -34,6 +34,10 @@ struct writer_state {
   std::vector<Item> buffer;
   /// When the oldest buffered item arrived.
   std::chrono::steady_clock::time_point oldest;
+  /// When the last write ended (successful or not), and how many items it
+  /// had.
+  std::chrono::steady_clock::time_point last_write;
+  size_t last_size = 0;
   int failures = 0;
   /// Set while waiting for the error backoff to pass.
   std::optional<std::chrono::milliseconds> retry_in;
@@ -123,6 +127,14 @@ void retry_state::flush(caf::stateful_actor<retry_state>* self) {
 /// The behavior of both writers: buffer each item; write when the mailbox
 /// ran empty or the buffer is full, unless backing off after a failure, in
 /// which case the behavior's timeout retries. `extra` are further handlers.
+template <class State>
+void write_now(caf::stateful_actor<State>* self) {
+  auto n = self->state.buffer.size();
+  State::flush(self);
+  self->state.last_write = std::chrono::steady_clock::now();
+  self->state.last_size = n;
+}
+
 template <class State, class... Extra>
 caf::behavior writer_behavior(caf::stateful_actor<State>* self,
                               Extra... extra) {
@@ -130,13 +142,19 @@ caf::behavior writer_behavior(caf::stateful_actor<State>* self,
     auto& st = self->state;
     if (st.retry_in || st.buffer.empty())
       return;
-    // Group commit: write when full, or when nothing else is queued and the
-    // oldest item waited flush_interval (so that the batch can grow while
-    // handlers are still finishing; the behavior's timeout covers a lull).
+    // Group commit: write when full, or when nothing else is queued and
+    // either the oldest item waited flush_interval (so that the batch can
+    // grow while handlers are still finishing; the behavior's timeout
+    // covers a lull) or the load is light: the last write had a single
+    // item, or the oldest came a flush_interval after it (waiting would
+    // only add latency). Under load, items queue while a write runs and
+    // the batches grow by themselves.
+    auto interval = st.settings.flush_interval;
     auto waited = std::chrono::steady_clock::now() - st.oldest;
+    auto quiet = st.last_size <= 1 || st.oldest - st.last_write >= interval;
     if (st.buffer.size() >= max_flush
-        || (self->mailbox().empty() && waited >= st.settings.flush_interval))
-      State::flush(self);
+        || (self->mailbox().empty() && (quiet || waited >= interval)))
+      write_now(self);
     if (st.retry_in)
       self->become(writer_behavior(self, extra...));
   };
@@ -152,7 +170,7 @@ caf::behavior writer_behavior(caf::stateful_actor<State>* self,
   auto on_flush = [self, extra...](atom::flush) {
     if (self->state.retry_in)
       return;
-    State::flush(self);
+    write_now(self);
     if (self->state.retry_in)
       self->become(writer_behavior(self, extra...));
   };
@@ -161,14 +179,14 @@ caf::behavior writer_behavior(caf::stateful_actor<State>* self,
             caf::after(std::max(std::chrono::milliseconds{1},
                                 self->state.settings.flush_interval))
               >> [self, extra...] {
-                  State::flush(self);
+                  write_now(self);
                   if (self->state.retry_in)
                     self->become(writer_behavior(self, extra...));
                 }};
   return {on_item, on_flush, extra...,
           caf::after(*self->state.retry_in) >> [self, extra...] {
             self->state.retry_in.reset();
-            State::flush(self);
+            write_now(self);
             self->become(writer_behavior(self, extra...));
           }};
 }

@@ -108,6 +108,19 @@ struct fixture : test_coordinator_fixture<> {
     sched.run();
   }
 
+  // One write of two items, so that the writer sees load (it just wrote
+  // more than one item) and further items wait for the flush interval;
+  // clears the log.
+  template <class Atom, class Item>
+  void prime(Atom atom, Item item) {
+    self->send(writer, atom, item);
+    self->send(writer, atom, std::move(item));
+    sched.run();
+    CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
+    log->calls.clear();
+    *done_total = 0;
+  }
+
   void spawn_retry() {
     auto l = log;
     writer = spawn_retry_writer(
@@ -150,9 +163,19 @@ CAF_TEST(the done count goes to the parent and completed batches to the counter)
          from(writer).to(counter).with(_, "d", std::vector<uuid>{batch}));
 }
 
-CAF_TEST(a young buffer waits for the flush interval) {
+CAF_TEST(under light load a single item is written at once) {
   settings.flush_interval = std::chrono::hours{1};
   spawn_completion();
+  self->send(writer, atom::finish::value, finished(1));
+  sched.run();
+  CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
+  CAF_CHECK_EQUAL(log->calls[0], (std::vector<int64_t>{1}));
+}
+
+CAF_TEST(an item right after a write waits for the flush interval) {
+  settings.flush_interval = std::chrono::hours{1};
+  spawn_completion();
+  prime(atom::finish::value, finished(0));
   self->send(writer, atom::finish::value, finished(1));
   sched.run();
   CAF_CHECK(log->calls.empty());
@@ -178,6 +201,8 @@ CAF_TEST(a flush request writes at once) {
 CAF_TEST(the completion writer writes its buffer on exit) {
   settings.flush_interval = std::chrono::hours{1};
   spawn_completion();
+  prime(atom::finish::value, finished(0));
+  settings.counters->completed = 0;
   for (int64_t i = 1; i <= 3; ++i)
     self->send(writer, atom::finish::value, finished(i));
   sched.run();
@@ -194,6 +219,8 @@ CAF_TEST(the completion writer writes its buffer on exit) {
 CAF_TEST(the retry scheduler writes its buffer on exit) {
   settings.flush_interval = std::chrono::hours{1};
   spawn_retry();
+  prime(atom::retry::value, retried(0));
+  settings.counters->retried = 0;
   self->send(writer, atom::retry::value, retried(7));
   self->send(writer, atom::retry::value, retried(8));
   sched.run();
@@ -232,10 +259,13 @@ CAF_TEST(a write failing on exit reports nothing as done) {
   // The messages reappear after their visibility timeout: nothing is lost,
   // and nothing is claimed to be committed.
   settings.flush_interval = std::chrono::hours{1};
-  log->fail_next = 1;
   spawn_completion();
+  prime(atom::finish::value, finished(0));
+  settings.counters->completed = 0;
+  log->fail_next = 1;
   self->send(writer, atom::finish::value, finished(1));
   sched.run();
+  CAF_CHECK(log->calls.empty());
   caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
   sched.run();
   CAF_CHECK_EQUAL(log->calls.size(), 1u);
