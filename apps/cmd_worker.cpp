@@ -1,6 +1,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include <pthread.h>
@@ -10,24 +11,58 @@
 #include "apps/cli.hpp"
 #include "apps/demo_handlers.hpp"
 #include "config/worker_config.hpp"
+#include "db/connection.hpp"
+#include "db/queue_name.hpp"
 
 namespace cmdbus::cli {
 
 namespace {
 
-void print_stats(const worker_stats& s, bool json) {
+// Prints the counters; `remaining` (tick mode) is the number of messages
+// still in the domains' queues: not due yet (retries backing off) or held
+// by another worker.
+void print_stats(const worker_stats& s, bool json,
+                 std::optional<int64_t> remaining = std::nullopt) {
   if (json) {
     std::cout << "{\"received\":" << s.received << ",\"completed\":"
               << s.completed << ",\"retried\":" << s.retried
               << ",\"moved_to_tsq\":" << s.moved_to_tsq
               << ",\"failed\":" << s.failed << ",\"rejected\":" << s.rejected
-              << ",\"in_flight\":" << s.in_flight << "}\n";
+              << ",\"in_flight\":" << s.in_flight;
+    if (remaining)
+      std::cout << ",\"remaining\":" << *remaining;
+    std::cout << "}\n";
     return;
   }
   std::cout << "received " << s.received << ", completed " << s.completed
             << ", retried " << s.retried << ", to TSQ " << s.moved_to_tsq
             << ", failed " << s.failed << ", rejected " << s.rejected
-            << ", in flight " << s.in_flight << std::endl;
+            << ", in flight " << s.in_flight;
+  if (remaining)
+    std::cout << ", remaining in the queue " << *remaining
+              << (*remaining > 0 ? " (not due yet, or held by another worker)"
+                                 : "");
+  std::cout << std::endl;
+}
+
+// Counts the messages left in the domains' command queues, or nothing when
+// the database cannot tell (logged).
+std::optional<int64_t> remaining_messages(const config::worker_config& cfg) {
+  try {
+    db::connection_options opts;
+    opts.application_name = "cmdbus-worker";
+    auto conn = db::connection::open(cfg.dsn, opts);
+    int64_t n = 0;
+    for (auto& d : cfg.domains)
+      n += conn
+             .query("SELECT queue_length FROM pgmq.metrics($1)",
+                    db::command_queue(d))
+             .int64(0, 0);
+    return n;
+  } catch (const std::exception& e) {
+    spdlog::warn("tick: could not count the messages left: {}", e.what());
+    return std::nullopt;
+  }
 }
 
 } // namespace
@@ -77,7 +112,7 @@ int run_worker(const std::vector<std::string>& argv) {
   });
   if (tick) {
     auto stats = w.run_tick(std::chrono::hours{24});
-    print_stats(stats, json);
+    print_stats(stats, json, remaining_messages(cfg));
     return exit_ok;
   }
   // Block SIGINT/SIGTERM in every thread; this one waits for them.

@@ -1565,6 +1565,34 @@ size_t line_count(const std::string& text) {
 
 } // namespace
 
+TEST(WorkerCli, TickReportsWhatIsLeftForLater) {
+  // A transient failure whose retry is due in a minute stays in the queue:
+  // the tick ends (exit 0) and says so.
+  env e;
+  auto d = test::unique_name("wkcli");
+  auto req = make_req(d, "Test", R"({"behavior":{"fail_transient_pct":100}})");
+  e.bus.send(req);
+  e.bus.send(make_req(d, "Test"));
+  auto r = cmdbus_cli({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
+                       "--json", "--backoff", "60"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto out = r.out;
+  while (!out.empty() && out.back() == '\n')
+    out.pop_back();
+  auto line = out.substr(out.rfind('\n') == std::string::npos
+                           ? 0
+                           : out.rfind('\n') + 1);
+  EXPECT_EQ(jget(e.conn, line, "{completed}"), opt_str{"1"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{retried}"), opt_str{"1"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{remaining}"), opt_str{"1"}) << line;
+  r = cmdbus_cli({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
+                  "--backoff", "60"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("remaining in the queue 1 (not due yet"),
+            std::string::npos)
+    << r.out;
+}
+
 TEST(WorkerCli, TickRunsTheDemoHandlerAndPrintsJsonCounters) {
   env e;
   auto d = test::unique_name("wkcli");
@@ -1600,6 +1628,7 @@ TEST(WorkerCli, TickRunsTheDemoHandlerAndPrintsJsonCounters) {
   EXPECT_EQ(jget(e.conn, line, "{failed}"), opt_str{"1"}) << line;
   EXPECT_EQ(jget(e.conn, line, "{rejected}"), opt_str{"0"}) << line;
   EXPECT_EQ(jget(e.conn, line, "{in_flight}"), opt_str{"0"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{remaining}"), opt_str{"0"}) << line;
   EXPECT_EQ(status_of(e.conn, d, ok.command_id), opt_str{"COMPLETED"});
   EXPECT_EQ(status_of(e.conn, d, perm.command_id),
             opt_str{"IN_TROUBLESHOOTING_QUEUE"});
