@@ -30,7 +30,8 @@ struct command_bus_options {
   /// default) sends them one after the other, so that a failure leaves
   /// exactly the chunks before it committed; with more, chunks running
   /// beside the failing one may have committed too, and no chunk starts
-  /// after a failure.
+  /// after a failure. For throughput, about one more than the database
+  /// server's cores keeps them busy (see bench/send_bench.cpp).
   size_t parallel_chunks = 1;
   /// Transactions that concurrent `send` calls may have in flight at once;
   /// calls arriving meanwhile are combined into the next transaction.
