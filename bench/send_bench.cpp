@@ -64,6 +64,22 @@ int main(int argc, char** argv) {
                      return int64_t{1};
                    });
   };
+  // What any sender that follows D14 does at least: the send and its
+  // NOTIFY in one transaction. PostgreSQL serialises the commits of
+  // transactions that notified, so this is the ceiling for concurrent
+  // single sends (printed for reference beside the target's baseline).
+  auto raw_send_notify = [&](int threads) {
+    return bench::measure("raw pgmq.send + NOTIFY (D14), "
+                            + std::to_string(threads) + " thread(s)",
+                          threads, duration, [&](int) {
+                            thread_local auto conn = db::connection::open(dsn);
+                            conn.query("SELECT pgmq.send($1, $2::jsonb, 0), "
+                                       "pg_notify($3, '')",
+                                       raw_queue, raw_message(),
+                                       "pgmq_notify_" + raw_queue);
+                            return int64_t{1};
+                          });
+  };
   auto bus_send = [&](int threads, const std::string& domain) {
     return bench::measure("command_bus::send, " + std::to_string(threads)
                      + " thread(s)",
@@ -86,6 +102,10 @@ int main(int argc, char** argv) {
   bench::print(raw4);
   auto bus4 = bus_send(4, "bench4_" + run_id);
   bench::print(bus4, &raw4);
+  auto raw4n = raw_send_notify(4);
+  bench::print(raw4n);
+  std::printf("    command_bus::send, 4 threads: %.2fx of that\n",
+              bus4.per_second / raw4n.per_second);
 
   std::printf("-- batch sends\n");
   auto raw_batch = [&](int size) {
