@@ -110,6 +110,15 @@ struct fixture : test_coordinator_fixture<> {
   supervisor_state& st() {
     return deref<caf::stateful_actor<supervisor_state>>(sup).state;
   }
+
+  // Sends two commands to run; the supervisor takes them and hands them to
+  // the two handlers (which have not run yet).
+  void run_two(received_command a, received_command b) {
+    self->send(sup, atom::run::value,
+               std::vector<received_command>{std::move(a), std::move(b)});
+    expect((atom::run, std::vector<received_command>),
+           from(self).to(sup).with(_, _));
+  }
 };
 
 } // namespace
@@ -150,10 +159,7 @@ CAF_TEST(a freed handler returns its credit and the drain waits for the commit) 
 }
 
 CAF_TEST(credits wait for the pool to run empty or for the flush interval) {
-  self->send(sup, atom::run::value,
-             std::vector<received_command>{make_rc(1, "ok"), make_rc(2, "ok")});
-  expect((atom::run, std::vector<received_command>),
-         from(self).to(sup).with(_, _));
+  run_two(make_rc(1, "ok"), make_rc(2, "ok"));
   expect((atom::handle, received_command),
          from(sup).to(kids->handlers[0]).with(_, _));
   // One slot frees while the other still runs (its handler has not even
@@ -175,10 +181,7 @@ CAF_TEST(credits wait for the pool to run empty or for the flush interval) {
 }
 
 CAF_TEST(slots freed together go back as one credit) {
-  self->send(sup, atom::run::value,
-             std::vector<received_command>{make_rc(1, "ok"), make_rc(2, "ok")});
-  expect((atom::run, std::vector<received_command>),
-         from(self).to(sup).with(_, _));
+  run_two(make_rc(1, "ok"), make_rc(2, "ok"));
   expect((atom::handle, received_command),
          from(sup).to(kids->handlers[0]).with(_, _));
   expect((atom::handle, received_command),
@@ -199,11 +202,7 @@ CAF_TEST(slots freed together go back as one credit) {
 }
 
 CAF_TEST(outcomes are routed by kind) {
-  self->send(sup, atom::run::value,
-             std::vector<received_command>{make_rc(1, "transient", 1, 3),
-                                           make_rc(2, "transient", 3, 3)});
-  expect((atom::run, std::vector<received_command>),
-         from(self).to(sup).with(_, _));
+  run_two(make_rc(1, "transient", 1, 3), make_rc(2, "transient", 3, 3));
   // Both handlers run; the first has attempts left: retry with backoff.
   expect((atom::handle, received_command),
          from(sup).to(kids->handlers[0]).with(_, _));

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -138,29 +139,47 @@ TEST(BatchDelivery, NegativeLeaseIsRejected) {
   }
 }
 
-TEST(BatchDelivery, FinishRecordsCompletedBatchesOnlyWhenAsked) {
-  auto conn = test::connect();
+namespace {
+
+/// A one-command batch in a new domain, received: ready to finish.
+struct received_batch {
+  std::string domain;
+  uuid batch_id;
+  db::finished_command done;
+};
+
+received_batch receive_one_batch(db::connection& conn) {
   db::pool_options popts;
   popts.dsn = test::dsn();
   db::pool pool{popts};
   command_bus bus{pool};
+  received_batch out;
+  out.domain = test::unique_name("bd");
+  batch_command cmd;
+  cmd.command_type = "T";
+  cmd.command_id = uuid::random();
+  out.batch_id = bus.create_batch(out.domain, {cmd}).batch_id;
+  db::worker_store store{conn, out.domain};
+  auto got = store.receive(30, 10);
+  if (got.commands.size() != 1)
+    throw std::runtime_error("expected one received command");
+  out.done.rc = got.commands[0];
+  out.done.out.kind = outcome_kind::success;
+  return out;
+}
+
+} // namespace
+
+TEST(BatchDelivery, FinishRecordsCompletedBatchesOnlyWhenAsked) {
+  auto conn = test::connect();
   for (bool on : {false, true}) {
-    auto domain = test::unique_name("bd");
-    batch_command cmd;
-    cmd.command_type = "T";
-    cmd.command_id = uuid::random();
-    auto batch = bus.create_batch(domain, {cmd});
-    db::worker_store store{conn, domain};
+    auto b = receive_one_batch(conn);
+    db::worker_store store{conn, b.domain};
     store.record_batch_completions(on);
-    auto got = store.receive(30, 10);
-    ASSERT_EQ(got.commands.size(), 1u);
-    db::finished_command done;
-    done.rc = got.commands[0];
-    done.out.kind = outcome_kind::success;
-    auto completed = store.finish({done});
+    auto completed = store.finish({b.done});
     ASSERT_EQ(completed.size(), 1u);
-    EXPECT_EQ(completed[0], batch.batch_id);
-    auto st = state_of(conn, domain, batch.batch_id);
+    EXPECT_EQ(completed[0], b.batch_id);
+    auto st = state_of(conn, b.domain, b.batch_id);
     if (!on) {
       EXPECT_FALSE(st.has_value()) << "recorded without being asked";
       continue;
@@ -177,29 +196,16 @@ TEST(BatchDelivery, RecordRollsBackWithTheTransition) {
   // reply queue name the SQL refuses), neither the transition nor the
   // record is written.
   auto conn = test::connect();
-  db::pool_options popts;
-  popts.dsn = test::dsn();
-  db::pool pool{popts};
-  command_bus bus{pool};
-  auto domain = test::unique_name("bd");
-  batch_command cmd;
-  cmd.command_type = "T";
-  cmd.command_id = uuid::random();
-  auto batch = bus.create_batch(domain, {cmd});
-  db::worker_store store{conn, domain};
+  auto b = receive_one_batch(conn);
+  db::worker_store store{conn, b.domain};
   store.record_batch_completions(true);
-  auto got = store.receive(30, 10);
-  ASSERT_EQ(got.commands.size(), 1u);
-  db::finished_command done;
-  done.rc = got.commands[0];
-  done.rc.cmd.reply_to = std::string{"bad name!"};
-  done.out.kind = outcome_kind::success;
-  EXPECT_THROW(store.finish({done}), db::error);
-  EXPECT_FALSE(state_of(conn, domain, batch.batch_id).has_value());
+  b.done.rc.cmd.reply_to = std::string{"bad name!"};
+  EXPECT_THROW(store.finish({b.done}), db::error);
+  EXPECT_FALSE(state_of(conn, b.domain, b.batch_id).has_value());
   EXPECT_EQ(std::string{conn
                           .query("SELECT status FROM commandbus.command WHERE "
                                  "domain = $1",
-                                 domain)
+                                 b.domain)
                           .text(0, 0)},
             "IN_PROGRESS");
 }

@@ -105,6 +105,33 @@ private:
   std::function<void()> fn_;
 };
 
+/// Counts handlers running at once and the most seen so far.
+class concurrency_probe {
+public:
+  /// A handler starts; returns how many run now.
+  int enter() {
+    auto now = ++running_;
+    auto seen = max_.load();
+    while (now > seen && !max_.compare_exchange_weak(seen, now)) {
+      // retry
+    }
+    return now;
+  }
+  void leave() {
+    --running_;
+  }
+  int running() const {
+    return running_.load();
+  }
+  int max() const {
+    return max_.load();
+  }
+
+private:
+  std::atomic<int> running_{0};
+  std::atomic<int> max_{0};
+};
+
 // -- setup -------------------------------------------------------------------
 
 /// A pool, a bus on it and a separate connection for checks.
@@ -364,18 +391,13 @@ TEST(WorkerRun, RespectsConcurrencyLimitAndCountsInFlight) {
   for (int i = 0; i < total; ++i)
     ids.push_back(e.bus.send(make_req(d, "Block")).command_id);
   gate g;
-  std::atomic<int> running{0};
-  std::atomic<int> max_running{0};
+  concurrency_probe probe;
   std::atomic<int> done{0};
   handler_registry reg;
   reg.add(d, "Block", [&](const command&, handler_context&) -> json {
-    auto now = ++running;
-    auto seen = max_running.load();
-    while (now > seen && !max_running.compare_exchange_weak(seen, now)) {
-      // retry
-    }
+    probe.enter();
     g.wait();
-    --running;
+    probe.leave();
     ++done;
     return json::null();
   });
@@ -399,7 +421,7 @@ TEST(WorkerRun, RespectsConcurrencyLimitAndCountsInFlight) {
       std::this_thread::sleep_for(1ms);
     }
   });
-  ASSERT_TRUE(eventually([&] { return running.load() == concurrency; }));
+  ASSERT_TRUE(eventually([&] { return probe.running() == concurrency; }));
   // All slots are busy: in_flight_count matches the running handlers and
   // nothing else is claimed.
   EXPECT_EQ(w.in_flight_count(), static_cast<size_t>(concurrency));
@@ -423,7 +445,7 @@ TEST(WorkerRun, RespectsConcurrencyLimitAndCountsInFlight) {
     return true;
   }));
   EXPECT_TRUE(eventually([&] { return w.in_flight_count() == 0; }));
-  EXPECT_EQ(max_running.load(), concurrency);
+  EXPECT_EQ(probe.max(), concurrency);
   EXPECT_LE(max_in_flight.load(), static_cast<size_t>(concurrency));
   EXPECT_EQ(done.load(), total);
   stop_worker(w);
@@ -447,20 +469,14 @@ TEST(WorkerLoad, HundredsOfBlockingHandlersRunAtOnceAndLoseNothing) {
     reqs.push_back(make_req(d, "Load"));
   e.bus.send_batch(reqs);
   gate all_in;
-  std::atomic<int> running{0};
-  std::atomic<int> max_running{0};
+  concurrency_probe probe;
   std::atomic<int> runs{0};
   handler_registry reg;
   reg.add(d, "Load", [&](const command&, handler_context&) -> json {
-    auto now = ++running;
-    auto seen = max_running.load();
-    while (now > seen && !max_running.compare_exchange_weak(seen, now)) {
-      // retry
-    }
-    if (now == concurrency)
+    if (probe.enter() == concurrency)
       all_in.open();
     all_in.wait(30s);
-    --running;
+    probe.leave();
     ++runs;
     return json::null();
   });
@@ -473,13 +489,12 @@ TEST(WorkerLoad, HundredsOfBlockingHandlersRunAtOnceAndLoseNothing) {
     stop_worker(w);
   }};
   w.start();
-  ASSERT_TRUE(eventually([&] { return max_running.load() == concurrency; },
-                         60s))
-    << "at most " << max_running.load() << " handlers ran at once";
+  ASSERT_TRUE(eventually([&] { return probe.max() == concurrency; }, 60s))
+    << "at most " << probe.max() << " handlers ran at once";
   ASSERT_TRUE(eventually([&] { return w.stats().completed == total; }, 120s))
     << w.stats().completed << " of " << total << " completed";
   stop_worker(w);
-  EXPECT_EQ(max_running.load(), concurrency);
+  EXPECT_EQ(probe.max(), concurrency);
   EXPECT_EQ(runs.load(), total);
   EXPECT_EQ(scalar(e.conn,
                    "SELECT count(*)::text FROM commandbus.command WHERE "
