@@ -41,6 +41,10 @@ struct writer_state {
   int failures = 0;
   /// Set while waiting for the error backoff to pass.
   std::optional<std::chrono::milliseconds> retry_in;
+  /// The timeout of the current behavior: none while the buffer is empty
+  /// (an idle writer sleeps), flush_interval while items wait, retry_in
+  /// while backing off.
+  std::optional<std::chrono::milliseconds> armed;
 
   db::connection& connection() {
     return ensure_connection(conn, settings, "cmdbus-worker");
@@ -122,41 +126,67 @@ void retry_state::flush(caf::stateful_actor<retry_state>* self) {
   }
 }
 
-// Writes when the mailbox ran empty or the buffer is full, unless backing
-// off after a failure (then the behavior's timeout retries).
-/// The behavior of both writers: buffer each item; write when the mailbox
-/// ran empty or the buffer is full, unless backing off after a failure, in
-/// which case the behavior's timeout retries. `extra` are further handlers.
+// Writes the buffer now (if any) and remembers when and how much, for the
+// light-load rule of writer_behavior.
 template <class State>
 void write_now(caf::stateful_actor<State>* self) {
-  auto n = self->state.buffer.size();
+  auto& st = self->state;
+  if (st.buffer.empty())
+    return;
+  auto n = st.buffer.size();
   State::flush(self);
-  self->state.last_write = std::chrono::steady_clock::now();
-  self->state.last_size = n;
+  st.last_write = std::chrono::steady_clock::now();
+  st.last_size = n;
 }
 
+// Returns the timeout the writer's behavior needs now (see armed).
+template <class State>
+std::optional<std::chrono::milliseconds>
+wanted_timeout(const State& st) {
+  if (st.retry_in)
+    return st.retry_in;
+  if (st.buffer.empty())
+    return std::nullopt;
+  return std::max(std::chrono::milliseconds{1}, st.settings.flush_interval);
+}
+
+template <class State, class... Extra>
+caf::behavior writer_behavior(caf::stateful_actor<State>* self,
+                              Extra... extra);
+
+// Switches the behavior when its timeout must change (buffer filled or
+// emptied, backoff started, grew or ended).
+template <class State, class... Extra>
+void refresh(caf::stateful_actor<State>* self, Extra... extra) {
+  if (wanted_timeout(self->state) != self->state.armed)
+    self->become(writer_behavior(self, extra...));
+}
+
+/// The behavior of both writers: buffer each item; write when the buffer is
+/// full or the mailbox ran empty (see update), on (atom::flush), and when
+/// the timeout passes; after a failure, wait for the backoff (the buffer is
+/// kept and keeps growing). `extra` are further handlers.
 template <class State, class... Extra>
 caf::behavior writer_behavior(caf::stateful_actor<State>* self,
                               Extra... extra) {
   auto update = [self, extra...] {
     auto& st = self->state;
-    if (st.retry_in || st.buffer.empty())
-      return;
-    // Group commit: write when full, or when nothing else is queued and
-    // either the oldest item waited flush_interval (so that the batch can
-    // grow while handlers are still finishing; the behavior's timeout
-    // covers a lull) or the load is light: the last write had a single
-    // item, or the oldest came a flush_interval after it (waiting would
-    // only add latency). Under load, items queue while a write runs and
-    // the batches grow by themselves.
-    auto interval = st.settings.flush_interval;
-    auto waited = std::chrono::steady_clock::now() - st.oldest;
-    auto quiet = st.last_size <= 1 || st.oldest - st.last_write >= interval;
-    if (st.buffer.size() >= max_flush
-        || (self->mailbox().empty() && (quiet || waited >= interval)))
-      write_now(self);
-    if (st.retry_in)
-      self->become(writer_behavior(self, extra...));
+    if (!st.retry_in && !st.buffer.empty()) {
+      // Group commit: write when full, or when nothing else is queued and
+      // either the oldest item waited flush_interval (so that the batch can
+      // grow while handlers are still finishing; the timeout covers a lull)
+      // or the load is light: the last write had a single item, or the
+      // oldest came a flush_interval after it (waiting would only add
+      // latency). Under load, items queue while a write runs and the
+      // batches grow by themselves.
+      auto interval = st.settings.flush_interval;
+      auto waited = std::chrono::steady_clock::now() - st.oldest;
+      auto quiet = st.last_size <= 1 || st.oldest - st.last_write >= interval;
+      if (st.buffer.size() >= max_flush
+          || (self->mailbox().empty() && (quiet || waited >= interval)))
+        write_now(self);
+    }
+    refresh(self, extra...);
   };
   auto on_item = [self, update](typename State::item_atom,
                                 typename decltype(State::buffer)::value_type&
@@ -168,26 +198,19 @@ caf::behavior writer_behavior(caf::stateful_actor<State>* self,
     update();
   };
   auto on_flush = [self, extra...](atom::flush) {
-    if (self->state.retry_in)
-      return;
-    write_now(self);
-    if (self->state.retry_in)
-      self->become(writer_behavior(self, extra...));
+    if (!self->state.retry_in)
+      write_now(self);
+    refresh(self, extra...);
   };
-  if (!self->state.retry_in)
-    return {on_item, on_flush, extra...,
-            caf::after(std::max(std::chrono::milliseconds{1},
-                                self->state.settings.flush_interval))
-              >> [self, extra...] {
-                  write_now(self);
-                  if (self->state.retry_in)
-                    self->become(writer_behavior(self, extra...));
-                }};
+  auto& st = self->state;
+  st.armed = wanted_timeout(st);
+  if (!st.armed)
+    return {on_item, on_flush, extra...};
   return {on_item, on_flush, extra...,
-          caf::after(*self->state.retry_in) >> [self, extra...] {
+          caf::after(*st.armed) >> [self, extra...] {
             self->state.retry_in.reset();
             write_now(self);
-            self->become(writer_behavior(self, extra...));
+            refresh(self, extra...);
           }};
 }
 

@@ -186,6 +186,20 @@ CAF_TEST(an item right after a write waits for the flush interval) {
   CAF_CHECK_EQUAL(log->calls[0], (std::vector<int64_t>{1}));
 }
 
+CAF_TEST(an idle writer arms no timeout) {
+  // An empty buffer needs no timer: an idle writer sleeps until a message
+  // arrives instead of waking up every flush interval.
+  spawn_completion();
+  self->send(writer, atom::finish::value, finished(1));
+  sched.run();
+  CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
+  // Fire whatever the clock still holds (timeouts of earlier behaviors).
+  sched.trigger_timeouts();
+  sched.run();
+  CAF_CHECK_EQUAL(sched.trigger_timeouts(), 0u);
+  CAF_CHECK_EQUAL(log->calls.size(), 1u);
+}
+
 CAF_TEST(a flush request writes at once) {
   settings.flush_interval = std::chrono::hours{1};
   spawn_completion();
