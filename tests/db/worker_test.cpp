@@ -1658,11 +1658,18 @@ TEST(WorkerCli, TickRunsTheDemoHandlerAndPrintsJsonCounters) {
   EXPECT_EQ(
     audit_detail(e.conn, d, trans.command_id, "MOVED_TO_TSQ", "{reason}"),
     opt_str{"EXHAUSTED"});
+  // One reply each; the handlers ran concurrently, so in either order.
   auto replies = messages(e.conn, reply_q);
   ASSERT_EQ(replies.size(), 2u);
+  if (jget(e.conn, replies[0], "{outcome}") != opt_str{"SUCCESS"})
+    std::swap(replies[0], replies[1]);
   EXPECT_EQ(jget(e.conn, replies[0], "{outcome}"), opt_str{"SUCCESS"});
+  EXPECT_EQ(jget(e.conn, replies[0], "{command_id}"),
+            opt_str{ok.command_id.to_string()});
   EXPECT_TRUE(jeq(e.conn, replies[0], "{result}", R"({"ok":1})"));
   EXPECT_EQ(jget(e.conn, replies[1], "{outcome}"), opt_str{"FAILED"});
+  EXPECT_EQ(jget(e.conn, replies[1], "{command_id}"),
+            opt_str{rule.command_id.to_string()});
   EXPECT_EQ(jget(e.conn, replies[1], "{error_code}"), opt_str{"LIMIT"});
   EXPECT_EQ(queue_rows(e.conn, queue_of(d)), 0);
 }
