@@ -34,21 +34,11 @@ using opt_str = std::optional<std::string>;
 const char* unreachable_dsn =
   "host=127.0.0.1 port=1 dbname=x user=u password=pw-secret connect_timeout=2";
 
-test::process_result cmdbus_cli(const std::vector<std::string>& args,
-                                const std::vector<std::string>& env = {}) {
-  std::vector<std::string> argv{CMDBUS_BINARY};
-  argv.insert(argv.end(), args.begin(), args.end());
-  std::vector<std::string> overrides{"CMDBUS_DSN=", "PGHOST=", "PGPORT=",
-                                     "PGUSER=", "PGPASSWORD=", "PGDATABASE="};
-  overrides.insert(overrides.end(), env.begin(), env.end());
-  return test::run_process(argv, overrides);
-}
-
 /// Runs `cmdbus <args...> --dsn <test dsn>`.
 test::process_result with_dsn(std::vector<std::string> args) {
   args.push_back("--dsn");
   args.push_back(test::dsn());
-  return cmdbus_cli(args);
+  return test::run_cmdbus(args);
 }
 
 size_t lines(const std::string& s) {
@@ -365,7 +355,7 @@ TEST(CliSend, UnreachableDatabaseExitsThree) {
          {"queues"}}) {
     cmd.push_back("--dsn");
     cmd.push_back(unreachable_dsn);
-    auto r = cmdbus_cli(cmd);
+    auto r = test::run_cmdbus(cmd);
     EXPECT_EQ(r.exit_code, 3) << cmd[0] << ": " << r.err;
     EXPECT_FALSE(looks_like_crash(r)) << r.err;
     EXPECT_FALSE(contains(r.err, "pw-secret")) << r.err;
@@ -375,7 +365,7 @@ TEST(CliSend, UnreachableDatabaseExitsThree) {
 
 TEST(CliSend, UnmigratedDatabaseExitsFour) {
   test::scratch_database scratch;
-  auto r = cmdbus_cli({"send", "cs_x", "T", "--dsn", scratch.dsn()});
+  auto r = test::run_cmdbus({"send", "cs_x", "T", "--dsn", scratch.dsn()});
   EXPECT_EQ(r.exit_code, 4) << r.err;
   EXPECT_FALSE(looks_like_crash(r)) << r.err;
   EXPECT_FALSE(r.err.empty());
@@ -385,16 +375,16 @@ TEST(CliSend, HelpForEveryCommandExitsZero) {
   for (std::string cmd :
        {"send", "send-batch", "show", "list", "queues", "migrate"}) {
     for (std::string flag : {"--help", "-h"}) {
-      auto r = cmdbus_cli({cmd, flag});
+      auto r = test::run_cmdbus({cmd, flag});
       EXPECT_EQ(r.exit_code, 0) << cmd << " " << flag;
       EXPECT_TRUE(contains(r.out, "usage: cmdbus " + cmd)) << r.out;
       EXPECT_TRUE(r.err.empty()) << r.err;
     }
   }
-  auto r = cmdbus_cli({"send", "--help"});
+  auto r = test::run_cmdbus({"send", "--help"});
   EXPECT_TRUE(contains(r.out, "Exit codes")) << r.out;
   EXPECT_TRUE(contains(r.out, "--correlation-id")) << r.out;
-  r = cmdbus_cli({"send-batch", "--help"});
+  r = test::run_cmdbus({"send-batch", "--help"});
   EXPECT_TRUE(contains(r.out, "--chunk-size")) << r.out;
 }
 

@@ -7,17 +7,6 @@ using namespace cmdbus;
 
 namespace {
 
-test::process_result cmdbus_cli(const std::vector<std::string>& args,
-                                const std::vector<std::string>& env = {}) {
-  std::vector<std::string> argv{CMDBUS_BINARY};
-  argv.insert(argv.end(), args.begin(), args.end());
-  // Keep the caller's libpq environment out of the way unless a test sets it.
-  std::vector<std::string> overrides{"CMDBUS_DSN=", "PGHOST=", "PGPORT=",
-                                     "PGUSER=", "PGPASSWORD=", "PGDATABASE="};
-  overrides.insert(overrides.end(), env.begin(), env.end());
-  return test::run_process(argv, overrides);
-}
-
 bool looks_like_crash(const test::process_result& r) {
   return r.exit_code >= 128 || r.err.find("terminate called") != std::string::npos
          || r.err.find("Aborted") != std::string::npos;
@@ -26,42 +15,42 @@ bool looks_like_crash(const test::process_result& r) {
 } // namespace
 
 TEST(CliMigrate, HelpExitsZero) {
-  auto r = cmdbus_cli({"--help"});
+  auto r = test::run_cmdbus({"--help"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("migrate"), std::string::npos);
-  r = cmdbus_cli({"migrate", "--help"});
+  r = test::run_cmdbus({"migrate", "--help"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("usage: cmdbus migrate"), std::string::npos);
 }
 
 TEST(CliMigrate, UsageErrorsExitOne) {
-  auto r = cmdbus_cli({});
+  auto r = test::run_cmdbus({});
   EXPECT_EQ(r.exit_code, 1);
-  r = cmdbus_cli({"frobnicate"});
+  r = test::run_cmdbus({"frobnicate"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("unknown command 'frobnicate'"), std::string::npos);
-  r = cmdbus_cli({"migrate", "--bogus"});
+  r = test::run_cmdbus({"migrate", "--bogus"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("unknown argument '--bogus'"), std::string::npos);
-  r = cmdbus_cli({"migrate", "--dsn"});
+  r = test::run_cmdbus({"migrate", "--dsn"});
   EXPECT_EQ(r.exit_code, 1);
 }
 
 TEST(CliMigrate, MigratesWithDsnAndIsIdempotent) {
   test::scratch_database scratch;
-  auto r = cmdbus_cli({"migrate", "--dsn", scratch.dsn()});
+  auto r = test::run_cmdbus({"migrate", "--dsn", scratch.dsn()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("applied commandbus/V001"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("is up to date"), std::string::npos);
   EXPECT_EQ(r.out.find("password"), std::string::npos);
-  r = cmdbus_cli({"migrate", "--dsn=" + scratch.dsn()});
+  r = test::run_cmdbus({"migrate", "--dsn=" + scratch.dsn()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("0 migration(s) applied"), std::string::npos) << r.out;
 }
 
 TEST(CliMigrate, TakesDsnFromEnvironment) {
   test::scratch_database scratch;
-  auto r = cmdbus_cli({"migrate"}, {"CMDBUS_DSN=" + scratch.dsn()});
+  auto r = test::run_cmdbus({"migrate"}, {"CMDBUS_DSN=" + scratch.dsn()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("is up to date"), std::string::npos);
 }
@@ -71,18 +60,18 @@ TEST(CliMigrate, TakesConnectionFromLibpqEnvironment) {
   auto conn = db::connection::open(scratch.dsn());
   // PGHOST etc. as a user would export them; here derived from the test DSN.
   auto res = conn.exec("SELECT current_user, inet_server_port()");
-  auto r = cmdbus_cli({"migrate"},
-                      {"PGHOST=127.0.0.1",
-                       "PGPORT=" + std::string{res.text(0, 1)},
-                       "PGUSER=" + std::string{res.text(0, 0)},
-                       "PGPASSWORD=cmdbus", "PGDATABASE=" + scratch.name()});
+  auto r = test::run_cmdbus(
+      {"migrate"}, {"PGHOST=127.0.0.1", "PGPORT=" + std::string{res.text(0, 1)},
+                    "PGUSER=" + std::string{res.text(0, 0)},
+                    "PGPASSWORD=cmdbus", "PGDATABASE=" + scratch.name()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find(scratch.name()), std::string::npos) << r.out;
 }
 
 TEST(CliMigrate, UnreachableServerExitsThreeWithClearMessage) {
-  auto r = cmdbus_cli({"migrate", "--dsn",
-                       "host=127.0.0.1 port=1 dbname=x user=u password=hunter2 connect_timeout=3"});
+  auto r = test::run_cmdbus({"migrate", "--dsn",
+                             "host=127.0.0.1 port=1 dbname=x user=u "
+                             "password=hunter2 connect_timeout=3"});
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_FALSE(looks_like_crash(r)) << r.err;
   EXPECT_NE(r.err.find("cannot connect to u@127.0.0.1:1/x"), std::string::npos)
@@ -93,7 +82,7 @@ TEST(CliMigrate, UnreachableServerExitsThreeWithClearMessage) {
 
 TEST(CliMigrate, WrongCredentialsExitThreeWithoutPassword) {
   auto dsn = test::with_dbname(test::dsn(), "postgres") + " password=not-the-pw";
-  auto r = cmdbus_cli({"migrate", "--dsn", dsn});
+  auto r = test::run_cmdbus({"migrate", "--dsn", dsn});
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_FALSE(looks_like_crash(r)) << r.err;
   EXPECT_NE(r.err.find("password authentication failed"), std::string::npos)
@@ -102,7 +91,8 @@ TEST(CliMigrate, WrongCredentialsExitThreeWithoutPassword) {
 }
 
 TEST(CliMigrate, MalformedDsnIsAUsageError) {
-  auto r = cmdbus_cli({"migrate", "--dsn", "host=x password oops-secret"});
+  auto r =
+      test::run_cmdbus({"migrate", "--dsn", "host=x password oops-secret"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("invalid connection string"), std::string::npos);
   EXPECT_EQ(r.err.find("oops-secret"), std::string::npos);

@@ -29,17 +29,14 @@ namespace {
 
 test::process_result run_worker(const std::string& domain,
                                 const std::string& fault) {
-  std::vector<std::string> argv{CMDBUS_BINARY,        "worker",
-                                "--tick",             "--domain",
-                                domain,               "--dsn",
-                                test::dsn(),          "--visibility-timeout",
-                                "1",                  "--statement-timeout",
-                                "500ms",              "--backoff",
-                                "0",                  "--json"};
-  std::vector<std::string> env{"CMDBUS_DSN=", "CMDBUS_CONFIG="};
-  env.push_back(fault.empty() ? "CMDBUS_FAULT_INJECT="
-                              : "CMDBUS_FAULT_INJECT=" + fault);
-  return test::run_process(argv, env);
+  std::vector<std::string> env;
+  if (!fault.empty())
+    env.push_back("CMDBUS_FAULT_INJECT=" + fault);
+  return test::run_cmdbus({"worker", "--tick", "--domain", domain, "--dsn",
+                           test::dsn(), "--visibility-timeout", "1",
+                           "--statement-timeout", "500ms", "--backoff", "0",
+                           "--json"},
+                          env);
 }
 
 int64_t scalar(db::connection& c, const std::string& sql) {

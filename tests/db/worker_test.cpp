@@ -1559,21 +1559,6 @@ TEST(WorkerConfig, InvalidConfigurationIsRejectedByTheConstructor) {
 
 namespace {
 
-test::process_result cmdbus_cli(const strings& args) {
-  strings argv{CMDBUS_BINARY};
-  argv.insert(argv.end(), args.begin(), args.end());
-  strings env{"CMDBUS_DSN=",        "CMDBUS_CONFIG=",
-              "CMDBUS_DOMAINS=",    "CMDBUS_CONCURRENCY=",
-              "CMDBUS_MAX_ATTEMPTS=", "CMDBUS_BACKOFF=",
-              "CMDBUS_BACKOFF_JITTER=", "CMDBUS_VISIBILITY_TIMEOUT=",
-              "CMDBUS_POLL_INTERVAL=", "CMDBUS_USE_NOTIFY=",
-              "CMDBUS_STATEMENT_TIMEOUT=", "CMDBUS_SHUTDOWN_TIMEOUT=",
-              "CMDBUS_FLUSH_INTERVAL=", "PGHOST=",
-              "PGPORT=",            "PGUSER=",
-              "PGPASSWORD=",        "PGDATABASE="};
-  return test::run_process(argv, env);
-}
-
 size_t line_count(const std::string& text) {
   return static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
 }
@@ -1588,8 +1573,8 @@ TEST(WorkerCli, TickReportsWhatIsLeftForLater) {
   auto req = make_req(d, "Test", R"({"behavior":{"fail_transient_pct":100}})");
   e.bus.send(req);
   e.bus.send(make_req(d, "Test"));
-  auto r = cmdbus_cli({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
-                       "--json", "--backoff", "60"});
+  auto r = test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn",
+                             test::dsn(), "--json", "--backoff", "60"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto out = r.out;
   while (!out.empty() && out.back() == '\n')
@@ -1600,8 +1585,8 @@ TEST(WorkerCli, TickReportsWhatIsLeftForLater) {
   EXPECT_EQ(jget(e.conn, line, "{completed}"), opt_str{"1"}) << line;
   EXPECT_EQ(jget(e.conn, line, "{retried}"), opt_str{"1"}) << line;
   EXPECT_EQ(jget(e.conn, line, "{remaining}"), opt_str{"1"}) << line;
-  r = cmdbus_cli({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
-                  "--backoff", "60"});
+  r = test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
+                        "--backoff", "60"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("remaining in the queue 1 (not due yet"),
             std::string::npos)
@@ -1626,8 +1611,9 @@ TEST(WorkerCli, TickRunsTheDemoHandlerAndPrintsJsonCounters) {
     = make_req(d, "Test", R"({"behavior":{"fail_transient_pct":100}})");
   trans_req.max_attempts = 2;
   auto trans = e.bus.send(trans_req);
-  auto r = cmdbus_cli({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
-                       "--json", "--max-attempts", "3", "--backoff", "0"});
+  auto r =
+      test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
+                        "--json", "--max-attempts", "3", "--backoff", "0"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // The last stdout line is the JSON counters.
   auto out = r.out;
@@ -1675,20 +1661,20 @@ TEST(WorkerCli, TickRunsTheDemoHandlerAndPrintsJsonCounters) {
 }
 
 TEST(WorkerCli, HelpUsageAndUnreachableDatabase) {
-  auto r = cmdbus_cli({"worker", "--help"});
+  auto r = test::run_cmdbus({"worker", "--help"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("--tick"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--domain"), std::string::npos);
 
-  r = cmdbus_cli({"worker", "--domain", "wk_cli", "--bogus-option"});
+  r = test::run_cmdbus({"worker", "--domain", "wk_cli", "--bogus-option"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_EQ(line_count(r.err), 1u) << r.err;
   EXPECT_NE(r.err.find("bogus-option"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
 
-  r = cmdbus_cli({"worker", "--tick", "--domain", "wk_cli", "--dsn",
-                  "host=127.0.0.1 port=1 user=cmdbus password=secret "
-                  "dbname=nowhere connect_timeout=2"});
+  r = test::run_cmdbus({"worker", "--tick", "--domain", "wk_cli", "--dsn",
+                        "host=127.0.0.1 port=1 user=cmdbus password=secret "
+                        "dbname=nowhere connect_timeout=2"});
   EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
   EXPECT_EQ(r.err.find("secret"), std::string::npos) << r.err;
 }

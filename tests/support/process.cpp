@@ -99,4 +99,31 @@ process_result run_process(const std::vector<std::string>& argv,
   return res;
 }
 
+process_result run_cmdbus(const std::vector<std::string>& args,
+                          const std::vector<std::string>& env) {
+  std::vector<std::string> argv{CMDBUS_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<std::string> overrides{"CMDBUS_DSN=",
+                                     "CMDBUS_CONFIG=",
+                                     "CMDBUS_DOMAINS=",
+                                     "CMDBUS_CONCURRENCY=",
+                                     "CMDBUS_MAX_ATTEMPTS=",
+                                     "CMDBUS_BACKOFF=",
+                                     "CMDBUS_BACKOFF_JITTER=",
+                                     "CMDBUS_VISIBILITY_TIMEOUT=",
+                                     "CMDBUS_POLL_INTERVAL=",
+                                     "CMDBUS_USE_NOTIFY=",
+                                     "CMDBUS_STATEMENT_TIMEOUT=",
+                                     "CMDBUS_SHUTDOWN_TIMEOUT=",
+                                     "CMDBUS_FLUSH_INTERVAL=",
+                                     "CMDBUS_FAULT_INJECT=",
+                                     "PGHOST=",
+                                     "PGPORT=",
+                                     "PGUSER=",
+                                     "PGPASSWORD=",
+                                     "PGDATABASE="};
+  overrides.insert(overrides.end(), env.begin(), env.end());
+  return run_process(argv, overrides);
+}
+
 } // namespace cmdbus::test

@@ -20,4 +20,10 @@ struct process_result {
 process_result run_process(const std::vector<std::string>& argv,
                            const std::vector<std::string>& env_overrides = {});
 
+/// Runs the `cmdbus` binary under test with `args`. The caller's CMDBUS_*
+/// settings and libpq environment (PGHOST, ...) are removed, so that only
+/// what a test passes counts; `env` ("NAME=value") sets variables on top.
+process_result run_cmdbus(const std::vector<std::string>& args,
+                          const std::vector<std::string>& env = {});
+
 } // namespace cmdbus::test
