@@ -31,16 +31,39 @@ outcome failure(outcome_kind kind, const handler_error& e) {
 } // namespace
 
 void handler_registry::add(const std::string& domain,
-                           const std::string& command_type, handler_fn fn) {
-  if (!handlers_.emplace(std::make_pair(domain, command_type), std::move(fn))
-         .second)
+                           const std::string& command_type, handler_fn fn,
+                           handler_mode mode) {
+  if (!handlers_
+           .emplace(std::make_pair(domain, command_type),
+                    entry{std::move(fn), mode})
+           .second)
     throw handler_already_registered_error(domain, command_type);
 }
 
 const handler_fn* handler_registry::find(const std::string& domain,
                                          const std::string& type) const {
   auto i = handlers_.find({domain, type});
-  return i == handlers_.end() ? nullptr : &i->second;
+  return i == handlers_.end() ? nullptr : &i->second.fn;
+}
+
+handler_mode handler_registry::mode(const std::string& domain,
+                                    const std::string& type) const {
+  if (auto i = handlers_.find({domain, type}); i != handlers_.end())
+    return i->second.mode;
+  return uses(domain, handler_mode::blocking) ? handler_mode::blocking
+                                              : handler_mode::non_blocking;
+}
+
+bool handler_registry::uses(const std::string& domain,
+                            handler_mode mode) const {
+  bool any = false;
+  for (auto i = handlers_.lower_bound({domain, std::string{}});
+       i != handlers_.end() && i->first.first == domain; ++i) {
+    if (i->second.mode == mode)
+      return true;
+    any = true;
+  }
+  return !any && mode == handler_mode::blocking;
 }
 
 std::vector<std::pair<std::string, std::string>>

@@ -72,20 +72,43 @@ private:
 /// A command handler: returns the result (null for none) or throws
 /// transient_command_error, permanent_command_error or business_rule_error;
 /// any other exception counts as transient with the exception's type name
-/// as error code (rcmd.md §1.5). Runs on a dedicated thread: it may block.
+/// as error code (rcmd.md §1.5). Where it runs depends on its
+/// handler_mode.
 using handler_fn = std::function<json(const command&, handler_context&)>;
+
+/// Where the worker runs a handler.
+enum class handler_mode {
+  /// On a thread of its own (one per handler slot): the handler may block
+  /// on I/O, locks or sleeps. The default.
+  blocking,
+  /// On the worker's shared scheduler threads, without a thread switch per
+  /// command: for handlers that never block (computation, in-memory work).
+  /// Cheaper per command; a handler that blocks here stalls other work of
+  /// the worker, including its database actors' bookkeeping.
+  non_blocking,
+};
 
 /// The handlers of a worker, by (domain, command_type).
 class handler_registry {
 public:
-  /// Registers `fn`; throws handler_already_registered_error for a second
-  /// handler of the same (domain, command_type).
+  /// Registers `fn`, run in `mode`; throws handler_already_registered_error
+  /// for a second handler of the same (domain, command_type).
   void add(const std::string& domain, const std::string& command_type,
-           handler_fn fn);
+           handler_fn fn, handler_mode mode = handler_mode::blocking);
 
   /// Returns the handler, or nullptr.
   const handler_fn* find(const std::string& domain,
                          const std::string& command_type) const;
+
+  /// Returns the mode of the handler of (domain, command_type); a command
+  /// without a handler fails at once, in either mode, so this returns the
+  /// mode of any handler of `domain` then (blocking when it has none).
+  handler_mode mode(const std::string& domain,
+                    const std::string& command_type) const;
+
+  /// Returns whether `domain` needs handlers of `mode`: a domain without
+  /// registered handlers uses blocking ones.
+  bool uses(const std::string& domain, handler_mode mode) const;
 
   /// Returns the registered (domain, command_type) pairs.
   std::vector<std::pair<std::string, std::string>> keys() const;
@@ -95,7 +118,11 @@ public:
   outcome run(const received_command& rc, handler_context& ctx) const;
 
 private:
-  std::map<std::pair<std::string, std::string>, handler_fn> handlers_;
+  struct entry {
+    handler_fn fn;
+    handler_mode mode;
+  };
+  std::map<std::pair<std::string, std::string>, entry> handlers_;
 };
 
 } // namespace cmdbus

@@ -6,11 +6,14 @@
 // Per domain, a supervisor owns:
 //   poller          detached; reads {domain}__commands with credits, woken
 //                   by LISTEN/NOTIFY (listener thread) or its poll timer
-//   handlers (N)    detached, monitored; run the application's handlers
+//   handlers (N)    monitored; run the application's handlers: detached
+//                   for blocking handlers, scheduled for non-blocking ones
+//                   (N of each mode the domain's handlers use)
 //   completion      detached; success / TSQ / business-rule side effects
 //   retry scheduler detached; transient failures (set_vt backoff), leases
 // and a process-wide batch counter runs batch-completion callbacks.
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -88,9 +91,10 @@ struct spawners {
     poller;
   std::function<caf::actor(caf::event_based_actor*, const domain_settings&)>
     completion;
+  /// Spawns a handler actor for handlers of the given mode.
   std::function<caf::actor(caf::event_based_actor*, const domain_settings&,
-                           caf::actor retry)>
-    handler;
+                           caf::actor retry, handler_mode)>
+      handler;
   std::function<caf::actor(caf::event_based_actor*, const domain_settings&)>
     retry;
 };
@@ -107,8 +111,14 @@ struct supervisor_state {
   caf::actor completion;
   caf::actor retry;
   spawners spawn;
-  std::vector<caf::actor> handlers;
-  std::deque<caf::actor> idle;
+  /// The handler actors of one handler_mode and the idle ones among them.
+  struct pool {
+    std::vector<caf::actor> all;
+    std::deque<caf::actor> idle;
+  };
+  /// By handler_mode: each has `concurrency` actors when the domain has
+  /// handlers of its mode, else none.
+  std::array<pool, 2> pools;
   /// Commands waiting for an idle handler (only after handler crashes).
   std::deque<received_command> backlog;
   /// Running commands by msg_id: handler and start time.
@@ -217,9 +227,11 @@ caf::actor spawn_completion(caf::event_based_actor* parent,
 caf::actor spawn_retry(caf::event_based_actor* parent,
                        const domain_settings& settings);
 
-/// Spawns a production handler actor.
+/// Spawns a production handler actor: detached (a thread of its own) for
+/// blocking handlers, scheduled for non-blocking ones.
 caf::actor spawn_handler(caf::event_based_actor* parent,
-                         const domain_settings& settings, caf::actor retry);
+                         const domain_settings& settings, caf::actor retry,
+                         handler_mode mode);
 
 /// Where and how the batch counter delivers recorded batch completions
 /// (V005: claim with a lease, run the callbacks, mark delivered).

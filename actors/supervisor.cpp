@@ -52,12 +52,35 @@ using self_ptr = caf::stateful_actor<supervisor_state>*;
 void handler_freed(self_ptr self, int64_t n);
 void committed(self_ptr self, int64_t n);
 
-// Starts the next command on an idle handler while there are both.
+supervisor_state::pool& pool_of(supervisor_state& st, handler_mode mode) {
+  return st.pools[static_cast<size_t>(mode)];
+}
+
+// The pool that runs `rc`: its handler's mode, or any pool for a command
+// without a handler (it fails at once).
+supervisor_state::pool& pool_for(supervisor_state& st,
+                                 const received_command& rc) {
+  auto& p = pool_of(
+      st, st.settings.registry->mode(rc.cmd.domain, rc.cmd.command_type));
+  if (!p.all.empty())
+    return p;
+  for (auto& other : st.pools)
+    if (!other.all.empty())
+      return other;
+  return p;
+}
+
+// Starts the next commands (in order) while their pool has an idle
+// handler. Credits bound the commands held to `concurrency`, the size of
+// each pool, so a pool runs dry only while a dead handler is replaced.
 void dispatch(self_ptr self) {
   auto& st = self->state;
-  while (!st.idle.empty() && !st.backlog.empty()) {
-    auto h = st.idle.front();
-    st.idle.pop_front();
+  while (!st.backlog.empty()) {
+    auto& p = pool_for(st, st.backlog.front());
+    if (p.idle.empty())
+      return;
+    auto h = p.idle.front();
+    p.idle.pop_front();
     auto rc = std::move(st.backlog.front());
     st.backlog.pop_front();
     st.running[rc.msg_id] = {h, std::chrono::steady_clock::now()};
@@ -68,7 +91,7 @@ void dispatch(self_ptr self) {
           maybe_crash(fault_point::after_handler);
           auto& st = self->state;
           st.running.erase(rc.msg_id);
-          st.idle.push_back(h);
+          pool_for(st, rc).idle.push_back(h);
           handler_freed(self, 1);
           if (out.kind == outcome_kind::transient
               && rc.attempt < rc.max_attempts) {
@@ -168,12 +191,12 @@ std::chrono::milliseconds heartbeat_period(std::chrono::seconds vt) {
                     / 4);
 }
 
-void add_handler(self_ptr self) {
+void add_handler(self_ptr self, handler_mode mode) {
   auto& st = self->state;
-  auto h = st.spawn.handler(self, st.settings, st.retry);
+  auto h = st.spawn.handler(self, st.settings, st.retry, mode);
   self->monitor(h);
-  st.handlers.push_back(h);
-  st.idle.push_back(h);
+  pool_of(st, mode).all.push_back(h);
+  pool_of(st, mode).idle.push_back(h);
 }
 
 } // namespace
@@ -185,29 +208,36 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
   st.spawn = std::move(spawn);
   st.completion = st.spawn.completion(self, st.settings);
   st.retry = st.spawn.retry(self, st.settings);
-  for (int i = 0; i < st.settings.concurrency; ++i)
-    add_handler(self);
+  for (auto mode : {handler_mode::blocking, handler_mode::non_blocking})
+    if (st.settings.registry->uses(st.settings.domain, mode))
+      for (int i = 0; i < st.settings.concurrency; ++i)
+        add_handler(self, mode);
   st.poller = st.spawn.poller(self, st.settings);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
     auto is_src = [&](const caf::actor& a) { return a == dm.source; };
-    auto it = std::find_if(st.handlers.begin(), st.handlers.end(), is_src);
-    if (it == st.handlers.end())
+    for (auto mode : {handler_mode::blocking, handler_mode::non_blocking}) {
+      auto& p = pool_of(st, mode);
+      auto it = std::find_if(p.all.begin(), p.all.end(), is_src);
+      if (it == p.all.end())
+        continue;
+      p.all.erase(it);
+      p.idle.erase(std::remove_if(p.idle.begin(), p.idle.end(), is_src),
+                   p.idle.end());
+      st.settings.counters->handler_restarts += 1;
+      spdlog::warn("{} handler died ({}); replacing it", self->name(),
+                   to_string(dm.reason));
+      if (!st.draining)
+        add_handler(self, mode);
+      dispatch(self);
       return;
-    st.handlers.erase(it);
-    st.idle.erase(std::remove_if(st.idle.begin(), st.idle.end(), is_src),
-                  st.idle.end());
-    st.settings.counters->handler_restarts += 1;
-    spdlog::warn("{} handler died ({}); replacing it", self->name(),
-                 to_string(dm.reason));
-    if (!st.draining)
-      add_handler(self);
-    dispatch(self);
+    }
   });
   self->set_exit_handler([self](caf::exit_msg& em) {
     auto& st = self->state;
-    for (auto& h : st.handlers)
-      self->send_exit(h, em.reason);
+    for (auto& p : st.pools)
+      for (auto& h : p.all)
+        self->send_exit(h, em.reason);
     for (auto* a : {&st.poller, &st.completion, &st.retry})
       if (*a)
         self->send_exit(*a, em.reason);

@@ -357,7 +357,10 @@ caf::actor spawn_retry(caf::event_based_actor* parent,
 }
 
 caf::actor spawn_handler(caf::event_based_actor* parent,
-                         const domain_settings& settings, caf::actor retry) {
+                         const domain_settings& settings, caf::actor retry,
+                         handler_mode mode) {
+  if (mode == handler_mode::non_blocking)
+    return parent->spawn(handler, settings, std::move(retry));
   return parent->spawn<caf::detached>(handler, settings, std::move(retry));
 }
 

@@ -3,7 +3,8 @@
 //   * raw ceiling: pgmq.read(q, 30, 50) + pgmq.delete(q, ids[]) in a loop;
 //   * the worker with a no-op handler over N pre-sent commands (every audit
 //     row and status transition of the reference written), at concurrency
-//     64 and 16, with worker CPU vs PostgreSQL CPU;
+//     64 and 16 in non-blocking handler mode and 64 in blocking mode, with
+//     worker CPU vs PostgreSQL CPU;
 //   * send->completed latency (server timestamps) at a paced offered load
 //     with NOTIFY, and the worker's peak RSS.
 //
@@ -91,11 +92,16 @@ config::worker_config worker_cfg(const std::string& dsn,
   return cfg;
 }
 
-handler_registry noop_registry(const std::string& domain) {
+handler_registry noop_registry(const std::string& domain, handler_mode mode) {
   handler_registry reg;
-  reg.add(domain, "Noop",
-          [](const command&, handler_context&) { return json::null(); });
+  reg.add(
+      domain, "Noop",
+      [](const command&, handler_context&) { return json::null(); }, mode);
   return reg;
+}
+
+const char* mode_name(handler_mode mode) {
+  return mode == handler_mode::blocking ? "blocking" : "non-blocking";
 }
 
 } // namespace
@@ -153,11 +159,22 @@ int main(int argc, char** argv) {
   std::printf("-- throughput (no-op handler, all reference writes)\n");
   bench::print(raw);
 
+  // The no-op handler never blocks, so it is registered as non-blocking
+  // (run on the scheduler threads); the default blocking mode (a thread per
+  // handler slot) is measured too.
+  struct phase {
+    int concurrency;
+    handler_mode mode;
+    const char* tag;
+  };
+  const phase phases[] = {{64, handler_mode::non_blocking, "wb64_"},
+                          {16, handler_mode::non_blocking, "wb16_"},
+                          {64, handler_mode::blocking, "wb64b_"}};
   bench::rate best;
-  for (int concurrency : {64, 16}) {
-    auto domain = "wb" + std::to_string(concurrency) + "_" + run_id;
+  for (auto [concurrency, mode, tag] : phases) {
+    auto domain = tag + run_id;
     send_commands(bus, domain, commands);
-    worker w{worker_cfg(dsn, domain, concurrency), noop_registry(domain)};
+    worker w{worker_cfg(dsn, domain, concurrency), noop_registry(domain, mode)};
     auto cpu0 = self_cpu();
     auto mcpu0 = machine_cpu();
     auto start = std::chrono::steady_clock::now();
@@ -174,7 +191,8 @@ int main(int argc, char** argv) {
     auto mcpu = machine_cpu() - mcpu0;
     w.stop(10s).get();
     auto done = count_status(conn, domain, "COMPLETED");
-    bench::rate r{"worker, concurrency " + std::to_string(concurrency),
+    bench::rate r{"worker, concurrency " + std::to_string(concurrency) + ", "
+                      + mode_name(mode),
                   static_cast<double>(done) / secs, done, secs};
     bench::print(r, &raw);
     std::printf("    CPU: worker %.1f s (%.0f%% of a core), PostgreSQL and "
@@ -197,7 +215,8 @@ int main(int argc, char** argv) {
   }
   auto lat_domain = "wlat_" + run_id;
   {
-    worker w{worker_cfg(dsn, lat_domain, 16), noop_registry(lat_domain)};
+    worker w{worker_cfg(dsn, lat_domain, 16),
+             noop_registry(lat_domain, handler_mode::blocking)};
     w.start();
     auto total = rate * latency_seconds;
     auto interval = std::chrono::nanoseconds{1000000000LL / rate};
@@ -225,7 +244,7 @@ int main(int argc, char** argv) {
       "FROM commandbus.command WHERE domain = $1 AND status = 'COMPLETED') t",
       lat_domain);
     std::printf("-- latency send->COMPLETED at %d commands/s offered, NOTIFY "
-                "on (%lld commands)\n",
+                "on, blocking handler mode (%lld commands)\n",
                 rate, static_cast<long long>(q.int64(0, 2)));
     auto p50 = std::stod(std::string{q.text(0, 0)});
     auto p99 = std::stod(std::string{q.text(0, 1)});
@@ -235,12 +254,13 @@ int main(int argc, char** argv) {
   }
   std::printf("-- memory\n  worker process peak RSS %ld MiB\n", peak_rss_mib());
   std::printf("-- targets\n");
+  std::printf("  best: %s\n", best.name.c_str());
   bench::verdict("worker commands/s (best)", best.per_second, 15000, "");
   std::printf("  ratio to the raw consume ceiling: %.2fx\n",
               best.per_second / raw.per_second);
 
   // Leave the database small for the next run.
-  for (auto* d : {"wraw_", "wb64_", "wb16_", "wlat_"}) {
+  for (auto* d : {"wraw_", "wb64_", "wb16_", "wb64b_", "wlat_"}) {
     auto domain = std::string{d} + run_id;
     conn.query("DELETE FROM commandbus.audit WHERE domain = $1", domain);
     conn.query("DELETE FROM commandbus.command WHERE domain = $1", domain);

@@ -20,6 +20,8 @@ struct children {
   caf::actor completion;
   caf::actor retry;
   std::vector<caf::actor> handlers;
+  /// The mode each of `handlers` was spawned for.
+  std::vector<handler_mode> modes;
 };
 
 // A handler that decides the outcome by command type: "ok", "transient",
@@ -71,11 +73,12 @@ struct fixture : test_coordinator_fixture<> {
   domain_settings settings;
   caf::actor sup;
 
-  fixture() {
+  explicit fixture(std::shared_ptr<const handler_registry> registry =
+                       std::make_shared<const handler_registry>()) {
     settings.domain = "d";
     settings.concurrency = 2;
     settings.counters = std::make_shared<worker_counters>();
-    settings.registry = std::make_shared<const handler_registry>();
+    settings.registry = std::move(registry);
     settings.cancelled = std::make_shared<std::atomic<bool>>(false);
     settings.retry.backoff_seconds = {7};
     spawners sp;
@@ -94,9 +97,10 @@ struct fixture : test_coordinator_fixture<> {
       return k->retry;
     };
     sp.handler = [k](caf::event_based_actor* self, const domain_settings&,
-                     caf::actor) {
+                     caf::actor, handler_mode mode) {
       auto h = self->spawn(fake_handler);
       k->handlers.push_back(h);
+      k->modes.push_back(mode);
       return h;
     };
     sup = sys.spawn(supervisor, settings, sp);
@@ -109,6 +113,19 @@ struct fixture : test_coordinator_fixture<> {
 
   supervisor_state& st() {
     return deref<caf::stateful_actor<supervisor_state>>(sup).state;
+  }
+
+  // The handlers of `mode` (an empty registry uses only blocking ones).
+  supervisor_state::pool& pool(handler_mode mode = handler_mode::blocking) {
+    return st().pools[static_cast<size_t>(mode)];
+  }
+
+  // The mode of the handler that got the last (atom::handle) message.
+  handler_mode mode_of(const caf::actor& h) const {
+    for (size_t i = 0; i < kids->handlers.size(); ++i)
+      if (kids->handlers[i] == h)
+        return kids->modes[i];
+    CAF_FAIL("not a handler of the supervisor");
   }
 
   // Sends two commands to run; the supervisor takes them and hands them to
@@ -127,7 +144,7 @@ CAF_TEST_FIXTURE_SCOPE(supervisor_tests, fixture)
 
 CAF_TEST(it spawns the configured number of handlers and its children) {
   CAF_CHECK_EQUAL(kids->handlers.size(), 2u);
-  CAF_CHECK_EQUAL(st().idle.size(), 2u);
+  CAF_CHECK_EQUAL(pool().idle.size(), 2u);
   CAF_CHECK(kids->poller != nullptr);
   CAF_CHECK(kids->completion != nullptr);
   CAF_CHECK(kids->retry != nullptr);
@@ -149,7 +166,7 @@ CAF_TEST(a freed handler returns its credit and the drain waits for the commit) 
          from(sup).to(kids->completion).with(_, _));
   CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
   CAF_CHECK(st().running.empty());
-  CAF_CHECK_EQUAL(st().idle.size(), 2u);
+  CAF_CHECK_EQUAL(pool().idle.size(), 2u);
   // ... but it stays held until its side effects are committed.
   CAF_CHECK_EQUAL(st().held, 1);
   self->send(sup, atom::done::value, int64_t{1});
@@ -228,7 +245,7 @@ CAF_TEST(it never runs more commands than handlers) {
   // Two handlers take two commands; the third waits in the backlog.
   CAF_CHECK_EQUAL(st().running.size(), 2u);
   CAF_CHECK_EQUAL(st().backlog.size(), 1u);
-  CAF_CHECK(st().idle.empty());
+  CAF_CHECK(pool().idle.empty());
   CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 3);
   sched.run();
   CAF_CHECK(st().backlog.empty());
@@ -245,8 +262,8 @@ CAF_TEST(a crashed handler is replaced and its slot released) {
   CAF_CHECK_EQUAL(st().held, 0);
   CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
   CAF_CHECK_EQUAL(settings.counters->handler_restarts.load(), 1);
-  CAF_CHECK_EQUAL(st().handlers.size(), 2u);
-  CAF_CHECK_EQUAL(st().idle.size(), 2u);
+  CAF_CHECK_EQUAL(pool().all.size(), 2u);
+  CAF_CHECK_EQUAL(pool().idle.size(), 2u);
   CAF_CHECK_EQUAL(kids->handlers.size(), 3u);
 }
 
@@ -289,6 +306,117 @@ CAF_TEST(backoff follows the schedule and clamps to its last entry) {
     CAF_CHECK_GREATER_OR_EQUAL(b, 90);
     CAF_CHECK_LESS_OR_EQUAL(b, 110);
   }
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+namespace {
+
+std::shared_ptr<const handler_registry>
+registry_of(std::initializer_list<std::pair<const char*, handler_mode>> types) {
+  auto reg = std::make_shared<handler_registry>();
+  for (auto& [type, mode] : types)
+    reg->add(
+        "d", type, [](const command&, handler_context&) { return json{}; },
+        mode);
+  return reg;
+}
+
+// A domain with blocking ("ok") and non-blocking ("fast", "crash")
+// handlers.
+struct mixed_fixture : fixture {
+  mixed_fixture()
+      : fixture(registry_of({{"ok", handler_mode::blocking},
+                             {"fast", handler_mode::non_blocking},
+                             {"crash", handler_mode::non_blocking}})) {
+    // nop
+  }
+};
+
+// A domain with only non-blocking handlers.
+struct non_blocking_fixture : fixture {
+  non_blocking_fixture()
+      : fixture(registry_of({{"fast", handler_mode::non_blocking}})) {
+    // nop
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(handler_mode_tests, mixed_fixture)
+
+CAF_TEST(each handler mode gets its own pool of concurrency handlers) {
+  CAF_CHECK_EQUAL(pool(handler_mode::blocking).all.size(), 2u);
+  CAF_CHECK_EQUAL(pool(handler_mode::non_blocking).all.size(), 2u);
+  CAF_REQUIRE_EQUAL(kids->modes.size(), 4u);
+  CAF_CHECK(kids->modes[0] == handler_mode::blocking);
+  CAF_CHECK(kids->modes[3] == handler_mode::non_blocking);
+}
+
+CAF_TEST(commands run on a handler of their handler mode) {
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{make_rc(1, "fast"), make_rc(2, "ok"),
+                                           make_rc(3, "unregistered")});
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
+  CAF_REQUIRE_EQUAL(st().running.size(), 3u);
+  CAF_CHECK(mode_of(st().running[1].first) == handler_mode::non_blocking);
+  CAF_CHECK(mode_of(st().running[2].first) == handler_mode::blocking);
+  // Without a handler it fails at once: the domain's blocking pool runs it.
+  CAF_CHECK(mode_of(st().running[3].first) == handler_mode::blocking);
+  sched.run();
+  CAF_CHECK(st().running.empty());
+  CAF_CHECK_EQUAL(pool(handler_mode::blocking).idle.size(), 2u);
+  CAF_CHECK_EQUAL(pool(handler_mode::non_blocking).idle.size(), 2u);
+  CAF_CHECK_EQUAL(st().held, 3);
+}
+
+CAF_TEST(commands wait in order when their pool is busy) {
+  std::vector<received_command> batch;
+  batch.push_back(make_rc(1, "fast"));
+  batch.push_back(make_rc(2, "fast"));
+  batch.push_back(make_rc(3, "fast"));
+  batch.push_back(make_rc(4, "ok"));
+  self->send(sup, atom::run::value, std::move(batch));
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
+  // Two "fast" run; the third waits for a non-blocking handler and the
+  // "ok" behind it waits too (commands start in the order read).
+  CAF_CHECK_EQUAL(st().running.size(), 2u);
+  CAF_CHECK_EQUAL(st().backlog.size(), 2u);
+  sched.run();
+  CAF_CHECK(st().backlog.empty());
+  CAF_CHECK(st().running.empty());
+  CAF_CHECK_EQUAL(st().held, 4);
+}
+
+CAF_TEST(a crashed handler is replaced in its own mode) {
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{make_rc(5, "crash")});
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
+  CAF_REQUIRE(mode_of(st().running[5].first) == handler_mode::non_blocking);
+  sched.run();
+  CAF_CHECK_EQUAL(settings.counters->handler_restarts.load(), 1);
+  CAF_CHECK_EQUAL(pool(handler_mode::blocking).all.size(), 2u);
+  CAF_CHECK_EQUAL(pool(handler_mode::non_blocking).all.size(), 2u);
+  CAF_REQUIRE_EQUAL(kids->modes.size(), 5u);
+  CAF_CHECK(kids->modes[4] == handler_mode::non_blocking);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+CAF_TEST_FIXTURE_SCOPE(non_blocking_tests, non_blocking_fixture)
+
+CAF_TEST(a domain with only non - blocking handlers spawns no blocking ones) {
+  CAF_CHECK(pool(handler_mode::blocking).all.empty());
+  CAF_CHECK_EQUAL(pool(handler_mode::non_blocking).all.size(), 2u);
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{make_rc(1, "unregistered")});
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
+  CAF_REQUIRE_EQUAL(st().running.size(), 1u);
+  CAF_CHECK(mode_of(st().running[1].first) == handler_mode::non_blocking);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

@@ -21,6 +21,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -967,6 +968,85 @@ TEST(WorkerFailure, BusinessRuleFailsArchivesAndRepliesFailed) {
                   R"({"account":"A-1","closed_on":"2024-01-01"})"))
     << rep;
   EXPECT_EQ(w.stats().failed, 1);
+}
+
+// -- handler modes -----------------------------------------------------------
+
+TEST(WorkerModes, NonBlockingHandlersRunBesideBlockingOnesWithTheSameOutcomes) {
+  env e;
+  auto d = test::unique_name("wk");
+  std::vector<uuid> fast, slow;
+  for (int i = 0; i < 20; ++i) {
+    fast.push_back(e.bus.send(make_req(d, "Fast", R"({"n":7})")).command_id);
+    slow.push_back(e.bus.send(make_req(d, "Slow")).command_id);
+  }
+  auto rule = e.bus.send(make_req(d, "Rule"));
+  auto extend = e.bus.send(make_req(d, "Extend"));
+  std::mutex mtx;
+  std::set<std::thread::id> fast_threads, slow_threads;
+  auto note = [&](std::set<std::thread::id>& into) {
+    std::lock_guard<std::mutex> guard{mtx};
+    into.insert(std::this_thread::get_id());
+  };
+  std::atomic<bool> extend_failed{false};
+  handler_registry reg;
+  reg.add(
+      d, "Fast",
+      [&](const command& cmd, handler_context&) -> json {
+        note(fast_threads);
+        return cmd.data;
+      },
+      handler_mode::non_blocking);
+  reg.add(
+      d, "Rule",
+      [&](const command&, handler_context&) -> json {
+        throw business_rule_error("LIMIT", "over the limit");
+      },
+      handler_mode::non_blocking);
+  reg.add(
+      d, "Extend",
+      [&](const command&, handler_context& ctx) -> json {
+        try {
+          ctx.extend_visibility(120s);
+        } catch (const std::exception&) {
+          extend_failed = true;
+        }
+        return json::null();
+      },
+      handler_mode::non_blocking);
+  reg.add(d, "Slow", [&](const command&, handler_context&) -> json {
+    note(slow_threads);
+    std::this_thread::sleep_for(1ms); // a blocking handler may block
+    return json::null();
+  });
+  worker w{make_cfg({d}), std::move(reg)};
+  finally stop{[&] { stop_worker(w); }};
+  w.start();
+  ASSERT_TRUE(eventually([&] {
+    return e.conn.query("SELECT count(*) FROM commandbus.command WHERE domain "
+                        "= $1 AND status = 'COMPLETED'",
+                        d)
+                   .int64(0, 0)
+               == 41
+           && has_status(e.conn, d, rule.command_id, "FAILED");
+  }));
+  stop_worker(w);
+  for (auto& id : fast) {
+    EXPECT_EQ(events(e.conn, d, id),
+              (strings{"SENT", "RECEIVED", "COMPLETED"}));
+  }
+  EXPECT_EQ(events(e.conn, d, rule.command_id),
+            (strings{"SENT", "RECEIVED", "BUSINESS_RULE_FAILED"}));
+  EXPECT_TRUE(has_status(e.conn, d, extend.command_id, "COMPLETED"));
+  EXPECT_FALSE(extend_failed.load());
+  EXPECT_EQ(queue_rows(e.conn, queue_of(d)), 0);
+  // Blocking handlers have threads of their own, never the scheduler
+  // threads that ran the non-blocking ones.
+  std::lock_guard<std::mutex> guard{mtx};
+  EXPECT_FALSE(fast_threads.empty());
+  EXPECT_FALSE(slow_threads.empty());
+  for (auto& t : fast_threads)
+    EXPECT_EQ(slow_threads.count(t), 0u);
 }
 
 // -- WK-9: graceful shutdown -------------------------------------------------
