@@ -345,16 +345,36 @@ send_result command_bus::send(const send_request& req, db::connection& conn) {
   return send_one(p, conn);
 }
 
+// One send as one statement. Without a batch it is a prepared statement of
+// its own, whose plan the connection keeps: the same writes as
+// cmdbus_send_command (pgmq.send, the PENDING row, the SENT audit, NOTIFY),
+// without its PL/pgSQL call and its duplicate pre-check: the unique index
+// rejects a duplicate (23505, mapped like CB001) and the statement rolls
+// back with the message. With a batch, cmdbus_send_command also checks
+// that the batch exists (CB002).
 db::connection::statement
 command_bus::send_one_statement(const prepared& p) {
-  return {"SELECT commandbus.cmdbus_send_command($1, $2, $3::uuid, $4, "
-          "$5::jsonb, $6::uuid, $7, $8::int, $9::uuid)",
-          {p.domain, p.queue, p.command_id.to_string(), p.command_type,
-           p.message, p.correlation_id.to_string(), p.reply_to,
-           db::to_param(p.max_attempts),
-           p.batch_id ? std::optional<std::string>{p.batch_id->to_string()}
-                      : std::nullopt},
-          "cmdbus_send_command"};
+  if (p.batch_id)
+    return {"SELECT commandbus.cmdbus_send_command($1, $2, $3::uuid, $4, "
+            "$5::jsonb, $6::uuid, $7, $8::int, $9::uuid)",
+            {p.domain, p.queue, p.command_id.to_string(), p.command_type,
+             p.message, p.correlation_id.to_string(), p.reply_to,
+             db::to_param(p.max_attempts), p.batch_id->to_string()},
+            "cmdbus_send_command"};
+  return {
+    "WITH s AS (SELECT m.id FROM pgmq.send($2, $5::jsonb, 0) AS m(id)), "
+    "c AS (INSERT INTO commandbus.command (domain, queue_name, msg_id, "
+    "command_id, command_type, status, attempts, max_attempts, reply_queue, "
+    "correlation_id) SELECT $1, $2, s.id, $3::uuid, $4, 'PENDING', 0, "
+    "$8::int, COALESCE($7, ''), $6::uuid FROM s RETURNING msg_id), "
+    "a AS (INSERT INTO commandbus.audit (domain, command_id, event_type, "
+    "details_json) SELECT $1, $3::uuid, 'SENT', jsonb_build_object("
+    "'command_type', $4::text, 'correlation_id', $6::uuid, 'reply_to', "
+    "$7::text, 'msg_id', c.msg_id, 'batch_id', NULL) FROM c) "
+    "SELECT c.msg_id, pg_notify(lower('pgmq_notify_' || $2), '') FROM c",
+    {p.domain, p.queue, p.command_id.to_string(), p.command_type, p.message,
+     p.correlation_id.to_string(), p.reply_to, db::to_param(p.max_attempts)},
+    "cmdbus_send_one"};
 }
 
 send_result command_bus::send_one(const prepared& p, db::connection& conn) {
