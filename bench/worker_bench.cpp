@@ -104,6 +104,18 @@ const char* mode_name(handler_mode mode) {
   return mode == handler_mode::blocking ? "blocking" : "non-blocking";
 }
 
+// Settles the database before a phase: the dead rows of earlier phases (and
+// of whatever ran before) would otherwise have autovacuum and a checkpoint
+// compete with the phase, by chance more in one phase than in another.
+void settle(db::connection& conn) {
+  conn.exec("VACUUM (ANALYZE) commandbus.command, commandbus.audit");
+  try {
+    conn.exec("CHECKPOINT");
+  } catch (const std::exception& e) {
+    std::printf("  (no CHECKPOINT before the phase: %s)\n", e.what());
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -137,6 +149,7 @@ int main(int argc, char** argv) {
   // -- raw consume ceiling ---------------------------------------------------
   auto raw_domain = "wraw_" + run_id;
   send_commands(bus, raw_domain, commands);
+  settle(conn);
   auto raw_queue = raw_domain + "__commands";
   auto t0 = std::chrono::steady_clock::now();
   int64_t moved = 0;
@@ -174,6 +187,7 @@ int main(int argc, char** argv) {
   for (auto [concurrency, mode, tag] : phases) {
     auto domain = tag + run_id;
     send_commands(bus, domain, commands);
+    settle(conn);
     worker w{worker_cfg(dsn, domain, concurrency), noop_registry(domain, mode)};
     auto cpu0 = self_cpu();
     auto mcpu0 = machine_cpu();
@@ -204,15 +218,7 @@ int main(int argc, char** argv) {
   }
 
   // -- latency at a paced offered load ---------------------------------------
-  // Settle the database first: the dead rows of the throughput phases (and
-  // of whatever ran before) would otherwise have autovacuum and a
-  // checkpoint stall commits in the middle of the latency phase.
-  conn.exec("VACUUM (ANALYZE) commandbus.command, commandbus.audit");
-  try {
-    conn.exec("CHECKPOINT");
-  } catch (const std::exception& e) {
-    std::printf("  (no CHECKPOINT before the latency phase: %s)\n", e.what());
-  }
+  settle(conn);
   auto lat_domain = "wlat_" + run_id;
   {
     worker w{worker_cfg(dsn, lat_domain, 16),
