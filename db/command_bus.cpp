@@ -314,8 +314,13 @@ send_result command_bus::send(const send_request& req) {
   std::unique_lock<std::mutex> lock{combine_mtx_};
   combine_queue_.push_back(slot);
   while (!slot->done) {
-    if (leaders_ < std::max<size_t>(1, opts_.max_concurrent_sends)
-        && !combine_queue_.empty()) {
+    // The first transaction takes whatever is queued; a further one only
+    // starts for two or more, so that concurrent callers combine into fewer
+    // transactions (each commit with a NOTIFY waits for the previous one)
+    // while a lone caller never waits for others.
+    if (leaders_ == 0 ? !combine_queue_.empty()
+                      : leaders_ < opts_.max_concurrent_sends
+                          && combine_queue_.size() >= 2) {
       ++leaders_;
       std::vector<std::shared_ptr<pending_send>> group;
       while (!combine_queue_.empty() && group.size() < opts_.chunk_size) {
