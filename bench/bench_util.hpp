@@ -9,6 +9,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace cmdbus::bench {
@@ -49,6 +50,29 @@ inline rate measure(const std::string& name, int threads,
                                             - start)
                 .count();
   return {name, static_cast<double>(total.load()) / secs, total.load(), secs};
+}
+
+/// Measures `a` and `b` (each like measure()) alternately in `rounds`
+/// slices of duration / rounds, so that the machine's drift during the run
+/// (a checkpoint, autovacuum, another process) weighs on both alike; for
+/// figures compared as a ratio. Returns the totals of `a` and `b`.
+inline std::pair<rate, rate>
+measure_interleaved(const std::string& name_a, const std::string& name_b,
+                    int threads, std::chrono::milliseconds duration, int rounds,
+                    const std::function<int64_t(int)>& a,
+                    const std::function<int64_t(int)>& b) {
+  rate ra{name_a}, rb{name_b};
+  auto slice = duration / rounds;
+  for (int i = 0; i < rounds; ++i)
+    for (auto [fn, total] :
+         {std::make_pair(&a, &ra), std::make_pair(&b, &rb)}) {
+      auto r = measure(total->name, threads, slice, *fn);
+      total->items += r.items;
+      total->seconds += r.seconds;
+    }
+  for (auto* r : {&ra, &rb})
+    r->per_second = r->seconds > 0 ? r->items / r->seconds : 0;
+  return {ra, rb};
 }
 
 /// Prints one result line, with its ratio to `baseline` when given.

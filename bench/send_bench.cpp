@@ -6,7 +6,9 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "bench/bench_util.hpp"
 #include "db/command_bus.hpp"
@@ -55,14 +57,19 @@ int main(int argc, char** argv) {
     auto c = pool.acquire();
     c->query("SELECT pgmq.create($1)", raw_queue);
   }
-  auto raw_send = [&](int threads) {
-    return bench::measure("raw pgmq.send, " + std::to_string(threads) + " thread(s)",
-                   threads, duration, [&](int) {
-                     thread_local auto conn = db::connection::open(dsn);
-                     conn.query("SELECT pgmq.send($1, $2::jsonb, 0)", raw_queue,
-                                raw_message());
-                     return int64_t{1};
-                   });
+  // One connection per sending thread for the raw baselines, kept across
+  // the slices of an interleaved measurement (the bus keeps its pool).
+  std::vector<std::unique_ptr<db::connection>> raw_conns(4);
+  auto raw_conn = [&](int t) -> db::connection& {
+    auto& c = raw_conns[static_cast<size_t>(t)];
+    if (!c)
+      c = std::make_unique<db::connection>(db::connection::open(dsn));
+    return *c;
+  };
+  auto raw_send = [&](int t) {
+    raw_conn(t).query("SELECT pgmq.send($1, $2::jsonb, 0)", raw_queue,
+                      raw_message());
+    return int64_t{1};
   };
   // What any sender that follows D14 does at least: the send and its
   // NOTIFY in one transaction. PostgreSQL serialises the commits of
@@ -70,9 +77,9 @@ int main(int argc, char** argv) {
   // single sends (printed for reference beside the target's baseline).
   auto raw_send_notify = [&](int threads) {
     return bench::measure("raw pgmq.send + NOTIFY (D14), "
-                            + std::to_string(threads) + " thread(s)",
-                          threads, duration, [&](int) {
-                            thread_local auto conn = db::connection::open(dsn);
+                              + std::to_string(threads) + " thread(s)",
+                          threads, duration, [&](int t) {
+                            auto& conn = raw_conn(t);
                             conn.query("SELECT pgmq.send($1, $2::jsonb, 0), "
                                        "pg_notify($3, '')",
                                        raw_queue, raw_message(),
@@ -80,27 +87,27 @@ int main(int argc, char** argv) {
                             return int64_t{1};
                           });
   };
-  auto bus_send = [&](int threads, const std::string& domain) {
-    return bench::measure("command_bus::send, " + std::to_string(threads)
-                     + " thread(s)",
-                   threads, duration, [&](int) {
-                     send_request req;
-                     req.domain = domain;
-                     req.command_type = "Debit";
-                     req.command_id = uuid::random();
-                     req.data = json::parse(payload);
-                     bus.send(req);
-                     return int64_t{1};
-                   });
+  // The raw send and command_bus::send, alternately in three slices each.
+  auto single_sends = [&](int threads, const std::string& domain) {
+    auto n = std::to_string(threads);
+    return bench::measure_interleaved("raw pgmq.send, " + n + " thread(s)",
+                                      "command_bus::send, " + n + " thread(s)",
+                                      threads, duration, 3, raw_send, [&](int) {
+                                        send_request req;
+                                        req.domain = domain;
+                                        req.command_type = "Debit";
+                                        req.command_id = uuid::random();
+                                        req.data = json::parse(payload);
+                                        bus.send(req);
+                                        return int64_t{1};
+                                      });
   };
-  std::printf("-- single sends\n");
-  auto raw1 = raw_send(1);
+  std::printf("-- single sends (raw and bus alternately, 3 slices each)\n");
+  auto [raw1, bus1] = single_sends(1, "bench1_" + run_id);
   bench::print(raw1);
-  auto bus1 = bus_send(1, "bench1_" + run_id);
   bench::print(bus1, &raw1);
-  auto raw4 = raw_send(4);
+  auto [raw4, bus4] = single_sends(4, "bench4_" + run_id);
   bench::print(raw4);
-  auto bus4 = bus_send(4, "bench4_" + run_id);
   bench::print(bus4, &raw4);
   auto raw4n = raw_send_notify(4);
   bench::print(raw4n);
