@@ -42,6 +42,11 @@ struct command_bus_options {
   /// transactions' NOTIFY commits, which PostgreSQL serialises, wait on
   /// each other.
   size_t max_concurrent_sends = 2;
+  /// Chunks of at least this many commands are written with COPY instead
+  /// of one INSERT ... SELECT per table (the same rows): five round trips
+  /// instead of one, and about a fifth less server time per command, which
+  /// pays off from about 60 commands on (bench/send_bench.cpp).
+  size_t copy_threshold = 100;
 };
 
 /// Filters of `query_commands`; unset filters match everything. Date bounds
@@ -164,8 +169,13 @@ private:
                                      const std::vector<uuid>& ids);
   send_result send_one(const prepared& item, db::connection& conn);
   static db::connection::statement send_one_statement(const prepared& item);
+  struct chunk;
   std::vector<send_result> send_chunk(const std::vector<prepared>& items,
                                       db::connection& conn,
+                                      bool own_transaction);
+  std::vector<send_result> insert_chunk(const chunk& c, db::connection& conn,
+                                        bool own_transaction);
+  std::vector<send_result> copy_chunk(const chunk& c, db::connection& conn,
                                       bool own_transaction);
   void run_group(
     const std::vector<std::shared_ptr<pending_send>>& group) noexcept;

@@ -2,12 +2,13 @@
 
 #include "db/queue_name.hpp"
 
-#include <cstdlib>
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdlib>
 #include <deque>
-#include <unordered_set>
 #include <stdexcept>
+#include <unordered_set>
 
 #include <libpq-fe.h>
 #include <poll.h>
@@ -99,6 +100,27 @@ std::string array_literal(const std::vector<int64_t>& xs) {
   }
   out += '}';
   return out;
+}
+
+void append_copy_field(std::string& row, std::string_view field) {
+  for (char c : field) {
+    switch (c) {
+    case '\\':
+      row += "\\\\";
+      break;
+    case '\t':
+      row += "\\t";
+      break;
+    case '\n':
+      row += "\\n";
+      break;
+    case '\r':
+      row += "\\r";
+      break;
+    default:
+      row += c;
+    }
+  }
 }
 
 // -- result ------------------------------------------------------------------
@@ -340,6 +362,45 @@ result connection::exec(const std::string& sql,
                  PQexecParams(impl_->conn, sql.c_str(),
                               static_cast<int>(values.size()), nullptr,
                               values.data(), nullptr, nullptr, 0));
+}
+
+int64_t connection::copy_in(const std::string& sql, std::string_view data) {
+  auto* conn = impl_->conn;
+  PGresult* start = PQexec(conn, sql.c_str());
+  if (start == nullptr || PQresultStatus(start) != PGRES_COPY_IN) {
+    // An error (or a statement that is not COPY FROM STDIN).
+    auto res = checked(conn, start);
+    throw error{errc::other, "", "not a COPY FROM STDIN statement"};
+  }
+  PQclear(start);
+  // Slices keep libpq's output buffer small; in blocking mode each call
+  // returns once its data is sent or buffered.
+  constexpr size_t slice = 256 * 1024;
+  bool failed = false;
+  for (size_t pos = 0; pos < data.size() && !failed; pos += slice) {
+    auto n = std::min(slice, data.size() - pos);
+    failed = PQputCopyData(conn, data.data() + pos, static_cast<int>(n)) != 1;
+  }
+  // After a failed send, PQputCopyEnd/PQgetResult report the cause.
+  if (PQputCopyEnd(conn, failed ? "client failed to send COPY data" : nullptr)
+      != 1)
+    throw make_error(conn, nullptr);
+  std::optional<error> first_error;
+  int64_t rows = 0;
+  while (PGresult* res = PQgetResult(conn)) {
+    if (!first_error) {
+      try {
+        rows = checked(conn, res).affected_rows();
+      } catch (const error& e) {
+        first_error = e;
+      }
+    } else {
+      PQclear(res);
+    }
+  }
+  if (first_error)
+    throw *first_error;
+  return rows;
 }
 
 void connection::impl::prepare(const std::string& name,

@@ -51,6 +51,11 @@ std::string array_literal(const std::vector<std::optional<std::string>>& xs);
 /// Renders integers as a PostgreSQL array literal (`{1,2,3}`).
 std::string array_literal(const std::vector<int64_t>& xs);
 
+/// Appends `field` to `row` in COPY's text format: backslash, tab, newline
+/// and carriage return escaped; the caller adds the tab between fields and
+/// the newline after the row. SQL NULL is written as `\N` by the caller.
+void append_copy_field(std::string& row, std::string_view field);
+
 // -- result ------------------------------------------------------------------
 
 /// Owns a `PGresult`. Row and column indexes are 0-based.
@@ -149,6 +154,13 @@ public:
   result query(const std::string& sql, const Ts&... xs) {
     return exec(sql, std::vector<param>{to_param(xs)...});
   }
+
+  /// Runs `sql`, a `COPY ... FROM STDIN` in text format, sending `data`
+  /// (rows ending in a newline, fields as `append_copy_field` writes them)
+  /// and returns the number of rows copied. Throws `error` like `exec`; the
+  /// connection stays usable afterwards (inside a transaction block, the
+  /// transaction is failed and awaits ROLLBACK).
+  int64_t copy_in(const std::string& sql, std::string_view data);
 
   /// Sets the server-side statement timeout of this session (0 disables).
   void set_statement_timeout(std::chrono::milliseconds timeout);

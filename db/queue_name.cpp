@@ -73,4 +73,12 @@ std::string notify_channel(std::string_view queue) {
   return "pgmq_notify_" + std::string{queue};
 }
 
+std::string queue_table(std::string_view queue) {
+  validate_queue_name(queue);
+  std::string out = "q_";
+  for (char c : queue)
+    out += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  return out;
+}
+
 } // namespace cmdbus::db

@@ -29,6 +29,11 @@ std::string command_queue(std::string_view domain);
 /// Returns the NOTIFY channel of `queue`: `pgmq_notify_{queue}`.
 std::string notify_channel(std::string_view queue);
 
+/// Returns the name of `queue`'s table in schema pgmq, as PGMQ's
+/// format_table_name(queue, 'q') does: `q_{queue}` in lower case. Validates
+/// `queue` first, so the result is safe to interpolate as an identifier.
+std::string queue_table(std::string_view queue);
+
 /// Returns `name` quoted for error messages, with control and non-ASCII bytes
 /// escaped as \xNN so that any input prints safely on one line.
 std::string printable(std::string_view name);

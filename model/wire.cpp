@@ -83,6 +83,12 @@ public:
     }
   }
 
+  /// Writes `"name":<integer>`.
+  void int64_member(std::string_view name, int64_t x) {
+    key(name);
+    writer_.Int64(x);
+  }
+
   /// Writes `"name":<json>`, embedding the validated text as is.
   void value_member(std::string_view name, const json& x) {
     key(name);
@@ -203,6 +209,21 @@ std::string encode_command(const command& x) {
   out.nullable_uuid_member("correlation_id", x.correlation_id);
   out.value_member("data", x.data);
   out.string_member_if_set("reply_to", x.reply_to);
+  return out.finish();
+}
+
+std::string encode_sent_details(std::string_view command_type,
+                                const std::optional<uuid>& correlation_id,
+                                const std::optional<std::string>& reply_to,
+                                int64_t msg_id,
+                                const std::optional<uuid>& batch_id) {
+  encoder out;
+  out.string_member("command_type", command_type);
+  out.nullable_uuid_member("correlation_id", correlation_id);
+  out.nullable_string_member("reply_to", reply_to);
+  out.int64_member("msg_id", msg_id);
+  if (batch_id)
+    out.uuid_member("batch_id", *batch_id);
   return out.finish();
 }
 

@@ -1,5 +1,7 @@
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -16,6 +18,17 @@ namespace cmdbus::wire {
 /// Output is compact JSON (see wire.cpp). Throws `std::invalid_argument` when
 /// `data` is not an object or a string field is not valid UTF-8.
 std::string encode_command(const command& x);
+
+/// Encodes the details of a SENT audit event of a bulk send as the
+/// reference's send_batch (and our cmdbus_send_commands) writes them:
+/// command_type, correlation_id, reply_to (null when unset), msg_id, and
+/// batch_id only when set. Throws `std::invalid_argument` when command_type
+/// is not valid UTF-8.
+std::string encode_sent_details(std::string_view command_type,
+                                const std::optional<uuid>& correlation_id,
+                                const std::optional<std::string>& reply_to,
+                                int64_t msg_id,
+                                const std::optional<uuid>& batch_id);
 
 /// Decodes a PGMQ command message. Strict and total: returns the command or
 /// throws `decode_error` naming the problem (invalid JSON or UTF-8, not an

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -53,18 +54,26 @@ db::pool_options pool_options(size_t max_size,
   return opts;
 }
 
+/// Set by the suites that run with both bulk write paths (see bulk_path).
+std::optional<size_t> copy_threshold_under_test;
+
 /// A pool, a bus on it and a separate connection for checks.
 struct bus_env {
   explicit bus_env(size_t max_size = 4, command_bus_options bus_opts = {},
                    std::chrono::milliseconds acquire_timeout = 10s)
-    : pool(pool_options(max_size, acquire_timeout)),
-      bus(pool, bus_opts),
-      conn(test::connect()) {
+      : pool(pool_options(max_size, acquire_timeout)),
+        bus(pool, with_path(bus_opts)), conn(test::connect()) {
     // nop
   }
   db::pool pool;
   command_bus bus;
   db::connection conn;
+
+  static command_bus_options with_path(command_bus_options opts) {
+    if (copy_threshold_under_test)
+      opts.copy_threshold = *copy_threshold_under_test;
+    return opts;
+  }
 };
 
 command_bus_options chunked(size_t chunk_size) {
@@ -346,6 +355,36 @@ size_t count_of(const std::vector<std::string>& xs, const std::string& x) {
 
 } // namespace
 
+// Bulk writes (send_batch, create_batch) go through one of two paths,
+// INSERT ... SELECT statements for small chunks and COPY for large ones
+// (command_bus_options::copy_threshold). The suites that write in bulk run
+// with each path forced.
+class bulk_path : public ::testing::TestWithParam<size_t> {
+protected:
+  void SetUp() override {
+    copy_threshold_under_test = GetParam();
+  }
+  void TearDown() override {
+    copy_threshold_under_test.reset();
+  }
+};
+
+std::string bulk_path_name(const ::testing::TestParamInfo<size_t>& info) {
+  return info.param == 1 ? "Copy" : "Statements";
+}
+
+#define CMDBUS_BULK_SUITE(name)                                                \
+  class name : public bulk_path {};                                            \
+  INSTANTIATE_TEST_SUITE_P(                                                    \
+      Paths, name,                                                             \
+      ::testing::Values(std::numeric_limits<size_t>::max(), size_t{1}),        \
+      bulk_path_name)
+
+CMDBUS_BULK_SUITE(BusSendBatch);
+CMDBUS_BULK_SUITE(BusCreateBatch);
+CMDBUS_BULK_SUITE(BusOutbox);
+CMDBUS_BULK_SUITE(BusCorrelation);
+
 // ============================================================================
 // send
 // ============================================================================
@@ -494,6 +533,64 @@ TEST(BusSend, WorksWithASingleConnectionPool) {
   auto d2 = test::unique_name("bs");
   EXPECT_NO_THROW(env.bus.create_batch(d2, cmds));
   EXPECT_EQ(command_rows(env.conn, d2), 2);
+}
+
+// send() writes the message into the queue's table with a cached plan rather
+// than through pgmq.send: the row must be the one pgmq.send(queue, msg, 0)
+// writes, and a mixed-case domain must land in PGMQ's lower-case table.
+TEST(BusSend, QueueRowIsTheOnePgmqSendWrites) {
+  bus_env env;
+  auto d = "Mx" + test::unique_name("bs");
+  auto queue = queue_of(d);
+  auto res = env.bus.send(make_req(d));
+  auto by_pgmq =
+      env.conn
+          .query("SELECT * FROM pgmq.send($1, '{\"k\":1}'::jsonb, 0)", queue)
+          .int64(0, 0);
+  EXPECT_EQ(by_pgmq, res.msg_id + 1);
+  auto table = db::queue_table(queue);
+  EXPECT_EQ(table, "q_mx" + d.substr(2) + "__commands");
+  auto rows = env.conn.exec(
+      "SELECT msg_id, read_ct, headers IS NULL, vt >= enqueued_at, vt <= "
+      "clock_timestamp(), enqueued_at <= clock_timestamp() FROM pgmq.\""
+      + table + "\" ORDER BY msg_id");
+  ASSERT_EQ(rows.rows(), 2);
+  for (int i = 0; i < 2; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(rows.int64(i, 1), 0);
+    for (int col = 2; col <= 5; ++col)
+      EXPECT_TRUE(rows.boolean(i, col)) << rows.column_name(col);
+  }
+  // Readable under the name as sent, like any pgmq.send message.
+  auto read = env.conn.query(
+      "SELECT msg_id, message->>'domain' FROM pgmq.read($1, 30, 10)", queue);
+  ASSERT_EQ(read.rows(), 2);
+  EXPECT_EQ(read.int64(0, 0), res.msg_id);
+  EXPECT_EQ(read.text(0, 1), d);
+}
+
+// The bus remembers the queues it created. When one is dropped behind its
+// back, send fails with the database's error and writes nothing; once the
+// queue exists again, the same pooled connection sends to the new table.
+TEST(BusSend, DroppedQueueFailsCleanlyAndRecreatedQueueWorks) {
+  bus_env env{1};
+  auto d = test::unique_name("bs");
+  env.bus.send(make_req(d));
+  env.conn.query("SELECT pgmq.drop_queue($1)", queue_of(d));
+  auto lost = make_req(d);
+  try {
+    env.bus.send(lost);
+    ADD_FAILURE() << "sent to a dropped queue";
+  } catch (const db::error& e) {
+    EXPECT_EQ(e.sqlstate(), "42P01") << e.what();
+  }
+  EXPECT_FALSE(command_row_exists(env.conn, d, lost.command_id));
+  env.conn.query("SELECT pgmq.create($1)", queue_of(d));
+  auto again = make_req(d);
+  auto res = env.bus.send(again);
+  EXPECT_EQ(res.msg_id, 1);
+  EXPECT_EQ(messages_for(env.conn, d, again.command_id), 1);
+  EXPECT_TRUE(command_row_exists(env.conn, d, again.command_id));
 }
 
 // ============================================================================
@@ -654,7 +751,7 @@ TEST(BusIdempotency, ConcurrentDuplicatesOneWinsSharedBus) {
 // correlation id (D8)
 // ============================================================================
 
-TEST(BusCorrelation, ExplicitIdIsStoredAndInMessage) {
+TEST_P(BusCorrelation, ExplicitIdIsStoredAndInMessage) {
   bus_env env;
   auto d = test::unique_name("bc");
   auto req = make_req(d);
@@ -670,7 +767,7 @@ TEST(BusCorrelation, ExplicitIdIsStoredAndInMessage) {
             opt_str{corr.to_string()});
 }
 
-TEST(BusCorrelation, GeneratedIdIsTheSameInMessageAndRow) {
+TEST_P(BusCorrelation, GeneratedIdIsTheSameInMessageAndRow) {
   bus_env env;
   auto d = test::unique_name("bc");
   auto req1 = make_req(d);
@@ -691,7 +788,7 @@ TEST(BusCorrelation, GeneratedIdIsTheSameInMessageAndRow) {
             row1->correlation_id);
 }
 
-TEST(BusCorrelation, SendBatchKeepsGivenAndMatchesGenerated) {
+TEST_P(BusCorrelation, SendBatchKeepsGivenAndMatchesGenerated) {
   bus_env env;
   auto d = test::unique_name("bc");
   std::vector<send_request> reqs;
@@ -719,7 +816,7 @@ TEST(BusCorrelation, SendBatchKeepsGivenAndMatchesGenerated) {
   EXPECT_EQ(seen.size(), reqs.size());
 }
 
-TEST(BusCorrelation, CreateBatchKeepsGivenAndMatchesGenerated) {
+TEST_P(BusCorrelation, CreateBatchKeepsGivenAndMatchesGenerated) {
   bus_env env;
   auto d = test::unique_name("bc");
   std::vector<batch_command> cmds{make_cmd(), make_cmd(), make_cmd()};
@@ -903,7 +1000,7 @@ TEST(BusSendBatchId, ExistingBatchIsRecordedInRowAndAudit) {
 // send_batch
 // ============================================================================
 
-TEST(BusSendBatch, ChunksKeepInputOrderAndPairMsgIds) {
+TEST_P(BusSendBatch, ChunksKeepInputOrderAndPairMsgIds) {
   bus_env env{4, chunked(10)};
   auto d = test::unique_name("bsb");
   std::vector<send_request> reqs;
@@ -953,7 +1050,7 @@ TEST(BusSendBatch, ChunksKeepInputOrderAndPairMsgIds) {
   EXPECT_EQ(audit_rows(env.conn, d), 25);
 }
 
-TEST(BusSendBatch, ExactMultipleOfChunkSize) {
+TEST_P(BusSendBatch, ExactMultipleOfChunkSize) {
   bus_env env{4, chunked(5)};
   auto d = test::unique_name("bsb");
   std::vector<send_request> reqs;
@@ -965,7 +1062,7 @@ TEST(BusSendBatch, ExactMultipleOfChunkSize) {
   EXPECT_EQ(command_rows(env.conn, d), 10);
 }
 
-TEST(BusSendBatch, MultipleDomainsInOneCall) {
+TEST_P(BusSendBatch, MultipleDomainsInOneCall) {
   bus_env env;
   auto a = test::unique_name("bsa");
   auto b = test::unique_name("bsb");
@@ -999,7 +1096,7 @@ TEST(BusSendBatch, MultipleDomainsInOneCall) {
   EXPECT_EQ(audit_rows(env.conn, b), 4);
 }
 
-TEST(BusSendBatch, OneTransactionPerChunk) {
+TEST_P(BusSendBatch, OneTransactionPerChunk) {
   bus_env env{4, chunked(10)};
   auto d = test::unique_name("bsb");
   auto existing = make_req(d);
@@ -1029,7 +1126,7 @@ TEST(BusSendBatch, OneTransactionPerChunk) {
   EXPECT_EQ(messages_for(env.conn, d, existing.command_id), 1);
 }
 
-TEST(BusSendBatch, DuplicatesWithinInputRejectedBeforeAnyWrite) {
+TEST_P(BusSendBatch, DuplicatesWithinInputRejectedBeforeAnyWrite) {
   bus_env env{4, chunked(2)};
   auto d = test::unique_name("bsb");
   std::vector<send_request> reqs{make_req(d), make_req(d), make_req(d),
@@ -1057,7 +1154,7 @@ TEST(BusSendBatch, DuplicatesWithinInputRejectedBeforeAnyWrite) {
 
 // With the same command id in two domains of one chunk, a duplicate in the
 // second domain must be reported for that domain, and the chunk rolls back.
-TEST(BusSendBatch, DuplicateErrorNamesTheDomainThatHasIt) {
+TEST_P(BusSendBatch, DuplicateErrorNamesTheDomainThatHasIt) {
   bus_env env;
   auto a = test::unique_name("bda"); // sorts before b
   auto b = test::unique_name("bdb");
@@ -1079,7 +1176,7 @@ TEST(BusSendBatch, DuplicateErrorNamesTheDomainThatHasIt) {
   EXPECT_EQ(command_rows(env.conn, b), 1);
 }
 
-TEST(BusSendBatch, EmptyInputSendsNothing) {
+TEST_P(BusSendBatch, EmptyInputSendsNothing) {
   bus_env env;
   auto res = env.bus.send_batch({});
   EXPECT_TRUE(res.results.empty());
@@ -1092,7 +1189,7 @@ TEST(BusSendBatch, EmptyInputSendsNothing) {
   EXPECT_EQ(res2.total_commands, 0);
 }
 
-TEST(BusSendBatch, KeepsBatchIdWhenGiven) {
+TEST_P(BusSendBatch, KeepsBatchIdWhenGiven) {
   bus_env env;
   auto d = test::unique_name("bsb");
   auto batch = uuid::random();
@@ -1109,7 +1206,7 @@ TEST(BusSendBatch, KeepsBatchIdWhenGiven) {
   EXPECT_FALSE(read_sent(env.conn, d, without.command_id).batch_id_type);
 }
 
-TEST(BusSendBatch, OneNotificationPerQueuePerChunk) {
+TEST_P(BusSendBatch, OneNotificationPerQueuePerChunk) {
   bus_env env{4, chunked(10)};
   auto a = test::unique_name("bna");
   auto b = test::unique_name("bnb");
@@ -1139,6 +1236,71 @@ TEST(BusSendBatch, OneNotificationPerQueuePerChunk) {
   EXPECT_EQ(got.size(), 2u);
 }
 
+// Text that needs escaping on its way (JSON, array literal or COPY) is
+// stored exactly: the command type in the row, message and audit, and the
+// data's strings.
+TEST_P(BusSendBatch, TextNeedingEscapesIsStoredExactly) {
+  bus_env env;
+  auto d = test::unique_name("bb");
+  std::string type = "Debit\tnew\nline\r\\back \"q\" {a,b} NULL \xc3\xa9";
+  auto req = make_req(
+      d, type, R"({"memo":"tab\tnl\nbs\\ q\" \\N \u00e9","n":[1,{"k":null}]})");
+  auto plain = make_req(d);
+  auto res = env.bus.send_batch({req, plain});
+  ASSERT_EQ(res.results.size(), 2u);
+  auto row = read_row(env.conn, d, req.command_id);
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->command_type, type);
+  auto msg = read_message(env.conn, queue_of(d), res.results[0].msg_id);
+  ASSERT_TRUE(msg);
+  EXPECT_EQ(msg->command_type, opt_str{type});
+  EXPECT_EQ(msg->data, jsonb_text(env.conn, req.data.text()));
+  EXPECT_EQ(env.conn
+                .query("SELECT message->'data'->>'memo' FROM pgmq.q_"
+                           + queue_of(d) + " WHERE msg_id = $1::bigint",
+                       res.results[0].msg_id)
+                .text(0, 0),
+            "tab\tnl\nbs\\ q\" \\N \xc3\xa9");
+  EXPECT_EQ(read_sent(env.conn, d, req.command_id).command_type, opt_str{type});
+  EXPECT_EQ(read_row(env.conn, d, plain.command_id)->command_type,
+            "DebitAccount");
+}
+
+// The queue rows are those pgmq.send_batch writes: ids in input order and
+// drawn from the queue's sequence (a later pgmq.send continues after them),
+// visible at once, unread, without headers.
+TEST_P(BusSendBatch, QueueRowsAreThoseOfPgmqSendBatch) {
+  bus_env env;
+  auto d = test::unique_name("bb");
+  std::vector<send_request> reqs;
+  for (int i = 0; i < 5; ++i)
+    reqs.push_back(make_req(d));
+  auto res = env.bus.send_batch(reqs);
+  for (size_t i = 1; i < res.results.size(); ++i)
+    EXPECT_GT(res.results[i].msg_id, res.results[i - 1].msg_id);
+  auto next =
+      env.conn.query("SELECT * FROM pgmq.send($1, '{}'::jsonb, 0)", queue_of(d))
+          .int64(0, 0);
+  EXPECT_GT(next, res.results.back().msg_id);
+  auto rows = env.conn.exec(
+      "SELECT count(*), bool_and(read_ct = 0), bool_and(headers IS NULL), "
+      "bool_and(vt >= enqueued_at AND vt <= clock_timestamp()) FROM pgmq.q_"
+      + queue_of(d));
+  EXPECT_EQ(rows.int64(0, 0), 6);
+  EXPECT_TRUE(rows.boolean(0, 1));
+  EXPECT_TRUE(rows.boolean(0, 2));
+  EXPECT_TRUE(rows.boolean(0, 3));
+  auto read = env.conn.query(
+      "SELECT msg_id, message->>'command_id' FROM pgmq.read($1, 30, 10)",
+      queue_of(d));
+  ASSERT_EQ(read.rows(), 6);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(read.int64(i, 0), res.results[static_cast<size_t>(i)].msg_id);
+    EXPECT_EQ(read.text(i, 1),
+              reqs[static_cast<size_t>(i)].command_id.to_string());
+  }
+}
+
 TEST(BusSend, NotifiesTheCommandQueueOnce) {
   bus_env env;
   auto d = test::unique_name("bn");
@@ -1159,7 +1321,7 @@ TEST(BusSend, NotifiesTheCommandQueueOnce) {
 // create_batch
 // ============================================================================
 
-TEST(BusCreateBatch, StoresBatchCommandsMessagesAndAudits) {
+TEST_P(BusCreateBatch, StoresBatchCommandsMessagesAndAudits) {
   bus_env env;
   auto d = test::unique_name("bcb");
   std::vector<batch_command> cmds{make_cmd("A", R"({"n":1})"),
@@ -1234,7 +1396,7 @@ TEST(BusCreateBatch, StoresBatchCommandsMessagesAndAudits) {
   EXPECT_EQ(got.size(), 1u);
 }
 
-TEST(BusCreateBatch, GeneratesBatchIdWhenNoneGiven) {
+TEST_P(BusCreateBatch, GeneratesBatchIdWhenNoneGiven) {
   bus_env env;
   auto d = test::unique_name("bcb");
   auto r1 = env.bus.create_batch(d, {make_cmd()});
@@ -1248,7 +1410,7 @@ TEST(BusCreateBatch, GeneratesBatchIdWhenNoneGiven) {
   EXPECT_FALSE(b->custom_data);
 }
 
-TEST(BusCreateBatch, DuplicateWithinListRollsBackEverything) {
+TEST_P(BusCreateBatch, DuplicateWithinListRollsBackEverything) {
   bus_env env;
   auto d = test::unique_name("bcb");
   std::vector<batch_command> cmds{make_cmd(), make_cmd(), make_cmd()};
@@ -1268,7 +1430,7 @@ TEST(BusCreateBatch, DuplicateWithinListRollsBackEverything) {
   EXPECT_EQ(queue_length(env.conn, queue_of(d)), 0);
 }
 
-TEST(BusCreateBatch, DuplicateAgainstDatabaseRollsBackEverything) {
+TEST_P(BusCreateBatch, DuplicateAgainstDatabaseRollsBackEverything) {
   bus_env env;
   auto d = test::unique_name("bcb");
   auto existing = make_req(d);
@@ -1296,7 +1458,7 @@ TEST(BusCreateBatch, DuplicateAgainstDatabaseRollsBackEverything) {
             0);
 }
 
-TEST(BusCreateBatch, EmptyListIsAnError) {
+TEST_P(BusCreateBatch, EmptyListIsAnError) {
   bus_env env;
   auto d = test::unique_name("bcb");
   EXPECT_THROW(env.bus.create_batch(d, {}), command_bus_error);
@@ -1309,7 +1471,7 @@ TEST(BusCreateBatch, EmptyListIsAnError) {
             0);
 }
 
-TEST(BusCreateBatch, ExistingBatchIdIsAnErrorAndNothingWritten) {
+TEST_P(BusCreateBatch, ExistingBatchIdIsAnErrorAndNothingWritten) {
   bus_env env;
   auto d = test::unique_name("bcb");
   auto first = env.bus.create_batch(d, {make_cmd(), make_cmd()});
@@ -1341,7 +1503,7 @@ TEST(BusCreateBatch, ExistingBatchIdIsAnErrorAndNothingWritten) {
     EXPECT_FALSE(command_row_exists(env.conn, d, c.command_id));
 }
 
-TEST(BusCreateBatch, GetBatchIsDomainScopedAndNulloptForUnknown) {
+TEST_P(BusCreateBatch, GetBatchIsDomainScopedAndNulloptForUnknown) {
   bus_env env;
   auto d = test::unique_name("bcb");
   auto other = test::unique_name("bcb");
@@ -1351,7 +1513,7 @@ TEST(BusCreateBatch, GetBatchIsDomainScopedAndNulloptForUnknown) {
   EXPECT_FALSE(env.bus.get_batch(d, uuid::random()));
 }
 
-TEST(BusCreateBatch, ListBatchesFiltersPagesAndScopes) {
+TEST_P(BusCreateBatch, ListBatchesFiltersPagesAndScopes) {
   bus_env env;
   auto d = test::unique_name("bcl");
   auto other = test::unique_name("bcl");
@@ -1395,7 +1557,7 @@ TEST(BusCreateBatch, ListBatchesFiltersPagesAndScopes) {
   EXPECT_EQ(first[0].status, batch_status::completed);
 }
 
-TEST(BusCreateBatch, ListBatchCommandsFiltersAndEmptyForUnknown) {
+TEST_P(BusCreateBatch, ListBatchCommandsFiltersAndEmptyForUnknown) {
   bus_env env;
   auto d = test::unique_name("bcc");
   std::vector<batch_command> cmds{make_cmd(), make_cmd(), make_cmd()};
@@ -1438,7 +1600,7 @@ TEST(BusCreateBatch, ListBatchCommandsFiltersAndEmptyForUnknown) {
 // outbox: the caller's connection and transaction (§2.6)
 // ============================================================================
 
-TEST(BusOutbox, SendRollbackLeavesNothing) {
+TEST_P(BusOutbox, SendRollbackLeavesNothing) {
   bus_env env;
   auto d = test::unique_name("bo");
   auto conn = test::connect();
@@ -1463,7 +1625,7 @@ TEST(BusOutbox, SendRollbackLeavesNothing) {
   EXPECT_TRUE(command_row_exists(env.conn, d, req.command_id));
 }
 
-TEST(BusOutbox, SendCommitKeepsAllThree) {
+TEST_P(BusOutbox, SendCommitKeepsAllThree) {
   bus_env env;
   auto d = test::unique_name("bo");
   auto conn = test::connect();
@@ -1481,7 +1643,7 @@ TEST(BusOutbox, SendCommitKeepsAllThree) {
   EXPECT_EQ(messages_for(env.conn, d, req.command_id), 1);
 }
 
-TEST(BusOutbox, SendBatchOnCallersTransaction) {
+TEST_P(BusOutbox, SendBatchOnCallersTransaction) {
   bus_env env{4, chunked(2)};
   auto d = test::unique_name("bo");
   auto conn = test::connect();
@@ -1509,7 +1671,32 @@ TEST(BusOutbox, SendBatchOnCallersTransaction) {
   EXPECT_EQ(queue_length(env.conn, queue_of(d)), 5);
 }
 
-TEST(BusOutbox, CreateBatchOnCallersTransaction) {
+// On a connection outside any transaction, each chunk is still one
+// transaction: a duplicate in a chunk's second domain leaves nothing of that
+// chunk, while the chunk before it stays committed.
+TEST_P(BusOutbox, ChunkOnConnectionWithoutTransactionIsAtomic) {
+  bus_env env{4, chunked(4)};
+  auto a = test::unique_name("bo");
+  auto b = test::unique_name("bo");
+  auto taken = make_req(b);
+  env.bus.send(taken);
+  auto conn = test::connect();
+  std::vector<send_request> reqs{make_req(a), make_req(a), make_req(b),
+                                 make_req(b), // chunk 1
+                                 make_req(a), make_req(a), make_req(b)};
+  reqs.push_back(taken); // chunk 2: its 4th command exists already
+  reqs.back().command_id = taken.command_id;
+  EXPECT_THROW(env.bus.send_batch(reqs, conn), duplicate_command_error);
+  EXPECT_FALSE(conn.in_transaction());
+  EXPECT_EQ(command_rows(env.conn, a), 2);
+  EXPECT_EQ(command_rows(env.conn, b), 3);
+  EXPECT_EQ(queue_length(env.conn, queue_of(a)), 2);
+  EXPECT_EQ(queue_length(env.conn, queue_of(b)), 3);
+  EXPECT_EQ(audit_rows(env.conn, a), 2);
+  EXPECT_EQ(audit_rows(env.conn, b), 3);
+}
+
+TEST_P(BusOutbox, CreateBatchOnCallersTransaction) {
   bus_env env;
   auto d = test::unique_name("bo");
   auto conn = test::connect();
@@ -1539,7 +1726,7 @@ TEST(BusOutbox, CreateBatchOnCallersTransaction) {
   EXPECT_EQ(queue_length(env.conn, queue_of(d)), 2);
 }
 
-TEST(BusOutbox, NotificationOnlyWhenCallerCommits) {
+TEST_P(BusOutbox, NotificationOnlyWhenCallerCommits) {
   bus_env env;
   auto d = test::unique_name("bo");
   auto listener = test::connect();
@@ -1982,7 +2169,7 @@ TEST(BusThreads, CombinedSendsKeepEachCallersOutcome) {
   EXPECT_EQ(audit_rows(env.conn, d), sent + 3);
 }
 
-TEST(BusSendBatch, ParallelChunksKeepInputOrder) {
+TEST_P(BusSendBatch, ParallelChunksKeepInputOrder) {
   command_bus_options opts;
   opts.chunk_size = 4;
   opts.parallel_chunks = 3;
@@ -2006,7 +2193,7 @@ TEST(BusSendBatch, ParallelChunksKeepInputOrder) {
   EXPECT_EQ(queue_length(env.conn, queue_of(d)), 22);
 }
 
-TEST(BusSendBatch, ParallelChunkFailureCommitsWholeChunksOnly) {
+TEST_P(BusSendBatch, ParallelChunkFailureCommitsWholeChunksOnly) {
   // A duplicate in the second of six chunks, two at once: the call fails
   // naming it, the failing chunk wrote nothing and the others committed
   // whole or not at all (which ones ran beside it depends on timing).
@@ -2040,7 +2227,7 @@ TEST(BusSendBatch, ParallelChunkFailureCommitsWholeChunksOnly) {
 
 // Two send_batch calls race on the same new command id: the loser fails on
 // the unique index (23505) and must name the command that is the duplicate.
-TEST(BusSendBatch, RacingDuplicateNamesTheDuplicateCommand) {
+TEST_P(BusSendBatch, RacingDuplicateNamesTheDuplicateCommand) {
   bus_env env;
   auto d = test::unique_name("bsr");
   auto shared = make_req(d);
@@ -2088,7 +2275,7 @@ TEST(BusSendBatch, RacingDuplicateNamesTheDuplicateCommand) {
 // Invalid input anywhere in the list writes nothing, also on the caller's
 // connection (there each chunk would otherwise run before the next chunk is
 // validated; without a caller transaction those statements commit).
-TEST(BusSendBatch, InvalidRequestInLaterChunkWritesNothing) {
+TEST_P(BusSendBatch, InvalidRequestInLaterChunkWritesNothing) {
   bus_env env{4, chunked(2)};
   auto d = test::unique_name("bsi");
   std::vector<send_request> reqs;

@@ -156,3 +156,57 @@ TEST(DbConnection, PreparedStatementsAreReused) {
     "SELECT count(*) FROM pg_prepared_statements WHERE name = 't_add'");
   EXPECT_EQ(n.int64(0, 0), 1);
 }
+
+TEST(DbConnection, CopyInWritesEscapedFieldsExactly) {
+  auto conn = test::connect();
+  conn.exec("CREATE TEMP TABLE c (id int PRIMARY KEY, t text, j jsonb)");
+  std::string tricky = "tab\there\nnew line\rcr back\\slash \"q\" \xc3\xa9 \\N";
+  std::string json =
+      R"({"s":"a\\b\t\"c\"\n"})"; // JSON escapes, raw backslashes
+  std::string data;
+  for (int id : {1, 2}) {
+    data += std::to_string(id) + "\t";
+    db::append_copy_field(data, tricky);
+    data += '\t';
+    db::append_copy_field(data, json);
+    data += '\n';
+  }
+  data += "3\t\\N\t\\N\n"; // NULLs
+  EXPECT_EQ(conn.copy_in("COPY c (id, t, j) FROM STDIN", data), 3);
+  auto r = conn.exec("SELECT t, j::text, j->>'s' FROM c ORDER BY id");
+  ASSERT_EQ(r.rows(), 3);
+  for (int row : {0, 1}) {
+    EXPECT_EQ(r.text(row, 0), tricky);
+    EXPECT_EQ(r.text(row, 1),
+              conn.query("SELECT $1::jsonb::text", json).text(0, 0));
+    EXPECT_EQ(r.text(row, 2), "a\\b\t\"c\"\n");
+  }
+  EXPECT_TRUE(r.is_null(2, 0));
+  EXPECT_TRUE(r.is_null(2, 1));
+}
+
+TEST(DbConnection, CopyInErrorsAreTypedAndLeaveTheConnectionUsable) {
+  auto conn = test::connect();
+  conn.exec("CREATE TEMP TABLE c (id int PRIMARY KEY)");
+  conn.copy_in("COPY c (id) FROM STDIN", "1\n");
+  // A failing row: nothing of the COPY is kept.
+  try {
+    conn.copy_in("COPY c (id) FROM STDIN", "2\n1\n");
+    FAIL() << "expected a unique violation";
+  } catch (const db::error& e) {
+    EXPECT_EQ(e.code(), db::errc::unique_violation);
+  }
+  EXPECT_EQ(conn.exec("SELECT count(*) FROM c").int64(0, 0), 1);
+  // Bad data and an unknown table are errors too; so is a statement that
+  // is not COPY FROM STDIN.
+  EXPECT_THROW(conn.copy_in("COPY c (id) FROM STDIN", "x\n"), db::error);
+  EXPECT_THROW(conn.copy_in("COPY no_such_table FROM STDIN", "1\n"), db::error);
+  EXPECT_THROW(conn.copy_in("SELECT 1", ""), db::error);
+  // Inside a transaction the failure aborts it, as any failed statement.
+  conn.exec("BEGIN");
+  EXPECT_THROW(conn.copy_in("COPY c (id) FROM STDIN", "1\n"), db::error);
+  EXPECT_TRUE(conn.in_transaction());
+  conn.exec("ROLLBACK");
+  EXPECT_EQ(conn.copy_in("COPY c (id) FROM STDIN", "5\n6\n"), 2);
+  EXPECT_EQ(conn.exec("SELECT count(*) FROM c").int64(0, 0), 3);
+}

@@ -62,3 +62,10 @@ TEST(QueueName, NotifyChannelFollowsTheReference) {
             "pgmq_notify_payments__commands");
   EXPECT_THROW(db::notify_channel("x;y"), db::invalid_argument);
 }
+
+TEST(QueueName, TableNameIsPgmqsLowerCaseName) {
+  EXPECT_EQ(db::queue_table("payments__commands"), "q_payments__commands");
+  EXPECT_EQ(db::queue_table("Orders_1__Replies"), "q_orders_1__replies");
+  EXPECT_THROW(db::queue_table("x\"; drop table y"), db::invalid_argument);
+  EXPECT_THROW(db::queue_table(""), db::invalid_argument);
+}

@@ -324,3 +324,22 @@ TEST(wire_reply, keeps_fields_the_outcome_does_not_carry) {
 }
 
 } // namespace
+
+TEST(wire_sent_details, matches_the_bulk_send_audit) {
+  auto cid = uuid::parse("7d0f3b1e-2c4a-4d5e-8f60-718293a4b5c6");
+  auto bid = uuid::parse("0a1b2c3d-4e5f-4061-8273-8495a6b7c8d9");
+  ASSERT_TRUE(cid && bid);
+  EXPECT_EQ(
+      wire::encode_sent_details("Debit", cid, std::nullopt, 42, std::nullopt),
+      R"({"command_type":"Debit","correlation_id":"7d0f3b1e-2c4a-4d5e-8f60-718293a4b5c6",)"
+      R"("reply_to":null,"msg_id":42})");
+  EXPECT_EQ(
+      wire::encode_sent_details("T\"\t\\", std::nullopt,
+                                std::string{"q__replies"}, 9007199254740993,
+                                bid),
+      R"({"command_type":"T\"\t\\","correlation_id":null,"reply_to":"q__replies",)"
+      R"("msg_id":9007199254740993,"batch_id":"0a1b2c3d-4e5f-4061-8273-8495a6b7c8d9"})");
+  EXPECT_THROW(
+      wire::encode_sent_details("bad\xff", cid, std::nullopt, 1, std::nullopt),
+      std::invalid_argument);
+}
