@@ -590,9 +590,17 @@ std::vector<send_result> command_bus::copy_chunk(const chunk& c,
   std::string commands;
   std::string audits;
   size_t base = own_transaction ? 1 : 0;
+  // Ids, timestamps, fixed fields and the audit's keys: about 200 bytes per
+  // command for each kind of row, besides the messages.
+  commands.reserve(c.items.size() * 200);
+  audits.reserve(c.items.size() * 200);
   for (size_t g = 0; g < c.groups.size(); ++g) {
     auto& ids = reserved[base + g];
     auto& idx = *c.groups[g];
+    size_t message_bytes = 0;
+    for (auto i : idx)
+      message_bytes += c.items[i].message.size() + 64;
+    messages[g].reserve(message_bytes);
     if (static_cast<size_t>(ids.rows()) != idx.size())
       throw command_bus_error("send_batch: unexpected msg_id reservation");
     auto vt = ids.text(0, 1);

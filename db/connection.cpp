@@ -103,24 +103,30 @@ std::string array_literal(const std::vector<int64_t>& xs) {
 }
 
 void append_copy_field(std::string& row, std::string_view field) {
-  for (char c : field) {
-    switch (c) {
+  // Runs without a character to escape are appended whole.
+  size_t run = 0;
+  for (size_t i = 0; i < field.size(); ++i) {
+    const char* escaped = nullptr;
+    switch (field[i]) {
     case '\\':
-      row += "\\\\";
+      escaped = "\\\\";
       break;
     case '\t':
-      row += "\\t";
+      escaped = "\\t";
       break;
     case '\n':
-      row += "\\n";
+      escaped = "\\n";
       break;
     case '\r':
-      row += "\\r";
+      escaped = "\\r";
       break;
     default:
-      row += c;
+      continue;
     }
+    row.append(field.data() + run, i - run).append(escaped);
+    run = i + 1;
   }
+  row.append(field.data() + run, field.size() - run);
 }
 
 // -- result ------------------------------------------------------------------
