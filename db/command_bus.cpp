@@ -19,6 +19,8 @@ namespace {
 constexpr const char* sqlstate_duplicate = "CB001";
 constexpr const char* sqlstate_batch_not_found = "CB002";
 constexpr const char* sqlstate_unique_violation = "23505";
+// The unique index on (domain, command_id) of the reference schema.
+constexpr const char* command_key = "uq_command_domain_cmdid";
 
 constexpr const char* command_columns =
   "domain, command_id, command_type, status, attempts, max_attempts, msg_id, "
@@ -228,14 +230,17 @@ void command_bus::ensure_queues(const std::vector<prepared>& items) {
 }
 
 std::optional<uuid> command_bus::first_existing(const std::string& domain,
-                                                const std::vector<uuid>& ids) {
+                                                const std::vector<uuid>& ids,
+                                                db::connection* conn) {
   std::vector<std::string> texts;
   for (auto& id : ids)
     texts.push_back(id.to_string());
-  auto conn = pool_.acquire();
-  auto r = conn->query("SELECT command_id FROM commandbus.command WHERE domain "
-                       "= $1 AND command_id = ANY($2::uuid[]) LIMIT 1",
-                       domain, db::array_literal(texts));
+  auto sql = "SELECT command_id FROM commandbus.command WHERE domain = $1 AND "
+             "command_id = ANY($2::uuid[]) LIMIT 1";
+  auto find = [&](db::connection& c) {
+    return c.query(sql, domain, db::array_literal(texts));
+  };
+  auto r = conn != nullptr ? find(*conn) : find(*pool_.acquire());
   if (r.rows() == 0)
     return std::nullopt;
   return uuid_at(r, 0, 0);
@@ -401,7 +406,8 @@ send_result command_bus::send_one(const prepared& p, db::connection& conn) {
     return {p.command_id, res.int64(0, 0)};
   } catch (const db::error& e) {
     if (e.sqlstate() == sqlstate_duplicate
-        || e.sqlstate() == sqlstate_unique_violation)
+        || (e.sqlstate() == sqlstate_unique_violation
+            && e.constraint() == command_key))
       throw duplicate_command_error(p.domain, p.command_id);
     if (e.sqlstate() == sqlstate_batch_not_found)
       throw batch_not_found_error(p.domain, *p.batch_id);
@@ -459,9 +465,13 @@ command_bus::send_chunk(const std::vector<prepared>& items,
       auto id = uuid::parse(e.detail());
       throw batch_not_found_error(domain, id ? *id : uuid{});
     }
-    if (e.sqlstate() == sqlstate_unique_violation) {
+    if (e.sqlstate() == sqlstate_unique_violation
+        && e.constraint() == command_key) {
       // A concurrent send won the race for one of these ids: find it, in
-      // the failing group first.
+      // the failing group first. After our own rollback the connection is
+      // free for that (a pool of one has no other); in a caller's failed
+      // transaction, a pooled one looks.
+      auto* lookup = own_transaction && conn.is_open() ? &conn : nullptr;
       auto groups = c.groups;
       if (idx != nullptr)
         groups.insert(groups.begin(), idx);
@@ -470,7 +480,7 @@ command_bus::send_chunk(const std::vector<prepared>& items,
         for (auto i : *group)
           ids.push_back(items[i].command_id);
         const auto& d = items[group->front()].domain;
-        if (auto dup = first_existing(d, ids))
+        if (auto dup = first_existing(d, ids, lookup))
           throw duplicate_command_error(d, *dup);
       }
       throw duplicate_command_error(

@@ -165,8 +165,10 @@ private:
   plan_chunks(const std::vector<send_request>& reqs);
   std::vector<prepared> prepare_range(const std::vector<send_request>& reqs,
                                       std::pair<size_t, size_t> range);
+  // Looks on `conn`, or on a pooled connection when null.
   std::optional<uuid> first_existing(const std::string& domain,
-                                     const std::vector<uuid>& ids);
+                                     const std::vector<uuid>& ids,
+                                     db::connection* conn = nullptr);
   send_result send_one(const prepared& item, db::connection& conn);
   static db::connection::statement send_one_statement(const prepared& item);
   struct chunk;

@@ -374,9 +374,20 @@ int64_t connection::copy_in(const std::string& sql, std::string_view data) {
   auto* conn = impl_->conn;
   PGresult* start = PQexec(conn, sql.c_str());
   if (start == nullptr || PQresultStatus(start) != PGRES_COPY_IN) {
-    // An error (or a statement that is not COPY FROM STDIN).
-    auto res = checked(conn, start);
-    throw error{errc::other, "", "not a COPY FROM STDIN statement"};
+    auto status = start != nullptr ? PQresultStatus(start) : PGRES_FATAL_ERROR;
+    if (status == PGRES_COPY_OUT) {
+      // COPY ... TO STDOUT: drain it, so that the connection stays usable.
+      PQclear(start);
+      char* row = nullptr;
+      while (PQgetCopyData(conn, &row, 0) > 0)
+        PQfreemem(row);
+      while (PGresult* res = PQgetResult(conn))
+        PQclear(res);
+    } else {
+      // An error, or a statement that is not COPY at all.
+      auto res = checked(conn, start);
+    }
+    throw invalid_argument("copy_in needs a COPY ... FROM STDIN statement");
   }
   PQclear(start);
   // Slices keep libpq's output buffer small; in blocking mode each call

@@ -157,7 +157,8 @@ public:
 
   /// Runs `sql`, a `COPY ... FROM STDIN` in text format, sending `data`
   /// (rows ending in a newline, fields as `append_copy_field` writes them)
-  /// and returns the number of rows copied. Throws `error` like `exec`; the
+  /// and returns the number of rows copied. Throws `error` like `exec`, and
+  /// `invalid_argument` for a statement that is not COPY FROM STDIN; the
   /// connection stays usable afterwards (inside a transaction block, the
   /// transaction is failed and awaits ROLLBACK).
   int64_t copy_in(const std::string& sql, std::string_view data);

@@ -384,6 +384,8 @@ CMDBUS_BULK_SUITE(BusSendBatch);
 CMDBUS_BULK_SUITE(BusCreateBatch);
 CMDBUS_BULK_SUITE(BusOutbox);
 CMDBUS_BULK_SUITE(BusCorrelation);
+CMDBUS_BULK_SUITE(BusSendBatchId);
+CMDBUS_BULK_SUITE(BusIdempotency);
 
 // ============================================================================
 // send
@@ -593,11 +595,38 @@ TEST(BusSend, DroppedQueueFailsCleanlyAndRecreatedQueueWorks) {
   EXPECT_TRUE(command_row_exists(env.conn, d, again.command_id));
 }
 
+// With the default options, a chunk of 100 goes through COPY, one of 99
+// through cmdbus_send_commands: the transaction's function statistics tell
+// (track_functions is set for the caller's transaction, which the chunk
+// joins).
+TEST(BusSendBatchPaths, DefaultCopyThresholdIs100) {
+  EXPECT_EQ(command_bus_options{}.copy_threshold, 100u);
+  bus_env env;
+  for (int n : {99, 100}) {
+    SCOPED_TRACE(n);
+    auto d = test::unique_name("bt");
+    std::vector<send_request> reqs;
+    for (int i = 0; i < n; ++i)
+      reqs.push_back(make_req(d));
+    auto conn = test::connect();
+    db::transaction tx{conn};
+    conn.exec("SET LOCAL track_functions = 'pl'");
+    env.bus.send_batch(reqs, conn);
+    auto calls = conn.exec("SELECT COALESCE(pg_stat_get_xact_function_calls("
+                           "'commandbus.cmdbus_send_commands'::regproc), 0)")
+                     .int64(0, 0);
+    EXPECT_EQ(calls, n == 100 ? 0 : 1);
+    tx.commit();
+    EXPECT_EQ(command_rows(env.conn, d), n);
+    EXPECT_EQ(queue_length(env.conn, queue_of(d)), n);
+  }
+}
+
 // ============================================================================
 // idempotency
 // ============================================================================
 
-TEST(BusIdempotency, DuplicateIsRejectedWithIdAndDomain) {
+TEST_P(BusIdempotency, DuplicateIsRejectedWithIdAndDomain) {
   bus_env env;
   auto d = test::unique_name("bi");
   auto req = make_req(d, "First");
@@ -627,7 +656,26 @@ TEST(BusIdempotency, DuplicateIsRejectedWithIdAndDomain) {
   EXPECT_EQ(command_rows(env.conn, d), 2);
 }
 
-TEST(BusIdempotency, SameIdInAnotherDomainIsAllowed) {
+// The duplicate's lookup must not need a second connection: with a pool of
+// one, send_batch still names the duplicate (instead of timing out).
+TEST_P(BusIdempotency, DuplicateInBatchIsNamedWithAOneConnectionPool) {
+  bus_env env{1, {}, 1500ms};
+  auto d = test::unique_name("bi");
+  auto existing = make_req(d);
+  env.bus.send(existing);
+  auto again = existing;
+  try {
+    env.bus.send_batch({make_req(d), again, make_req(d)});
+    ADD_FAILURE() << "the duplicate was not reported";
+  } catch (const duplicate_command_error& e) {
+    EXPECT_EQ(e.command_id().to_string(), existing.command_id.to_string());
+    EXPECT_EQ(e.domain(), d);
+  }
+  EXPECT_EQ(command_rows(env.conn, d), 1);
+  EXPECT_EQ(queue_length(env.conn, queue_of(d)), 1);
+}
+
+TEST_P(BusIdempotency, SameIdInAnotherDomainIsAllowed) {
   bus_env env;
   auto a = test::unique_name("bia");
   auto b = test::unique_name("bib");
@@ -642,7 +690,7 @@ TEST(BusIdempotency, SameIdInAnotherDomainIsAllowed) {
   EXPECT_EQ(messages_for(env.conn, b, req_a.command_id), 1);
 }
 
-TEST(BusIdempotency, DuplicateOnCallersConnectionIsRejected) {
+TEST_P(BusIdempotency, DuplicateOnCallersConnectionIsRejected) {
   bus_env env;
   auto d = test::unique_name("bi");
   auto req = make_req(d);
@@ -697,7 +745,7 @@ std::string joined(const std::vector<std::string>& xs) {
 
 } // namespace
 
-TEST(BusIdempotency, ConcurrentDuplicatesOneWinsSeparateBuses) {
+TEST_P(BusIdempotency, ConcurrentDuplicatesOneWinsSeparateBuses) {
   constexpr int threads = 8;
   constexpr int rounds = 5;
   auto check = test::connect();
@@ -729,7 +777,7 @@ TEST(BusIdempotency, ConcurrentDuplicatesOneWinsSeparateBuses) {
   EXPECT_EQ(audit_rows(check, d), rounds);
 }
 
-TEST(BusIdempotency, ConcurrentDuplicatesOneWinsSharedBus) {
+TEST_P(BusIdempotency, ConcurrentDuplicatesOneWinsSharedBus) {
   constexpr int threads = 8;
   constexpr int rounds = 5;
   bus_env env{threads};
@@ -940,7 +988,7 @@ TEST(BusReplyTo, InvalidDomainIsRejectedBeforeAnyWrite) {
 // batch_id on send
 // ============================================================================
 
-TEST(BusSendBatchId, UnknownBatchIsRejectedAndNothingWritten) {
+TEST_P(BusSendBatchId, UnknownBatchIsRejectedAndNothingWritten) {
   bus_env env;
   auto d = test::unique_name("bb");
   auto req = make_req(d);
@@ -962,7 +1010,7 @@ TEST(BusSendBatchId, UnknownBatchIsRejectedAndNothingWritten) {
   EXPECT_EQ(queue_length(env.conn, queue_of(d)), 0);
 }
 
-TEST(BusSendBatchId, BatchOfAnotherDomainIsNotFound) {
+TEST_P(BusSendBatchId, BatchOfAnotherDomainIsNotFound) {
   bus_env env;
   auto d = test::unique_name("bb");
   auto other = test::unique_name("bb");
@@ -974,7 +1022,7 @@ TEST(BusSendBatchId, BatchOfAnotherDomainIsNotFound) {
   EXPECT_EQ(command_rows(env.conn, d), 0);
 }
 
-TEST(BusSendBatchId, ExistingBatchIsRecordedInRowAndAudit) {
+TEST_P(BusSendBatchId, ExistingBatchIsRecordedInRowAndAudit) {
   bus_env env;
   auto d = test::unique_name("bb");
   auto batch = uuid::random();
@@ -1269,6 +1317,23 @@ TEST_P(BusSendBatch, TextNeedingEscapesIsStoredExactly) {
 // The queue rows are those pgmq.send_batch writes: ids in input order and
 // drawn from the queue's sequence (a later pgmq.send continues after them),
 // visible at once, unread, without headers.
+TEST_P(BusSendBatch, MixedCaseDomainUsesPgmqsTable) {
+  bus_env env;
+  auto d = "MiXed" + test::unique_name("bb");
+  std::vector<send_request> reqs{make_req(d), make_req(d), make_req(d)};
+  auto res = env.bus.send_batch(reqs);
+  auto read = env.conn.query(
+      "SELECT msg_id, message->>'domain' FROM pgmq.read($1, 30, 10)",
+      queue_of(d));
+  ASSERT_EQ(read.rows(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(read.int64(i, 0), res.results[static_cast<size_t>(i)].msg_id);
+    EXPECT_EQ(read.text(i, 1), d);
+  }
+  EXPECT_EQ(command_rows(env.conn, d), 3);
+  EXPECT_EQ(audit_rows(env.conn, d), 3);
+}
+
 TEST_P(BusSendBatch, QueueRowsAreThoseOfPgmqSendBatch) {
   bus_env env;
   auto d = test::unique_name("bb");
@@ -2336,7 +2401,7 @@ TEST(BusThreads, CombinedSendsKeepReferenceAuditDetails) {
 
 // An unknown batch in the second domain of a multi-domain chunk is reported
 // for that domain, and the whole chunk rolls back.
-TEST(BusSendBatchId, UnknownBatchErrorNamesItsDomain) {
+TEST_P(BusSendBatchId, UnknownBatchErrorNamesItsDomain) {
   bus_env env;
   auto a = test::unique_name("bka"); // sorts before b
   auto b = test::unique_name("bkb");

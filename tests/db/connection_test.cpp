@@ -201,7 +201,9 @@ TEST(DbConnection, CopyInErrorsAreTypedAndLeaveTheConnectionUsable) {
   // is not COPY FROM STDIN.
   EXPECT_THROW(conn.copy_in("COPY c (id) FROM STDIN", "x\n"), db::error);
   EXPECT_THROW(conn.copy_in("COPY no_such_table FROM STDIN", "1\n"), db::error);
-  EXPECT_THROW(conn.copy_in("SELECT 1", ""), db::error);
+  EXPECT_THROW(conn.copy_in("SELECT 1", ""), db::invalid_argument);
+  EXPECT_THROW(conn.copy_in("COPY c TO STDOUT", ""), db::invalid_argument);
+  EXPECT_EQ(conn.exec("SELECT count(*) FROM c").int64(0, 0), 1);
   // Inside a transaction the failure aborts it, as any failed statement.
   conn.exec("BEGIN");
   EXPECT_THROW(conn.copy_in("COPY c (id) FROM STDIN", "1\n"), db::error);
