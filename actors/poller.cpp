@@ -214,7 +214,7 @@ caf::behavior poller(self_ptr self, domain_settings settings,
   auto& st = self->state;
   st.settings = std::move(settings);
   st.parent = std::move(parent);
-  st.credits = st.settings.concurrency;
+  st.credits = st.settings.concurrency + st.settings.prefetch;
   if (st.settings.use_notify && !st.settings.tick)
     st.listen = std::make_unique<listener>(
       self->system(), caf::actor_cast<caf::actor>(self), st.settings.dsn,

@@ -46,6 +46,8 @@ struct domain_settings {
   std::string dsn;
   std::string domain;
   int concurrency = 16;
+  /// Messages read beyond the handler slots (worker_config::prefetch).
+  int prefetch = 0;
   std::chrono::seconds visibility_timeout{30};
   std::chrono::milliseconds poll_interval{1000};
   bool use_notify = true;
@@ -119,9 +121,16 @@ struct supervisor_state {
   /// By handler_mode: each has `concurrency` actors when the domain has
   /// handlers of its mode, else none.
   std::array<pool, 2> pools;
-  /// Commands waiting for an idle handler (only after handler crashes).
-  std::deque<received_command> backlog;
-  /// Running commands by msg_id: handler and start time.
+  /// A command read and not started yet, and when it was read (its
+  /// visibility timeout runs from then).
+  struct waiting {
+    received_command rc;
+    std::chrono::steady_clock::time_point read_at;
+  };
+  /// Commands waiting for an idle handler: prefetched ones, and any while a
+  /// crashed handler is replaced.
+  std::deque<waiting> backlog;
+  /// Running commands by msg_id: handler and the time the command was read.
   std::map<int64_t, std::pair<caf::actor, std::chrono::steady_clock::time_point>>
     running;
   /// Messages read whose side effects are not committed yet (drain waits

@@ -71,19 +71,20 @@ supervisor_state::pool& pool_for(supervisor_state& st,
 }
 
 // Starts the next commands (in order) while their pool has an idle
-// handler. Credits bound the commands held to `concurrency`, the size of
-// each pool, so a pool runs dry only while a dead handler is replaced.
+// handler. Credits bound the commands held to `concurrency` + `prefetch`:
+// the prefetched ones wait here for a free handler (as does any command
+// while a dead handler is replaced).
 void dispatch(self_ptr self) {
   auto& st = self->state;
   while (!st.backlog.empty()) {
-    auto& p = pool_for(st, st.backlog.front());
+    auto& p = pool_for(st, st.backlog.front().rc);
     if (p.idle.empty())
       return;
     auto h = p.idle.front();
     p.idle.pop_front();
-    auto rc = std::move(st.backlog.front());
+    auto rc = std::move(st.backlog.front().rc);
+    st.running[rc.msg_id] = {h, st.backlog.front().read_at};
     st.backlog.pop_front();
-    st.running[rc.msg_id] = {h, std::chrono::steady_clock::now()};
     auto msg_id = rc.msg_id;
     self->request(h, caf::infinite, atom::handle::value, rc)
       .then(
@@ -243,8 +244,9 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
         self->send_exit(*a, em.reason);
     self->quit(em.reason);
   });
-  // Lease heartbeat (D7): extend messages whose handler runs longer than
-  // half the visibility timeout.
+  // Lease heartbeat (D7): extend messages held longer than half the
+  // visibility timeout since they were read, whether their handler runs or
+  // they still wait for one.
   self->delayed_send(self, heartbeat_period(st.settings.visibility_timeout),
                      atom::heartbeat::value);
   return {
@@ -256,8 +258,9 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
       if (st.settings.domain_in_flight)
         *st.settings.domain_in_flight += static_cast<int64_t>(batch.size());
       st.settings.counters->received += static_cast<int64_t>(batch.size());
+      auto now = std::chrono::steady_clock::now();
       for (auto& rc : batch)
-        st.backlog.push_back(std::move(rc));
+        st.backlog.push_back({std::move(rc), now});
       dispatch(self);
     },
     [self](atom::finish, db::finished_command& x) {
@@ -305,11 +308,16 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
       auto& st = self->state;
       auto vt = st.settings.visibility_timeout;
       self->delayed_send(self, heartbeat_period(vt), atom::heartbeat::value);
+      // Held commands read at least half a visibility timeout ago, running
+      // or still waiting for a handler.
       auto now = std::chrono::steady_clock::now();
       std::vector<int64_t> due;
       for (auto& [msg_id, run] : st.running)
         if (now - run.second >= vt / 2)
           due.push_back(msg_id);
+      for (auto& w : st.backlog)
+        if (now - w.read_at >= vt / 2)
+          due.push_back(w.rc.msg_id);
       if (!due.empty())
         // keep_longer: never shorten a longer explicit extension (D7).
         self

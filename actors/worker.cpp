@@ -46,6 +46,7 @@ struct worker::impl {
     s.dsn = cfg.dsn;
     s.domain = domain;
     s.concurrency = cfg.concurrency;
+    s.prefetch = cfg.prefetch;
     s.visibility_timeout = cfg.visibility_timeout;
     s.poll_interval = cfg.poll_interval;
     s.use_notify = cfg.use_notify;

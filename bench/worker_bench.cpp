@@ -3,8 +3,8 @@
 //   * raw ceiling: pgmq.read(q, 30, 50) + pgmq.delete(q, ids[]) in a loop;
 //   * the worker with a no-op handler over N pre-sent commands (every audit
 //     row and status transition of the reference written), at concurrency
-//     64 and 16 in non-blocking handler mode and 64 in blocking mode, with
-//     worker CPU vs PostgreSQL CPU;
+//     64 and 16 in non-blocking handler mode, 64 with a prefetch of 64, and
+//     64 in blocking mode, with worker CPU vs PostgreSQL CPU;
 //   * send->completed latency (server timestamps) at a paced offered load
 //     with NOTIFY, and the worker's peak RSS.
 //
@@ -83,11 +83,13 @@ int64_t count_status(db::connection& c, const std::string& domain,
 }
 
 config::worker_config worker_cfg(const std::string& dsn,
-                                 const std::string& domain, int concurrency) {
+                                 const std::string& domain, int concurrency,
+                                 int prefetch = 0) {
   config::worker_config cfg;
   cfg.dsn = dsn;
   cfg.domains = {domain};
   cfg.concurrency = concurrency;
+  cfg.prefetch = prefetch;
   cfg.poll_interval = 1000ms;
   return cfg;
 }
@@ -174,21 +176,26 @@ int main(int argc, char** argv) {
 
   // The no-op handler never blocks, so it is registered as non-blocking
   // (run on the scheduler threads); the default blocking mode (a thread per
-  // handler slot) is measured too.
+  // handler slot) is measured too. With a prefetch, the poller reads the
+  // next batch while the handlers still run the last one, in reads of up to
+  // concurrency + prefetch.
   struct phase {
     int concurrency;
+    int prefetch;
     handler_mode mode;
     const char* tag;
   };
-  const phase phases[] = {{64, handler_mode::non_blocking, "wb64_"},
-                          {16, handler_mode::non_blocking, "wb16_"},
-                          {64, handler_mode::blocking, "wb64b_"}};
+  const phase phases[] = {{64, 0, handler_mode::non_blocking, "wb64_"},
+                          {64, 64, handler_mode::non_blocking, "wb64p_"},
+                          {16, 0, handler_mode::non_blocking, "wb16_"},
+                          {64, 0, handler_mode::blocking, "wb64b_"}};
   bench::rate best;
-  for (auto [concurrency, mode, tag] : phases) {
+  for (auto [concurrency, prefetch, mode, tag] : phases) {
     auto domain = tag + run_id;
     send_commands(bus, domain, commands);
     settle(conn);
-    worker w{worker_cfg(dsn, domain, concurrency), noop_registry(domain, mode)};
+    worker w{worker_cfg(dsn, domain, concurrency, prefetch),
+             noop_registry(domain, mode)};
     auto cpu0 = self_cpu();
     auto mcpu0 = machine_cpu();
     auto start = std::chrono::steady_clock::now();
@@ -206,6 +213,9 @@ int main(int argc, char** argv) {
     w.stop(10s).get();
     auto done = count_status(conn, domain, "COMPLETED");
     bench::rate r{"worker, concurrency " + std::to_string(concurrency) + ", "
+                      + (prefetch > 0
+                             ? "prefetch " + std::to_string(prefetch) + ", "
+                             : std::string{})
                       + mode_name(mode),
                   static_cast<double>(done) / secs, done, secs};
     bench::print(r, &raw);
@@ -266,7 +276,7 @@ int main(int argc, char** argv) {
               best.per_second / raw.per_second);
 
   // Leave the database small for the next run.
-  for (auto* d : {"wraw_", "wb64_", "wb16_", "wb64b_", "wlat_"}) {
+  for (auto* d : {"wraw_", "wb64_", "wb64p_", "wb16_", "wb64b_", "wlat_"}) {
     auto domain = std::string{d} + run_id;
     conn.query("DELETE FROM commandbus.audit WHERE domain = $1", domain);
     conn.query("DELETE FROM commandbus.command WHERE domain = $1", domain);

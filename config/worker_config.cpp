@@ -41,6 +41,7 @@ enum class setting_id {
   dsn,
   domains,
   concurrency,
+  prefetch,
   visibility_timeout,
   poll_interval,
   use_notify,
@@ -67,30 +68,32 @@ struct setting {
 };
 
 constexpr setting settings[] = {
-  {setting_id::dsn, kind::string, "", "dsn", "CMDBUS_DSN", "--dsn"},
-  {setting_id::domains, kind::string_list, "worker", "domains",
-   "CMDBUS_DOMAINS", ""},
-  {setting_id::concurrency, kind::integer, "worker", "concurrency",
-   "CMDBUS_CONCURRENCY", "--concurrency"},
-  {setting_id::visibility_timeout, kind::seconds_duration, "worker",
-   "visibility-timeout", "CMDBUS_VISIBILITY_TIMEOUT", "--visibility-timeout"},
-  {setting_id::poll_interval, kind::duration, "worker", "poll-interval",
-   "CMDBUS_POLL_INTERVAL", "--poll-interval"},
-  {setting_id::use_notify, kind::boolean, "worker", "use-notify",
-   "CMDBUS_USE_NOTIFY", ""},
-  {setting_id::statement_timeout, kind::duration, "worker",
-   "statement-timeout", "CMDBUS_STATEMENT_TIMEOUT", "--statement-timeout"},
-  {setting_id::shutdown_timeout, kind::duration, "worker", "shutdown-timeout",
-   "CMDBUS_SHUTDOWN_TIMEOUT", "--shutdown-timeout"},
-  {setting_id::flush_interval, kind::duration, "worker", "flush-interval",
-   "CMDBUS_FLUSH_INTERVAL", "--flush-interval"},
-  {setting_id::tick, kind::boolean, "worker", "tick", nullptr, ""},
-  {setting_id::max_attempts, kind::integer, "retry", "max-attempts",
-   "CMDBUS_MAX_ATTEMPTS", "--max-attempts"},
-  {setting_id::backoff, kind::integer_list, "retry", "backoff",
-   "CMDBUS_BACKOFF", "--backoff"},
-  {setting_id::jitter, kind::real, "retry", "jitter", "CMDBUS_BACKOFF_JITTER",
-   "--jitter"},
+    {setting_id::dsn, kind::string, "", "dsn", "CMDBUS_DSN", "--dsn"},
+    {setting_id::domains, kind::string_list, "worker", "domains",
+     "CMDBUS_DOMAINS", ""},
+    {setting_id::concurrency, kind::integer, "worker", "concurrency",
+     "CMDBUS_CONCURRENCY", "--concurrency"},
+    {setting_id::prefetch, kind::integer, "worker", "prefetch",
+     "CMDBUS_PREFETCH", "--prefetch"},
+    {setting_id::visibility_timeout, kind::seconds_duration, "worker",
+     "visibility-timeout", "CMDBUS_VISIBILITY_TIMEOUT", "--visibility-timeout"},
+    {setting_id::poll_interval, kind::duration, "worker", "poll-interval",
+     "CMDBUS_POLL_INTERVAL", "--poll-interval"},
+    {setting_id::use_notify, kind::boolean, "worker", "use-notify",
+     "CMDBUS_USE_NOTIFY", ""},
+    {setting_id::statement_timeout, kind::duration, "worker",
+     "statement-timeout", "CMDBUS_STATEMENT_TIMEOUT", "--statement-timeout"},
+    {setting_id::shutdown_timeout, kind::duration, "worker", "shutdown-timeout",
+     "CMDBUS_SHUTDOWN_TIMEOUT", "--shutdown-timeout"},
+    {setting_id::flush_interval, kind::duration, "worker", "flush-interval",
+     "CMDBUS_FLUSH_INTERVAL", "--flush-interval"},
+    {setting_id::tick, kind::boolean, "worker", "tick", nullptr, ""},
+    {setting_id::max_attempts, kind::integer, "retry", "max-attempts",
+     "CMDBUS_MAX_ATTEMPTS", "--max-attempts"},
+    {setting_id::backoff, kind::integer_list, "retry", "backoff",
+     "CMDBUS_BACKOFF", "--backoff"},
+    {setting_id::jitter, kind::real, "retry", "jitter", "CMDBUS_BACKOFF_JITTER",
+     "--jitter"},
 };
 
 const setting* find_setting(std::string_view section, std::string_view key) {
@@ -289,6 +292,9 @@ void assign(worker_config& cfg, const setting& s, const raw_value& v,
       break;
     case setting_id::concurrency:
       cfg.concurrency = as_int(v);
+      break;
+    case setting_id::prefetch:
+      cfg.prefetch = as_int(v);
       break;
     case setting_id::visibility_timeout:
       cfg.visibility_timeout = as_seconds(v);
@@ -796,6 +802,9 @@ std::vector<std::string> validate(const worker_config& cfg) {
   if (cfg.concurrency < 1 || cfg.concurrency > 4096)
     report("concurrency (" + std::to_string(cfg.concurrency)
            + ") must be between 1 and 4096");
+  if (cfg.prefetch < 0 || cfg.prefetch > 4096)
+    report("prefetch (" + std::to_string(cfg.prefetch)
+           + ") must be between 0 and 4096");
   if (cfg.visibility_timeout < seconds{1})
     report("visibility-timeout (" + s_text(cfg.visibility_timeout)
            + ") must be at least 1s");
@@ -952,6 +961,8 @@ Options:
   --domain D               domain to serve; repeat for several; replaces the
                            domains of the file and of $CMDBUS_DOMAINS
   --concurrency N          handler slots per domain, 1..4096 (16)
+  --prefetch N             messages read ahead of free handler slots per
+                           domain, 0..4096 (0)
   --visibility-timeout S   seconds or a duration, >= 1s (30s)
   --poll-interval DUR      poll period, 10ms..1h (1s)
   --no-notify              poll only, without LISTEN/NOTIFY
@@ -971,8 +982,9 @@ Durations are an integer with a unit: ms, s, min or h (250ms, 30s, 1min).
 Precedence: defaults < config file < environment < command line.
 
 Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DOMAINS (a,b),
-  CMDBUS_CONCURRENCY, CMDBUS_VISIBILITY_TIMEOUT, CMDBUS_POLL_INTERVAL,
-  CMDBUS_USE_NOTIFY (true/false/1/0), CMDBUS_STATEMENT_TIMEOUT,
+  CMDBUS_CONCURRENCY, CMDBUS_PREFETCH, CMDBUS_VISIBILITY_TIMEOUT,
+  CMDBUS_POLL_INTERVAL, CMDBUS_USE_NOTIFY (true/false/1/0),
+  CMDBUS_STATEMENT_TIMEOUT,
   CMDBUS_SHUTDOWN_TIMEOUT, CMDBUS_FLUSH_INTERVAL, CMDBUS_MAX_ATTEMPTS,
   CMDBUS_BACKOFF (10,60,300), CMDBUS_BACKOFF_JITTER.
 
@@ -981,6 +993,7 @@ Config file (CAF INI; ';' starts a comment):
   [worker]
   domains = ["payments", "reports"]
   concurrency = 16
+  prefetch = 0
   visibility-timeout = 30s
   poll-interval = 1s
   use-notify = true
@@ -1020,6 +1033,7 @@ std::string describe(const worker_config& cfg) {
     out += (i == 0 ? "" : ", ") + ini_string(cfg.domains[i]);
   out += "]\n";
   out += "concurrency = " + std::to_string(cfg.concurrency) + "\n";
+  out += "prefetch = " + std::to_string(cfg.prefetch) + "\n";
   out += "visibility-timeout = "
          + duration_text(std::chrono::duration_cast<milliseconds>(
            cfg.visibility_timeout))

@@ -13,6 +13,7 @@
 // | dsn (top level or [global])  | CMDBUS_DSN               | --dsn
 // | [worker] domains             | CMDBUS_DOMAINS (a,b)     | --domain (many)
 // | [worker] concurrency         | CMDBUS_CONCURRENCY       | --concurrency
+// | [worker] prefetch            | CMDBUS_PREFETCH          | --prefetch
 // | [worker] visibility-timeout  | CMDBUS_VISIBILITY_TIMEOUT| (same name)
 // | [worker] poll-interval       | CMDBUS_POLL_INTERVAL     | (same name)
 // | [worker] use-notify          | CMDBUS_USE_NOTIFY        | --no-notify
@@ -73,6 +74,12 @@ struct worker_config {
 
   /// Handler slots per domain; 1..4096.
   int concurrency = 16;
+
+  /// Messages a domain may read beyond its handler slots, waiting in memory
+  /// for the next free handler (their lease is kept like a running
+  /// command's); 0..4096. More lets reads be larger and overlap the
+  /// handlers' work; 0 reads only for free slots.
+  int prefetch = 0;
 
   /// How long a received message stays invisible; >= 1 s.
   std::chrono::seconds visibility_timeout{30};

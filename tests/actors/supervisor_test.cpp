@@ -48,11 +48,12 @@ caf::behavior fake_handler(caf::event_based_actor*) {
 // Writers and poller that just take messages (checked with expect()).
 caf::behavior sink(caf::event_based_actor*) {
   return {
-    [](atom::finish, const db::finished_command&) {},
-    [](atom::retry, const db::retry_command&) {},
-    [](atom::flush) {},
-    [](atom::credit, int64_t) {},
-    [](atom::wakeup) {},
+      [](atom::finish, const db::finished_command&) {},
+      [](atom::retry, const db::retry_command&) {},
+      [](atom::flush) {},
+      [](atom::credit, int64_t) {},
+      [](atom::wakeup) {},
+      [](atom::extend, const std::vector<int64_t>&, int, bool) { return 0; },
   };
 }
 
@@ -251,6 +252,29 @@ CAF_TEST(it never runs more commands than handlers) {
   CAF_CHECK(st().backlog.empty());
   CAF_CHECK_EQUAL(st().held, 3);
   CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
+}
+
+CAF_TEST(the lease heartbeat covers commands that wait for a handler) {
+  // Prefetched commands (more than the handlers) wait in the backlog while
+  // their visibility timeout runs: the heartbeat extends them like the
+  // running ones. With a visibility timeout of 0 every held one is due.
+  std::vector<received_command> batch;
+  for (int i = 1; i <= 3; ++i)
+    batch.push_back(make_rc(i, "ok"));
+  self->send(sup, atom::run::value, std::move(batch));
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
+  CAF_REQUIRE_EQUAL(st().running.size(), 2u);
+  CAF_REQUIRE_EQUAL(st().backlog.size(), 1u);
+  st().settings.visibility_timeout = std::chrono::seconds{0};
+  self->send(sup, atom::heartbeat::value);
+  expect((atom::heartbeat), from(self).to(sup));
+  expect((atom::extend, std::vector<int64_t>, int, bool),
+         from(sup)
+             .to(kids->retry)
+             .with(_, std::vector<int64_t>{1, 2, 3}, 0, true));
+  sched.run();
+  CAF_CHECK(st().backlog.empty());
 }
 
 CAF_TEST(a crashed handler is replaced and its slot released) {

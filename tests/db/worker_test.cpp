@@ -454,6 +454,131 @@ TEST(WorkerRun, RespectsConcurrencyLimitAndCountsInFlight) {
   EXPECT_EQ(w.stats().completed, total);
 }
 
+// -- prefetch
+// ------------------------------------------------------------------
+
+// With prefetch, a domain claims up to concurrency + prefetch messages; the
+// extra ones wait for a free handler, and no more handlers run at once than
+// the concurrency.
+TEST(WorkerRun, PrefetchClaimsAheadButRunsNoMoreThanTheConcurrency) {
+  env e;
+  auto d = test::unique_name("wk");
+  constexpr int concurrency = 3;
+  constexpr int prefetch = 2;
+  constexpr int total = 8;
+  std::vector<uuid> ids;
+  for (int i = 0; i < total; ++i)
+    ids.push_back(e.bus.send(make_req(d, "Block")).command_id);
+  gate g;
+  concurrency_probe probe;
+  handler_registry reg;
+  reg.add(d, "Block", [&](const command&, handler_context&) -> json {
+    probe.enter();
+    g.wait();
+    probe.leave();
+    return json::null();
+  });
+  auto cfg = make_cfg({d}, concurrency);
+  cfg.prefetch = prefetch;
+  worker w{cfg, std::move(reg)};
+  finally cleanup{[&] {
+    g.open();
+    stop_worker(w);
+  }};
+  w.start();
+  ASSERT_TRUE(eventually([&] { return probe.running() == concurrency; }));
+  ASSERT_TRUE(eventually([&] {
+    return w.in_flight_count() == static_cast<size_t>(concurrency + prefetch);
+  }));
+  auto count = [&](const char* status) {
+    return scalar(e.conn,
+                  "SELECT count(*)::text FROM commandbus.command WHERE "
+                  "domain = $1 AND status = $2",
+                  d, status);
+  };
+  EXPECT_EQ(count("IN_PROGRESS"),
+            opt_str{std::to_string(concurrency + prefetch)});
+  EXPECT_EQ(count("PENDING"),
+            opt_str{std::to_string(total - concurrency - prefetch)});
+  g.open();
+  ASSERT_TRUE(eventually([&] {
+    for (auto& id : ids)
+      if (!has_status(e.conn, d, id, "COMPLETED"))
+        return false;
+    return true;
+  }));
+  EXPECT_EQ(probe.max(), concurrency);
+  // Each message was read once: nothing waited past its lease.
+  EXPECT_EQ(scalar(e.conn,
+                   "SELECT max(attempts)::text FROM commandbus.command WHERE "
+                   "domain = $1",
+                   d),
+            opt_str{"1"});
+}
+
+// A prefetched message that waits for a handler longer than half its
+// visibility timeout gets its lease extended, so that it is not read again
+// (by this or another worker) while it waits.
+TEST(WorkerRun, PrefetchedMessageKeepsItsLeaseWhileItWaits) {
+  env e;
+  auto d = test::unique_name("wk");
+  auto first = e.bus.send(make_req(d, "Block"));
+  auto second = e.bus.send(make_req(d, "Block"));
+  gate g;
+  std::atomic<int> started{0};
+  handler_registry reg;
+  reg.add(d, "Block", [&](const command&, handler_context&) -> json {
+    if (++started == 1)
+      g.wait(30s);
+    return json::null();
+  });
+  auto cfg = make_cfg({d}, 1);
+  cfg.prefetch = 1;
+  cfg.visibility_timeout = 2s;
+  cfg.statement_timeout = 1s;
+  worker w{cfg, std::move(reg)};
+  finally cleanup{[&] {
+    g.open();
+    stop_worker(w);
+  }};
+  w.start();
+  auto queue = d + "__commands";
+  auto vt_of = [&](int64_t msg_id) {
+    return scalar(e.conn,
+                  "SELECT (extract(epoch FROM vt) * 1000000)::bigint::text "
+                  "FROM pgmq.q_"
+                      + queue + " WHERE msg_id = $1::bigint",
+                  msg_id);
+  };
+  // The second message is claimed (read once) and waits behind the first.
+  ASSERT_TRUE(eventually([&] {
+    return started.load() == 1
+           && scalar(e.conn,
+                     "SELECT read_ct::text FROM pgmq.q_" + queue
+                         + " WHERE msg_id = $1::bigint",
+                     second.msg_id)
+                  == opt_str{"1"};
+  }));
+  auto claimed_vt = vt_of(second.msg_id);
+  ASSERT_TRUE(claimed_vt);
+  // The heartbeat pushes its visibility timeout out while it waits.
+  ASSERT_TRUE(eventually([&] {
+    auto vt = vt_of(second.msg_id);
+    return vt && std::stoll(*vt) > std::stoll(*claimed_vt);
+  }));
+  EXPECT_EQ(started.load(), 1);
+  g.open();
+  ASSERT_TRUE(eventually([&] {
+    return has_status(e.conn, d, first.command_id, "COMPLETED")
+           && has_status(e.conn, d, second.command_id, "COMPLETED");
+  }));
+  EXPECT_EQ(scalar(e.conn,
+                   "SELECT attempts::text FROM commandbus.command WHERE "
+                   "domain = $1 AND command_id = $2::uuid",
+                   d, second.command_id.to_string()),
+            opt_str{"1"});
+}
+
 // -- WK-11: high concurrency (load) -------------------------------------------
 
 TEST(WorkerLoad, HundredsOfBlockingHandlersRunAtOnceAndLoseNothing) {

@@ -103,6 +103,7 @@ dsn = "host=db dbname=app"   ; the database
 [worker]
 domains = ["payments", "reports"]
 concurrency = 8
+prefetch = 12
 visibility-timeout = 2min
 poll-interval = 250ms
 use-notify = false
@@ -129,6 +130,7 @@ TEST(ConfigDefaults, are_valid_except_missing_domains) {
   EXPECT_TRUE(contains(problems[0], "no domains configured"));
   EXPECT_TRUE(validate(valid()).empty());
   EXPECT_EQ(cfg.concurrency, 16);
+  EXPECT_EQ(cfg.prefetch, 0);
   EXPECT_EQ(cfg.visibility_timeout, 30s);
   EXPECT_EQ(cfg.poll_interval, 1000ms);
   EXPECT_TRUE(cfg.use_notify);
@@ -164,6 +166,17 @@ TEST(ConfigValidate, rejects_bad_concurrency) {
   cfg.concurrency = 4097;
   EXPECT_TRUE(has_problem(validate(cfg), "concurrency (4097)"));
   cfg.concurrency = 4096;
+  EXPECT_TRUE(validate(cfg).empty());
+}
+
+TEST(ConfigValidate, rejects_bad_prefetch) {
+  auto cfg = valid();
+  cfg.prefetch = -1;
+  EXPECT_TRUE(
+      has_problem(validate(cfg), "prefetch (-1) must be between 0 and 4096"));
+  cfg.prefetch = 4097;
+  EXPECT_TRUE(has_problem(validate(cfg), "prefetch (4097)"));
+  cfg.prefetch = 4096;
   EXPECT_TRUE(validate(cfg).empty());
 }
 
@@ -245,6 +258,7 @@ TEST(ConfigIni, applies_a_full_file) {
   EXPECT_EQ(cfg.dsn, "host=db dbname=app");
   EXPECT_EQ(cfg.domains, (std::vector<std::string>{"payments", "reports"}));
   EXPECT_EQ(cfg.concurrency, 8);
+  EXPECT_EQ(cfg.prefetch, 12);
   EXPECT_EQ(cfg.visibility_timeout, 120s);
   EXPECT_EQ(cfg.poll_interval, 250ms);
   EXPECT_FALSE(cfg.use_notify);
@@ -397,6 +411,7 @@ TEST(ConfigEnv, applies_every_variable) {
   fake_env env{{{"CMDBUS_DSN", "host=e"},
                 {"CMDBUS_DOMAINS", " a , b "},
                 {"CMDBUS_CONCURRENCY", "7"},
+                {"CMDBUS_PREFETCH", "6"},
                 {"CMDBUS_VISIBILITY_TIMEOUT", "40"},
                 {"CMDBUS_POLL_INTERVAL", "50ms"},
                 {"CMDBUS_USE_NOTIFY", "0"},
@@ -410,6 +425,7 @@ TEST(ConfigEnv, applies_every_variable) {
   EXPECT_EQ(cfg.dsn, "host=e");
   EXPECT_EQ(cfg.domains, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(cfg.concurrency, 7);
+  EXPECT_EQ(cfg.prefetch, 6);
   EXPECT_EQ(cfg.visibility_timeout, 40s);
   EXPECT_EQ(cfg.poll_interval, 50ms);
   EXPECT_FALSE(cfg.use_notify);
@@ -452,18 +468,38 @@ TEST(ConfigEnv, reports_bad_values_with_the_variable) {
 
 TEST(ConfigArgs, applies_every_option) {
   worker_config cfg;
-  auto file = apply_args(
-    cfg, {"--config", "w.ini", "--dsn=host=c", "--domain", "a", "--domain=b",
-          "--concurrency", "3", "--backoff", "5,6", "--max-attempts=2",
-          "--visibility-timeout", "90", "--poll-interval", "20ms",
-          "--no-notify", "--statement-timeout=1min", "--shutdown-timeout",
-          "5s", "--flush-interval", "0ms", "--jitter", "0.1", "--tick",
-          "--dump-config"});
+  auto file = apply_args(cfg, {"--config",
+                               "w.ini",
+                               "--dsn=host=c",
+                               "--domain",
+                               "a",
+                               "--domain=b",
+                               "--concurrency",
+                               "3",
+                               "--prefetch=4",
+                               "--backoff",
+                               "5,6",
+                               "--max-attempts=2",
+                               "--visibility-timeout",
+                               "90",
+                               "--poll-interval",
+                               "20ms",
+                               "--no-notify",
+                               "--statement-timeout=1min",
+                               "--shutdown-timeout",
+                               "5s",
+                               "--flush-interval",
+                               "0ms",
+                               "--jitter",
+                               "0.1",
+                               "--tick",
+                               "--dump-config"});
   ASSERT_TRUE(file);
   EXPECT_EQ(*file, "w.ini");
   EXPECT_EQ(cfg.dsn, "host=c");
   EXPECT_EQ(cfg.domains, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(cfg.concurrency, 3);
+  EXPECT_EQ(cfg.prefetch, 4);
   EXPECT_EQ(cfg.retry.backoff_seconds, (std::vector<int>{5, 6}));
   EXPECT_EQ(cfg.retry.max_attempts, 2);
   EXPECT_EQ(cfg.visibility_timeout, 90s);
@@ -524,7 +560,7 @@ TEST(ConfigArgs, help_is_a_distinct_exception) {
   EXPECT_EQ(std::string{help_requested{}.what()}, help);
   for (const char* part :
        {"Usage: cmdbus worker", "--config", "--dsn", "--domain",
-        "--concurrency", "--backoff", "--max-attempts", "--visibility-timeout",
+        "--concurrency", "--prefetch", "CMDBUS_PREFETCH", "--backoff", "--max-attempts", "--visibility-timeout",
         "--poll-interval", "--no-notify", "--statement-timeout",
         "--shutdown-timeout", "--flush-interval", "--jitter", "--tick",
         "--dump-config", "--help", "CMDBUS_BACKOFF_JITTER", "CMDBUS_CONFIG"})
@@ -628,6 +664,7 @@ TEST(ConfigDescribe, round_trips_through_apply_ini) {
   EXPECT_TRUE(contains(text, "visibility-timeout = 2min")) << text;
   EXPECT_TRUE(contains(text, "poll-interval = 250ms")) << text;
   EXPECT_TRUE(contains(text, "backoff = [1, 2, 5]")) << text;
+  EXPECT_TRUE(contains(text, "prefetch = 12")) << text;
   worker_config again;
   apply_ini(again, text, "dump.ini");
   EXPECT_EQ(describe(again), text);
