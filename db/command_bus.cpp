@@ -296,9 +296,14 @@ void command_bus::run_group(
       rollback_if_open(*conn);
       throw;
     }
-    for (size_t i = 0; i < group.size(); ++i)
-      group[i]->result = {group[i]->item.command_id,
-                          results[i + 1].int64(0, 0)};
+    // A send with an unknown batch wrote nothing; the others committed.
+    for (size_t i = 0; i < group.size(); ++i) {
+      try {
+        group[i]->result = sent(group[i]->item, results[i + 1]);
+      } catch (const batch_not_found_error&) {
+        group[i]->error = std::current_exception();
+      }
+    }
   } catch (const db::error& e) {
     // A broken connection fails everyone (retrying would only repeat it);
     // anything else, e.g. one duplicate, is retried command by command so
@@ -355,62 +360,63 @@ send_result command_bus::send(const send_request& req, db::connection& conn) {
   return send_one(p, conn);
 }
 
-// One send as one statement. Without a batch it is a prepared statement of
-// its own per queue, whose plan the connection keeps: the same writes as
-// cmdbus_send_command (the message, the PENDING row, the SENT audit,
-// NOTIFY), without its PL/pgSQL call and its duplicate pre-check: the
-// unique index rejects a duplicate (23505, mapped like CB001) and the
-// statement rolls back with the message. The message is inserted into the
-// queue's table as pgmq.send(queue, msg, 0) does (PGMQ 1.5: `vt` =
-// clock_timestamp(), no headers; the table named by format_table_name),
-// but with a cached plan instead of pgmq.send's dynamic SQL, which is
-// planned anew on every call. With a batch, cmdbus_send_command also
-// checks that the batch exists (CB002).
+// One send as one statement, prepared once per queue and connection (the
+// connection keeps its plan): the message, the PENDING row, the SENT audit
+// and NOTIFY, the writes of cmdbus_send_command, without its PL/pgSQL call
+// and its duplicate pre-check: the unique index rejects a duplicate (23505,
+// mapped like CB001) and the statement rolls back with the message. The
+// message is inserted into the queue's table as pgmq.send(queue, msg, 0)
+// does (PGMQ 1.5: `vt` = clock_timestamp(), no headers; the table named by
+// format_table_name), but with a cached plan instead of pgmq.send's dynamic
+// SQL, which is planned anew on every call. With a batch id every write
+// depends on the batch existing: for an unknown batch the statement writes
+// nothing and returns no row (where cmdbus_send_command raises CB002).
 db::connection::statement
 command_bus::send_one_statement(const prepared& p) {
-  if (p.batch_id)
-    return {"SELECT commandbus.cmdbus_send_command($1, $2, $3::uuid, $4, "
-            "$5::jsonb, $6::uuid, $7, $8::int, $9::uuid)",
-            {p.domain, p.queue, p.command_id.to_string(), p.command_type,
-             p.message, p.correlation_id.to_string(), p.reply_to,
-             db::to_param(p.max_attempts), p.batch_id->to_string()},
-            "cmdbus_send_command"};
   // p.queue was validated ([A-Za-z0-9_], at most 47 characters), so the
   // statement name fits in 63 bytes and the table name needs no escaping.
   auto sql = "WITH s AS (INSERT INTO pgmq.\"" + db::queue_table(p.queue)
-             + "\" (vt, message) VALUES (clock_timestamp(), $5::jsonb) "
-               "RETURNING msg_id AS id), "
+             + "\" (vt, message) SELECT clock_timestamp(), $5::jsonb "
+               "WHERE $9::uuid IS NULL OR EXISTS (SELECT 1 FROM "
+               "commandbus.batch b WHERE b.domain = $1 AND b.batch_id = "
+               "$9::uuid) RETURNING msg_id AS id), "
                "c AS (INSERT INTO commandbus.command (domain, queue_name, "
                "msg_id, command_id, command_type, status, attempts, "
-               "max_attempts, reply_queue, correlation_id) SELECT $1, $2, "
-               "s.id, $3::uuid, $4, 'PENDING', 0, $8::int, COALESCE($7, ''), "
-               "$6::uuid FROM s RETURNING msg_id), "
+               "max_attempts, reply_queue, correlation_id, batch_id) SELECT "
+               "$1, $2, s.id, $3::uuid, $4, 'PENDING', 0, $8::int, "
+               "COALESCE($7, ''), $6::uuid, $9::uuid FROM s RETURNING msg_id), "
                "a AS (INSERT INTO commandbus.audit (domain, command_id, "
                "event_type, details_json) SELECT $1, $3::uuid, 'SENT', "
                "jsonb_build_object('command_type', $4::text, "
                "'correlation_id', $6::uuid, 'reply_to', $7::text, 'msg_id', "
-               "c.msg_id, 'batch_id', NULL) FROM c) "
+               "c.msg_id, 'batch_id', $9::uuid) FROM c) "
                "SELECT c.msg_id, pg_notify(lower('pgmq_notify_' || $2), '') "
                "FROM c";
   return {std::move(sql),
           {p.domain, p.queue, p.command_id.to_string(), p.command_type,
            p.message, p.correlation_id.to_string(), p.reply_to,
-           db::to_param(p.max_attempts)},
+           db::to_param(p.max_attempts),
+           p.batch_id ? db::param{p.batch_id->to_string()} : std::nullopt},
           "cmdbus_send1_" + p.queue};
+}
+
+// The outcome of one send statement's result: its msg_id, or the unknown
+// batch that made it write nothing.
+send_result command_bus::sent(const prepared& p, const db::result& r) {
+  if (r.rows() == 0)
+    throw batch_not_found_error(p.domain, p.batch_id ? *p.batch_id : uuid{});
+  return {p.command_id, r.int64(0, 0)};
 }
 
 send_result command_bus::send_one(const prepared& p, db::connection& conn) {
   try {
     auto st = send_one_statement(p);
-    auto res = conn.exec_prepared(st.name, st.sql, st.params);
-    return {p.command_id, res.int64(0, 0)};
+    return sent(p, conn.exec_prepared(st.name, st.sql, st.params));
   } catch (const db::error& e) {
     if (e.sqlstate() == sqlstate_duplicate
         || (e.sqlstate() == sqlstate_unique_violation
             && e.constraint() == command_key))
       throw duplicate_command_error(p.domain, p.command_id);
-    if (e.sqlstate() == sqlstate_batch_not_found)
-      throw batch_not_found_error(p.domain, *p.batch_id);
     throw;
   }
 }

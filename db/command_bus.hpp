@@ -171,6 +171,7 @@ private:
                                      db::connection* conn = nullptr);
   send_result send_one(const prepared& item, db::connection& conn);
   static db::connection::statement send_one_statement(const prepared& item);
+  static send_result sent(const prepared& item, const db::result& r);
   struct chunk;
   std::vector<send_result> send_chunk(const std::vector<prepared>& items,
                                       db::connection& conn,
