@@ -129,6 +129,17 @@ struct fixture : test_coordinator_fixture<> {
     CAF_FAIL("not a handler of the supervisor");
   }
 
+  // Sends commands 1..n of type "ok" to run in one batch; the supervisor
+  // takes them and hands them to idle handlers (which have not run yet).
+  void run_oks(int n) {
+    std::vector<received_command> batch;
+    for (int i = 1; i <= n; ++i)
+      batch.push_back(make_rc(i, "ok"));
+    self->send(sup, atom::run::value, std::move(batch));
+    expect((atom::run, std::vector<received_command>),
+           from(self).to(sup).with(_, _));
+  }
+
   // Sends two commands to run; the supervisor takes them and hands them to
   // the two handlers (which have not run yet).
   void run_two(received_command a, received_command b) {
@@ -237,12 +248,7 @@ CAF_TEST(outcomes are routed by kind) {
 }
 
 CAF_TEST(it never runs more commands than handlers) {
-  std::vector<received_command> batch;
-  for (int i = 1; i <= 3; ++i)
-    batch.push_back(make_rc(i, "ok"));
-  self->send(sup, atom::run::value, std::move(batch));
-  expect((atom::run, std::vector<received_command>),
-         from(self).to(sup).with(_, _));
+  run_oks(3);
   // Two handlers take two commands; the third waits in the backlog.
   CAF_CHECK_EQUAL(st().running.size(), 2u);
   CAF_CHECK_EQUAL(st().backlog.size(), 1u);
@@ -258,12 +264,7 @@ CAF_TEST(the lease heartbeat covers commands that wait for a handler) {
   // Prefetched commands (more than the handlers) wait in the backlog while
   // their visibility timeout runs: the heartbeat extends them like the
   // running ones. With a visibility timeout of 0 every held one is due.
-  std::vector<received_command> batch;
-  for (int i = 1; i <= 3; ++i)
-    batch.push_back(make_rc(i, "ok"));
-  self->send(sup, atom::run::value, std::move(batch));
-  expect((atom::run, std::vector<received_command>),
-         from(self).to(sup).with(_, _));
+  run_oks(3);
   CAF_REQUIRE_EQUAL(st().running.size(), 2u);
   CAF_REQUIRE_EQUAL(st().backlog.size(), 1u);
   st().settings.visibility_timeout = std::chrono::seconds{0};
