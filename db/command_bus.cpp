@@ -15,8 +15,8 @@ namespace cmdbus {
 
 namespace {
 
-// SQLSTATEs raised by sql/commandbus/V003__cmdbus_send.sql.
-constexpr const char* sqlstate_duplicate = "CB001";
+// Raised by cmdbus_send_commands (sql/commandbus/V003__cmdbus_send.sql);
+// the bus does not call cmdbus_send_command, the one that raises CB001.
 constexpr const char* sqlstate_batch_not_found = "CB002";
 constexpr const char* sqlstate_unique_violation = "23505";
 // The unique index on (domain, command_id) of the reference schema.
@@ -363,8 +363,8 @@ send_result command_bus::send(const send_request& req, db::connection& conn) {
 // One send as one statement, prepared once per queue and connection (the
 // connection keeps its plan): the message, the PENDING row, the SENT audit
 // and NOTIFY, the writes of cmdbus_send_command, without its PL/pgSQL call
-// and its duplicate pre-check: the unique index rejects a duplicate (23505,
-// mapped like CB001) and the statement rolls back with the message. The
+// and its duplicate pre-check: the unique index rejects a duplicate (23505)
+// and the statement rolls back with the message. The
 // message is inserted into the queue's table as pgmq.send(queue, msg, 0)
 // does (PGMQ 1.5: `vt` = clock_timestamp(), no headers; the table named by
 // format_table_name), but with a cached plan instead of pgmq.send's dynamic
@@ -413,9 +413,8 @@ send_result command_bus::send_one(const prepared& p, db::connection& conn) {
     auto st = send_one_statement(p);
     return sent(p, conn.exec_prepared(st.name, st.sql, st.params));
   } catch (const db::error& e) {
-    if (e.sqlstate() == sqlstate_duplicate
-        || (e.sqlstate() == sqlstate_unique_violation
-            && e.constraint() == command_key))
+    if (e.sqlstate() == sqlstate_unique_violation
+        && e.constraint() == command_key)
       throw duplicate_command_error(p.domain, p.command_id);
     throw;
   }
@@ -463,10 +462,6 @@ command_bus::send_chunk(const std::vector<prepared>& items,
                           ? c.groups[static_cast<size_t>(g)]
                           : nullptr;
     const auto& domain = items[idx != nullptr ? idx->front() : 0].domain;
-    if (e.sqlstate() == sqlstate_duplicate) {
-      auto id = uuid::parse(e.detail());
-      throw duplicate_command_error(domain, id ? *id : uuid{});
-    }
     if (e.sqlstate() == sqlstate_batch_not_found) {
       auto id = uuid::parse(e.detail());
       throw batch_not_found_error(domain, id ? *id : uuid{});
