@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "db/connection.hpp"
+
 namespace cmdbus::bench {
 
 /// A measured rate.
@@ -21,6 +23,19 @@ struct rate {
   int64_t items = 0;
   double seconds = 0;
 };
+
+/// Settles the database before a phase: the dead rows of earlier phases
+/// (and of whatever ran before) would otherwise have autovacuum and a
+/// checkpoint compete with the phase, by chance more in one phase than in
+/// another.
+inline void settle(db::connection& conn) {
+  conn.exec("VACUUM (ANALYZE) commandbus.command, commandbus.audit");
+  try {
+    conn.exec("CHECKPOINT");
+  } catch (const std::exception& e) {
+    std::printf("  (no CHECKPOINT before the phase: %s)\n", e.what());
+  }
+}
 
 /// Runs `body(thread_index)` on `threads` threads until `duration` passed;
 /// each call returns how many items it moved. Returns items per second.

@@ -106,18 +106,6 @@ const char* mode_name(handler_mode mode) {
   return mode == handler_mode::blocking ? "blocking" : "non-blocking";
 }
 
-// Settles the database before a phase: the dead rows of earlier phases (and
-// of whatever ran before) would otherwise have autovacuum and a checkpoint
-// compete with the phase, by chance more in one phase than in another.
-void settle(db::connection& conn) {
-  conn.exec("VACUUM (ANALYZE) commandbus.command, commandbus.audit");
-  try {
-    conn.exec("CHECKPOINT");
-  } catch (const std::exception& e) {
-    std::printf("  (no CHECKPOINT before the phase: %s)\n", e.what());
-  }
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -151,7 +139,7 @@ int main(int argc, char** argv) {
   // -- raw consume ceiling ---------------------------------------------------
   auto raw_domain = "wraw_" + run_id;
   send_commands(bus, raw_domain, commands);
-  settle(conn);
+  bench::settle(conn);
   auto raw_queue = raw_domain + "__commands";
   auto t0 = std::chrono::steady_clock::now();
   int64_t moved = 0;
@@ -193,7 +181,7 @@ int main(int argc, char** argv) {
   for (auto [concurrency, prefetch, mode, tag] : phases) {
     auto domain = tag + run_id;
     send_commands(bus, domain, commands);
-    settle(conn);
+    bench::settle(conn);
     worker w{worker_cfg(dsn, domain, concurrency, prefetch),
              noop_registry(domain, mode)};
     auto cpu0 = self_cpu();
@@ -228,7 +216,7 @@ int main(int argc, char** argv) {
   }
 
   // -- latency at a paced offered load ---------------------------------------
-  settle(conn);
+  bench::settle(conn);
   auto lat_domain = "wlat_" + run_id;
   {
     worker w{worker_cfg(dsn, lat_domain, 16),
