@@ -226,6 +226,14 @@ bool has_status(db::connection& c, const std::string& domain, const uuid& id,
   return status_of(c, domain, id) == opt_str{status};
 }
 
+bool all_have_status(db::connection& c, const std::string& domain,
+                     const std::vector<uuid>& ids, const std::string& status) {
+  for (auto& id : ids)
+    if (!has_status(c, domain, id, status))
+      return false;
+  return true;
+}
+
 /// The audit event types of a command, in order (ts, audit_id).
 strings events(db::connection& c, const std::string& domain, const uuid& id) {
   auto r = c.query("SELECT event_type FROM commandbus.audit WHERE domain = $1 "
@@ -440,10 +448,7 @@ TEST(WorkerRun, RespectsConcurrencyLimitAndCountsInFlight) {
             opt_str{std::to_string(total - concurrency)});
   g.open();
   ASSERT_TRUE(eventually([&] {
-    for (auto& id : ids)
-      if (!has_status(e.conn, d, id, "COMPLETED"))
-        return false;
-    return true;
+    return all_have_status(e.conn, d, ids, "COMPLETED");
   }));
   EXPECT_TRUE(eventually([&] { return w.in_flight_count() == 0; }));
   EXPECT_EQ(probe.max(), concurrency);
@@ -502,10 +507,7 @@ TEST(WorkerRun, PrefetchClaimsAheadButRunsNoMoreThanTheConcurrency) {
             opt_str{std::to_string(total - concurrency - prefetch)});
   g.open();
   ASSERT_TRUE(eventually([&] {
-    for (auto& id : ids)
-      if (!has_status(e.conn, d, id, "COMPLETED"))
-        return false;
-    return true;
+    return all_have_status(e.conn, d, ids, "COMPLETED");
   }));
   EXPECT_EQ(probe.max(), concurrency);
   // Each message was read once: nothing waited past its lease.
