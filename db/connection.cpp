@@ -307,12 +307,24 @@ connection connection::open(const std::string& dsn,
   auto ptr = std::make_unique<impl>();
   ptr->target = describe_target(dsn);
   auto timeout = std::to_string(opts.connect_timeout.count());
-  // Our defaults come first so that the DSN can override them.
+  // Our defaults come first so that the DSN can override them. Keepalives
+  // notice a peer that vanished while we wait for a result (about a minute);
+  // the TCP user timeout does the same for data the peer never
+  // acknowledges, so that no call waits on a dead network for the kernel's
+  // retransmission limit (many minutes).
   const char* keys[] = {"application_name", "connect_timeout", "keepalives",
                         "keepalives_idle",  "keepalives_interval",
-                        "keepalives_count", "dbname",          nullptr};
-  const char* values[] = {opts.application_name.c_str(), timeout.c_str(), "1",
-                          "30", "10", "3", dsn.c_str(), nullptr};
+                        "keepalives_count", "tcp_user_timeout",
+                        "dbname",           nullptr};
+  const char* values[] = {opts.application_name.c_str(),
+                          timeout.c_str(),
+                          "1",
+                          "30",
+                          "10",
+                          "3",
+                          "60000",
+                          dsn.c_str(),
+                          nullptr};
   ptr->conn = PQconnectdbParams(keys, values, 1);
   if (ptr->conn == nullptr)
     throw error{errc::connection, "", "out of memory allocating a connection"};
@@ -497,20 +509,33 @@ short wait_socket(PGconn* conn, short events, int timeout_ms) {
 }
 
 // Restores blocking mode and leaves pipeline mode when a pipeline ends,
-// however it ends.
+// however it ends. A pipeline that cannot be left (its results are out of
+// step with what was sent) closes the connection: its owner reconnects,
+// rather than sending on a session in an unknown state.
 struct pipeline_guard {
-  PGconn* conn;
+  PGconn*& conn;
   ~pipeline_guard() {
+    if (conn == nullptr)
+      return;
     if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF) {
       // Drain whatever is left so that the connection can leave the mode.
-      while (PQstatus(conn) == CONNECTION_OK) {
+      // Two nulls in a row mean nothing more will come.
+      int nulls = 0;
+      while (PQstatus(conn) == CONNECTION_OK && nulls < 2) {
         PGresult* r = PQgetResult(conn);
         if (r == nullptr) {
           if (PQexitPipelineMode(conn) == 1)
             break;
+          ++nulls;
           continue;
         }
+        nulls = 0;
         PQclear(r);
+      }
+      if (PQpipelineStatus(conn) != PQ_PIPELINE_OFF) {
+        PQfinish(conn);
+        conn = nullptr;
+        return;
       }
     }
     PQsetnonblocking(conn, 0);
@@ -530,7 +555,7 @@ connection::pipeline(const std::vector<statement>& statements) {
       impl_->prepare(st.name, st.sql, static_cast<int>(st.params.size()));
   if (PQenterPipelineMode(conn) != 1)
     throw make_error(conn, nullptr);
-  pipeline_guard guard{conn};
+  pipeline_guard guard{impl_->conn};
   // Non-blocking sends, so that a large pipeline cannot deadlock with the
   // server blocked on writing results we are not reading yet.
   PQsetnonblocking(conn, 1);
@@ -566,8 +591,19 @@ connection::pipeline(const std::vector<statement>& statements) {
   for (;;) {
     PGresult* res = PQgetResult(conn);
     if (res == nullptr) {
-      // End of one statement's results.
-      ++index;
+      // End of one statement's results. A lost connection ends every
+      // statement this way and never delivers the sync: report it instead
+      // of waiting for it.
+      if (PQstatus(conn) != CONNECTION_OK) {
+        if (first_error && first_error->code() == errc::connection)
+          throw *first_error;
+        throw error{errc::connection, "",
+                    "connection to " + impl_->target
+                      + " lost: " + trim(PQerrorMessage(conn))};
+      }
+      if (++index > statements.size())
+        throw error{errc::other, "",
+                    "pipeline results out of step with its statements"};
       continue;
     }
     auto status = PQresultStatus(res);

@@ -65,6 +65,33 @@ TEST(DbPipeline, LargePipelineDoesNotDeadlock) {
   EXPECT_EQ(results[1999].int64(0, 1), 1999);
 }
 
+// A pipeline on a connection whose server process is gone (a restart, a
+// cut connection) reports a connection error instead of waiting for results
+// that never come. Run on a thread of its own, so that a hang fails the test
+// at the deadline instead of blocking the suite.
+TEST(DbPipeline, LostConnectionIsReportedNotHung) {
+  auto conn = std::make_shared<db::connection>(test::connect());
+  auto admin = test::connect();
+  admin.query("SELECT pg_terminate_backend($1)", conn->backend_pid());
+  auto outcome = std::make_shared<std::promise<std::string>>();
+  auto done = outcome->get_future();
+  std::thread([conn, outcome] {
+    try {
+      conn->pipeline({{"BEGIN", {}},
+                      {"SELECT $1::int", {db::to_param(1)}},
+                      {"COMMIT", {}}});
+      outcome->set_value("no error");
+    } catch (const db::error& e) {
+      outcome->set_value(e.code() == db::errc::connection ? "connection"
+                                                          : e.what());
+    }
+  }).detach();
+  ASSERT_EQ(done.wait_for(10s), std::future_status::ready)
+    << "pipeline on a lost connection did not return";
+  EXPECT_EQ(done.get(), "connection");
+  EXPECT_FALSE(conn->is_open());
+}
+
 TEST(DbListen, WaitReturnsNotificationsAndTimesOut) {
   auto listener = test::connect();
   auto channel = test::unique_name("pgmq_notify_t");
