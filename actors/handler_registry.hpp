@@ -28,51 +28,58 @@ public:
   }
 };
 
-/// What a handler sees besides its command (rcmd.md §1.2 HandlerContext).
+/// What a handler sees besides its command. The context owns what it
+/// refers to, so a handler may hand it to another thread; the delivery ends
+/// when the handler returns, and extend_visibility throws after that.
 class handler_context {
 public:
   /// Extends this delivery's visibility timeout by `seconds` from now.
   using extender = std::function<void(std::chrono::seconds)>;
 
-  handler_context(const received_command& rc, extender extend,
-                  const std::atomic<bool>& cancelled)
-    : rc_(rc), extend_(std::move(extend)), cancelled_(cancelled) {
+  handler_context(std::shared_ptr<const received_command> rc, extender extend,
+                  std::shared_ptr<const std::atomic<bool>> cancelled)
+    : rc_(std::move(rc)), extend_(std::move(extend)),
+      cancelled_(std::move(cancelled)) {
     // nop
   }
 
   /// Returns the command being handled.
-  const command& cmd() const noexcept { return rc_.cmd; }
+  const command& cmd() const noexcept { return rc_->cmd; }
 
   /// Returns the 1-based attempt number of this delivery.
-  int attempt() const noexcept { return rc_.attempt; }
+  int attempt() const noexcept { return rc_->attempt; }
 
   /// Returns the command's max_attempts.
-  int max_attempts() const noexcept { return rc_.max_attempts; }
+  int max_attempts() const noexcept { return rc_->max_attempts; }
 
   /// Returns the PGMQ message id of this delivery.
-  int64_t msg_id() const noexcept { return rc_.msg_id; }
+  int64_t msg_id() const noexcept { return rc_->msg_id; }
 
-  /// Keeps the message invisible for `seconds` more from now (pgmq.set_vt,
-  /// D7); long handlers also get an automatic lease heartbeat. Throws
-  /// `command_bus_error` when the database cannot be reached.
+  /// Keeps the message invisible for `seconds` more from now (pgmq.set_vt);
+  /// long handlers also get an automatic lease heartbeat. A blocking
+  /// handler waits for the database and gets `command_bus_error` when it
+  /// cannot be reached. A non-blocking handler never waits: the extension
+  /// is queued and this returns at once (a failure is logged by the
+  /// worker; the heartbeat still covers the delivery). Throws
+  /// `command_bus_error` once the delivery has ended.
   void extend_visibility(std::chrono::seconds seconds) const {
     extend_(seconds);
   }
 
   /// Returns whether the worker is shutting down; long handlers should
   /// finish early (throwing a transient error lets the command run again).
-  bool cancelled() const noexcept { return cancelled_.load(); }
+  bool cancelled() const noexcept { return cancelled_->load(); }
 
 private:
-  const received_command& rc_;
+  std::shared_ptr<const received_command> rc_;
   extender extend_;
-  const std::atomic<bool>& cancelled_;
+  std::shared_ptr<const std::atomic<bool>> cancelled_;
 };
 
 /// A command handler: returns the result (null for none) or throws
 /// transient_command_error, permanent_command_error or business_rule_error;
 /// any other exception counts as transient with the exception's type name
-/// as error code (rcmd.md §1.5). Where it runs depends on its
+/// as error code (like the reference library). Where it runs depends on its
 /// handler_mode.
 using handler_fn = std::function<json(const command&, handler_context&)>;
 

@@ -4,6 +4,7 @@
 // actor code and actor tests include this (it pulls in CAF headers).
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -11,6 +12,14 @@
 
 #include "db/worker_store.hpp"
 #include "model/outcome.hpp"
+
+namespace cmdbus {
+
+/// A received command shared by the supervisor, the handler running it and
+/// the handler's context (which may outlive the handler call).
+using command_ptr = std::shared_ptr<const received_command>;
+
+} // namespace cmdbus
 
 namespace cmdbus::atom {
 
@@ -30,8 +39,12 @@ using retry = caf::atom_constant<caf::atom("retry")>;
 using extend = caf::atom_constant<caf::atom("extend")>;
 /// Supervisor: return pending credits now (a timer; carries an epoch).
 using credit_due = caf::atom_constant<caf::atom("creditdue")>;
-/// Supervisor: `n` commands' side effects are committed.
+/// Supervisor: `n` commands' side effects are committed (or dropped as
+/// stale: another delivery owns their message now).
 using done = caf::atom_constant<caf::atom("done")>;
+/// Supervisor: a writer could not reach the database, or it did not answer
+/// in time; the writer keeps its buffer and retries.
+using unavailable = caf::atom_constant<caf::atom("unavail")>;
 /// Writers: write the buffered side effects now.
 using flush = caf::atom_constant<caf::atom("flush")>;
 /// Supervisor: stop intake, finish in-flight work, then reply.
@@ -42,7 +55,8 @@ using heartbeat = caf::atom_constant<caf::atom("heartbeat")>;
 using idle = caf::atom_constant<caf::atom("idle")>;
 /// Root: start a domain's supervisor again.
 using restart = caf::atom_constant<caf::atom("restart")>;
-/// Batch counter: batches that just became complete.
+/// Supervisor, root, batch counter: batches that just became complete
+/// (the completion writer's report travels up to the batch counter).
 using batches = caf::atom_constant<caf::atom("batches")>;
 /// Batch counter: deliver recorded completions whose lease is free.
 using sweep = caf::atom_constant<caf::atom("sweep")>;
@@ -50,6 +64,7 @@ using sweep = caf::atom_constant<caf::atom("sweep")>;
 } // namespace cmdbus::atom
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::received_command)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::command_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::outcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::db::finished_command)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::db::retry_command)

@@ -6,7 +6,6 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/fault.hpp"
-#include "db/pool.hpp"
 #include "db/queue_name.hpp"
 
 namespace cmdbus::actors {
@@ -15,13 +14,15 @@ namespace {
 
 /// Bridges LISTEN/NOTIFY into the actor world: a thread blocks on its own
 /// connection and sends (atom::wakeup) to the poller for every burst of
-/// notifications. It reconnects with backoff; stopping joins the thread.
+/// notifications. It reconnects with backoff (logging the outage and the
+/// recovery once each); stopping joins the thread.
 class listener {
 public:
-  listener(caf::actor_system& sys, caf::actor target, std::string dsn,
-           std::string channel)
-    : sys_(sys), target_(std::move(target)), dsn_(std::move(dsn)),
-      channel_(std::move(channel)), thread_([this] { loop(); }) {
+  listener(caf::actor target, std::string dsn, std::string channel)
+    : target_(std::move(target)), dsn_(std::move(dsn)),
+      channel_(std::move(channel)),
+      outage_("listener on " + channel_, std::chrono::milliseconds{5000}),
+      thread_([this] { loop(); }) {
     // nop
   }
 
@@ -32,7 +33,6 @@ public:
 
 private:
   void loop() {
-    int failures = 0;
     while (!stop_) {
       try {
         db::connection_options opts;
@@ -40,7 +40,7 @@ private:
         opts.connect_timeout = std::chrono::seconds{5};
         auto conn = db::connection::open(dsn_, opts);
         conn.listen(channel_);
-        failures = 0;
+        outage_.succeeded();
         // Anything sent while we were not listening is picked up here.
         caf::anon_send(target_, atom::wakeup::value);
         while (!stop_) {
@@ -49,11 +49,7 @@ private:
             caf::anon_send(target_, atom::wakeup::value);
         }
       } catch (const std::exception& e) {
-        ++failures;
-        auto delay = db::backoff_delay(failures, std::chrono::milliseconds{100},
-                                       2.0, std::chrono::milliseconds{10000});
-        spdlog::warn("listener on {} failed ({}); retrying in {} ms", channel_,
-                     e.what(), delay.count());
+        auto delay = outage_.failed(e);
         auto until = std::chrono::steady_clock::now() + delay;
         // Stay responsive to stop while backing off.
         while (!stop_ && std::chrono::steady_clock::now() < until)
@@ -62,10 +58,10 @@ private:
     }
   }
 
-  caf::actor_system& sys_;
   caf::actor target_;
   std::string dsn_;
   std::string channel_;
+  outage_tracker outage_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -73,7 +69,7 @@ private:
 struct poller_state {
   domain_settings settings;
   caf::actor parent;
-  std::unique_ptr<db::connection> conn;
+  std::unique_ptr<db_session> session;
   std::unique_ptr<listener> listen;
   /// Free message slots: the poller never holds more than it can run.
   int64_t credits = 0;
@@ -82,14 +78,14 @@ struct poller_state {
   /// When to read again if nothing else happens (poll interval, idle
   /// backoff or error backoff); unset in tick mode.
   std::optional<std::chrono::milliseconds> next_poll;
-  /// Consecutive empty reads (idle backoff) and failed reads (error backoff).
+  /// Consecutive empty reads (idle backoff).
   int empty_reads = 0;
-  int failures = 0;
   /// A wakeup to ourselves is in the mailbox: credits that arrive before
   /// it are read together (one large read instead of several small ones).
   bool read_scheduled = false;
   std::mt19937_64 rng{std::random_device{}()};
-  static inline const char* name = "poller";
+  /// "poller/<domain>".
+  std::string name;
 };
 
 using self_ptr = caf::stateful_actor<poller_state>*;
@@ -124,14 +120,20 @@ void read(self_ptr self) {
   auto& st = self->state;
   if (st.credits <= 0)
     return;
+  if (st.session->outage().backing_off()) {
+    // A credit or a NOTIFY arrived during the error backoff: read when it
+    // ends, not before.
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      st.session->outage().retry_at() - std::chrono::steady_clock::now());
+    arm_timer(self, std::max(std::chrono::milliseconds{1}, left));
+    return;
+  }
   try {
-    db::worker_store store{ensure_connection(st.conn, st.settings,
-                                             "cmdbus-poller"),
-                           st.settings.domain};
+    db::worker_store store{st.session->get(), st.settings.domain};
     auto qty = static_cast<int>(st.credits);
     auto res = store.receive(
       static_cast<int>(st.settings.visibility_timeout.count()), qty);
-    st.failures = 0;
+    st.session->succeeded();
     if (res.read > 0)
       maybe_crash(fault_point::after_receive);
     std::vector<received_command> runnable = std::move(res.commands);
@@ -147,8 +149,8 @@ void read(self_ptr self) {
                    db::finished_command{*r.claimed, std::move(out), false});
       } else {
         st.settings.counters->rejected += 1;
-        spdlog::warn("{} archived message {} of {}: {}", self->name(),
-                     r.msg_id, store.queue(), r.reason);
+        spdlog::warn("{} archived message {} of {}: {}", st.name, r.msg_id,
+                     store.queue(), r.reason);
       }
     }
     if (!runnable.empty()) {
@@ -171,15 +173,7 @@ void read(self_ptr self) {
                                       : st.settings.poll_interval);
     }
   } catch (const std::exception& e) {
-    ++st.failures;
-    st.settings.counters->db_errors += 1;
-    if (st.conn && !st.conn->is_open())
-      st.conn.reset();
-    auto delay = db::backoff_delay(st.failures, std::chrono::milliseconds{100},
-                                   2.0, std::chrono::milliseconds{30000});
-    spdlog::warn("{} read on {} failed ({}); retrying in {} ms", self->name(),
-                 st.settings.domain, e.what(), delay.count());
-    arm_timer(self, delay);
+    arm_timer(self, st.session->failed(e));
   }
 }
 
@@ -214,14 +208,19 @@ caf::behavior poller(self_ptr self, domain_settings settings,
   auto& st = self->state;
   st.settings = std::move(settings);
   st.parent = std::move(parent);
+  st.name = "poller/" + st.settings.domain;
+  auto opts = session_for(st.settings, "cmdbus-poller");
+  opts.max_backoff = std::chrono::milliseconds{5000};
+  st.session = std::make_unique<db_session>(st.name, std::move(opts),
+                                            st.settings.counters);
   st.credits = st.settings.concurrency + st.settings.prefetch;
   if (st.settings.use_notify && !st.settings.tick)
     st.listen = std::make_unique<listener>(
-      self->system(), caf::actor_cast<caf::actor>(self), st.settings.dsn,
+      caf::actor_cast<caf::actor>(self), st.settings.dsn,
       db::notify_channel(db::command_queue(st.settings.domain)));
   self->set_exit_handler([self](caf::exit_msg& em) {
     self->state.listen.reset();
-    self->state.conn.reset();
+    self->state.session->close();
     self->quit(em.reason);
   });
   if (!st.settings.tick)

@@ -18,54 +18,70 @@ using self_ptr = caf::stateful_actor<root_state>*;
 
 void start_domain(self_ptr self, size_t i) {
   auto& st = self->state;
-  auto sup = st.spawn(self, st.domains[i]);
-  self->monitor(sup);
-  st.supervisors[i] = sup;
+  st.supervisors[i] = st.spawn(self, st.domains[i]);
   st.started[i] = std::chrono::steady_clock::now();
+}
+
+// A domain's supervisor ended: its messages reappear after their
+// visibility timeout; unless the worker stops, the domain starts again
+// after a backoff.
+void domain_stopped(self_ptr self, size_t i, const caf::error& reason) {
+  auto& st = self->state;
+  st.supervisors[i] = caf::actor{};
+  auto& d = st.domains[i];
+  if (d.domain_in_flight)
+    d.counters->in_flight -= d.domain_in_flight->exchange(0);
+  if (st.stopping)
+    return;
+  if (std::chrono::steady_clock::now() - st.started[i]
+      > std::chrono::minutes{1})
+    st.restarts[i] = 0;
+  auto delay = restart_delay(++st.restarts[i]);
+  spdlog::error("worker-root: domain {} stopped ({}); restarting in {} ms",
+                d.domain, to_string(reason), delay.count());
+  self->delayed_send(self, delay, atom::restart::value, i);
 }
 
 } // namespace
 
 caf::behavior root(self_ptr self, std::vector<domain_settings> domains,
-                   domain_spawner spawn) {
+                   domain_spawner spawn, counter_spawner spawn_counter) {
   auto& st = self->state;
   st.domains = std::move(domains);
   st.spawn = std::move(spawn);
+  st.spawn_counter = std::move(spawn_counter);
   st.supervisors.resize(st.domains.size());
   st.restarts.resize(st.domains.size(), 0);
   st.started.resize(st.domains.size());
+  if (st.spawn_counter)
+    st.counter = st.spawn_counter(self);
   for (size_t i = 0; i < st.domains.size(); ++i)
     start_domain(self, i);
-  self->set_down_handler([self](caf::down_msg& dm) {
-    auto& st = self->state;
-    for (size_t i = 0; i < st.supervisors.size(); ++i) {
-      if (st.supervisors[i] != dm.source)
-        continue;
-      st.supervisors[i] = caf::actor{};
-      auto& d = st.domains[i];
-      // Its messages reappear after their visibility timeout.
-      if (d.domain_in_flight) {
-        d.counters->in_flight -= d.domain_in_flight->exchange(0);
-      }
-      if (st.stopping)
-        return;
-      if (std::chrono::steady_clock::now() - st.started[i]
-          > std::chrono::minutes{1})
-        st.restarts[i] = 0;
-      auto delay = restart_delay(++st.restarts[i]);
-      spdlog::error("{}: domain {} stopped ({}); restarting in {} ms",
-                    self->name(), d.domain, to_string(dm.reason),
-                    delay.count());
-      self->delayed_send(self, delay, atom::restart::value, i);
-      return;
-    }
-  });
+  // Supervisors and the batch counter are linked: their exit messages
+  // arrive here. Any other exit message (the worker stopping) ends the
+  // root, and the links end everything below it.
   self->set_exit_handler([self](caf::exit_msg& em) {
     auto& st = self->state;
+    for (size_t i = 0; i < st.supervisors.size(); ++i) {
+      if (st.supervisors[i] && st.supervisors[i].address() == em.source) {
+        domain_stopped(self, i, em.reason);
+        return;
+      }
+    }
+    if (st.counter && st.counter.address() == em.source) {
+      st.counter = caf::actor{};
+      if (!st.stopping) {
+        spdlog::error("worker-root: the batch counter died ({}); replacing "
+                      "it (recorded completions are delivered by its first "
+                      "sweep)",
+                      to_string(em.reason));
+        st.counter = st.spawn_counter(self);
+      }
+      return;
+    }
+    if (!em.reason)
+      return;
     st.stopping = true;
-    for (auto& s : st.supervisors)
-      if (s)
-        self->send_exit(s, em.reason);
     self->quit(em.reason);
   });
   return {
@@ -74,32 +90,47 @@ caf::behavior root(self_ptr self, std::vector<domain_settings> domains,
       if (!st.stopping && i < st.supervisors.size() && !st.supervisors[i])
         start_domain(self, i);
     },
+    [self](atom::batches, std::string& domain, std::vector<uuid>& ids) {
+      auto& st = self->state;
+      if (st.counter)
+        self->send(st.counter, atom::batches::value, std::move(domain),
+                   std::move(ids));
+    },
     [self](atom::drain) -> caf::result<atom::done> {
       auto& st = self->state;
       st.stopping = true;
+      auto rp = self->make_response_promise<atom::done>();
+      // Once every domain drained, the batch counter handles what they
+      // reported before (its mailbox is in order), then the drain is done.
+      auto finish = [self, rp]() mutable {
+        auto& st = self->state;
+        if (!st.counter) {
+          rp.deliver(atom::done::value);
+          return;
+        }
+        self->request(st.counter, caf::infinite, atom::drain::value)
+          .then([rp](atom::done) mutable { rp.deliver(atom::done::value); },
+                [rp](caf::error&) mutable { rp.deliver(atom::done::value); });
+      };
       auto pending = std::make_shared<size_t>(0);
       for (auto& s : st.supervisors)
         if (s)
           ++*pending;
-      // Answer directly when there is nothing to wait for (a promise, once
-      // made, takes over the reply).
-      if (*pending == 0)
-        return atom::done::value;
-      auto rp = self->make_response_promise<atom::done>();
+      if (*pending == 0) {
+        finish();
+        return rp;
+      }
       for (auto& s : st.supervisors) {
         if (!s)
           continue;
+        // A domain that dies while draining has nothing left to drain.
+        auto one_done = [pending, finish]() mutable {
+          if (--*pending == 0)
+            finish();
+        };
         self->request(s, caf::infinite, atom::drain::value)
-          .then(
-            [rp, pending](atom::done) mutable {
-              if (--*pending == 0)
-                rp.deliver(atom::done::value);
-            },
-            [rp, pending](caf::error&) mutable {
-              // A domain that died while draining has nothing to drain.
-              if (--*pending == 0)
-                rp.deliver(atom::done::value);
-            });
+          .then([one_done](atom::done) mutable { one_done(); },
+                [one_done](caf::error&) mutable { one_done(); });
       }
       return rp;
     },

@@ -3,37 +3,30 @@
 #include <caf/all.hpp>
 
 #include "actors/fault.hpp"
+#include "actors/shutdown.hpp"
 #include <spdlog/spdlog.h>
 
 namespace cmdbus::actors {
 
-db::connection& ensure_connection(std::unique_ptr<db::connection>& conn,
-                                  const std::string& dsn,
-                                  std::chrono::milliseconds statement_timeout,
-                                  const char* application_name) {
-  if (!conn || !conn->is_open()) {
-    db::connection_options opts;
-    opts.application_name = application_name;
-    opts.statement_timeout = statement_timeout;
-    conn = std::make_unique<db::connection>(db::connection::open(dsn, opts));
-  }
-  return *conn;
+session_options session_for(const domain_settings& settings,
+                            const char* application_name) {
+  session_options opts;
+  opts.dsn = settings.dsn;
+  opts.statement_timeout = settings.statement_timeout;
+  opts.application_name = application_name;
+  return opts;
 }
 
-db::connection& ensure_connection(std::unique_ptr<db::connection>& conn,
-                                  const domain_settings& settings,
-                                  const char* application_name) {
-  return ensure_connection(conn, settings.dsn, settings.statement_timeout,
-                           application_name);
+int64_t hold_limit(const domain_settings& settings) {
+  return 2 * static_cast<int64_t>(settings.concurrency + settings.prefetch);
 }
 
 int backoff_seconds(const config::retry_config& retry, int attempt,
                     std::mt19937_64& rng) {
   retry_policy policy;
-  policy.max_attempts = retry.max_attempts;
   policy.backoff_schedule = retry.backoff_seconds;
-  // The command's own max_attempts decides exhaustion (D6); the schedule
-  // gives the delay, clamped to its last entry.
+  // The command's own max_attempts decides exhaustion; the schedule gives
+  // the delay, clamped to its last entry.
   if (policy.backoff_schedule.empty())
     policy.backoff_schedule = {30};
   policy.max_attempts = std::max(attempt + 1, 1);
@@ -48,9 +41,10 @@ int backoff_seconds(const config::retry_config& retry, int attempt,
 namespace {
 
 using self_ptr = caf::stateful_actor<supervisor_state>*;
+using clock = std::chrono::steady_clock;
 
 void handler_freed(self_ptr self, int64_t n);
-void committed(self_ptr self, int64_t n);
+void progress(self_ptr self);
 
 supervisor_state::pool& pool_of(supervisor_state& st, handler_mode mode) {
   return st.pools[static_cast<size_t>(mode)];
@@ -70,6 +64,33 @@ supervisor_state::pool& pool_for(supervisor_state& st,
   return p;
 }
 
+// Hands `x` to a writer and remembers when, for the writer's watchdog.
+template <class Atom, class Item>
+void hand_over(self_ptr self, const caf::actor& writer,
+               supervisor_state::writer_log& log, Atom atom, Item&& x) {
+  auto now = self->clock().now();
+  if (log.pending.empty())
+    log.last_progress = now;
+  log.pending.push_back(now);
+  self->send(writer, atom, std::forward<Item>(x));
+}
+
+// Routes a handler's outcome to the writer that owns its side effects.
+void route(self_ptr self, const received_command& rc, outcome out) {
+  auto& st = self->state;
+  if (out.kind == outcome_kind::transient && rc.attempt < rc.max_attempts) {
+    db::retry_command x{rc, std::move(out),
+                        backoff_seconds(st.settings.retry, rc.attempt,
+                                        st.rng)};
+    hand_over(self, st.retry, st.retry_log, atom::retry::value, std::move(x));
+  } else {
+    bool exhausted = out.kind == outcome_kind::transient;
+    db::finished_command x{rc, std::move(out), exhausted};
+    hand_over(self, st.completion, st.completion_log, atom::finish::value,
+              std::move(x));
+  }
+}
+
 // Starts the next commands (in order) while their pool has an idle
 // handler. Credits bound the commands held to `concurrency` + `prefetch`:
 // the prefetched ones wait here for a free handler (as does any command
@@ -77,45 +98,45 @@ supervisor_state::pool& pool_for(supervisor_state& st,
 void dispatch(self_ptr self) {
   auto& st = self->state;
   while (!st.backlog.empty()) {
-    auto& p = pool_for(st, st.backlog.front().rc);
+    auto& p = pool_for(st, *st.backlog.front().rc);
     if (p.idle.empty())
       return;
     auto h = p.idle.front();
     p.idle.pop_front();
-    auto rc = std::move(st.backlog.front().rc);
-    st.running[rc.msg_id] = {h, st.backlog.front().read_at};
-    st.backlog.pop_front();
-    auto msg_id = rc.msg_id;
-    self->request(h, caf::infinite, atom::handle::value, rc)
+    auto delivery = ++st.next_delivery;
+    auto& w = st.backlog.front();
+    st.running.emplace(delivery,
+                       supervisor_state::running_command{h, w.rc, w.read_at});
+    self->request(h, caf::infinite, atom::handle::value, std::move(w.rc))
       .then(
-        [self, h, rc](outcome& out) {
+        [self, h, delivery](outcome& out) {
           maybe_crash(fault_point::after_handler);
           auto& st = self->state;
-          st.running.erase(rc.msg_id);
-          pool_for(st, rc).idle.push_back(h);
+          auto i = st.running.find(delivery);
+          if (i == st.running.end())
+            return;
+          auto rc = std::move(i->second.rc);
+          st.running.erase(i);
+          pool_for(st, *rc).idle.push_back(h);
+          // Handed over first, so that the hold limit counts it.
+          route(self, *rc, std::move(out));
           handler_freed(self, 1);
-          if (out.kind == outcome_kind::transient
-              && rc.attempt < rc.max_attempts) {
-            db::retry_command x{rc, std::move(out),
-                                backoff_seconds(st.settings.retry, rc.attempt,
-                                                st.rng)};
-            self->send(st.retry, atom::retry::value, std::move(x));
-          } else {
-            bool exhausted = out.kind == outcome_kind::transient;
-            db::finished_command x{rc, std::move(out), exhausted};
-            self->send(st.completion, atom::finish::value, std::move(x));
-          }
           dispatch(self);
         },
-        [self, msg_id](caf::error& err) {
-          // The handler died while running it (its DOWN message respawns
+        [self, delivery](caf::error& err) {
+          // The handler died while running it (its exit message replaces
           // it). The message reappears after its visibility timeout.
-          spdlog::warn("{} lost command msg_id {}: {}", self->name(), msg_id,
-                       to_string(err));
-          self->state.running.erase(msg_id);
+          auto& st = self->state;
+          auto i = st.running.find(delivery);
+          if (i == st.running.end())
+            return;
+          spdlog::warn("{} lost command msg_id {}: {}", st.name,
+                       i->second.rc->msg_id, to_string(err));
+          st.running.erase(i);
           handler_freed(self, 1);
-          committed(self, 1);
+          progress(self);
         });
+    st.backlog.pop_front();
   }
 }
 
@@ -123,7 +144,7 @@ void dispatch(self_ptr self) {
 // tick mode, the poller found the queue empty after its last credit).
 void maybe_finish_drain(self_ptr self) {
   auto& st = self->state;
-  if (st.held > 0 || !(st.draining || (st.settings.tick && st.poller_idle)))
+  if (st.held() > 0 || !(st.draining || (st.settings.tick && st.poller_idle)))
     return;
   for (auto& rp : st.drain_waiters)
     rp.deliver(atom::done::value);
@@ -137,18 +158,23 @@ void give_credit(self_ptr self, int64_t n) {
   if (st.draining || !st.poller)
     return;
   self->send(st.poller, atom::credit::value, n);
+  st.granted += n;
   ++st.credits_sent;
   st.poller_idle = false;
 }
 
-// Returns the pending credits to the poller now.
+// Returns the pending credits to the poller now, as far as the hold limit
+// allows; the rest goes out as side effects commit.
 void flush_credit(self_ptr self) {
   auto& st = self->state;
   ++st.credit_epoch;
-  if (st.pending_credit <= 0)
+  auto room = hold_limit(st.settings) - st.held() - st.granted;
+  auto n = std::min(st.pending_credit, room);
+  st.withheld = n < st.pending_credit;
+  if (n <= 0)
     return;
-  give_credit(self, st.pending_credit);
-  st.pending_credit = 0;
+  give_credit(self, n);
+  st.pending_credit -= n;
 }
 
 // `n` handler slots became free: the poller may read that many more
@@ -172,15 +198,25 @@ void handler_freed(self_ptr self, int64_t n) {
   }
 }
 
-// The side effects of `n` commands are committed (or will never be
-// written): progress for a drain. In tick mode the poller reads once more,
+// Fewer messages are held: credits kept back by the hold limit may go out,
+// and a drain may be complete.
+void progress(self_ptr self) {
+  if (self->state.withheld)
+    flush_credit(self);
+  maybe_finish_drain(self);
+}
+
+// The side effects of `n` commands handed to the writer behind `log` are
+// committed (or dropped as stale). In tick mode the poller reads once more,
 // since a retry may have become due.
-void committed(self_ptr self, int64_t n) {
+void committed(self_ptr self, supervisor_state::writer_log& log, int64_t n) {
   auto& st = self->state;
-  st.held -= n;
+  for (int64_t i = 0; i < n && !log.pending.empty(); ++i)
+    log.pending.pop_front();
+  log.last_progress = self->clock().now();
   if (st.settings.tick)
     give_credit(self, 0);
-  maybe_finish_drain(self);
+  progress(self);
 }
 
 // The lease heartbeat's period: a quarter of the visibility timeout (at
@@ -192,94 +228,186 @@ std::chrono::milliseconds heartbeat_period(std::chrono::seconds vt) {
                     / 4);
 }
 
+// Extends the messages held longer than half the visibility timeout since
+// they were read, whether their handler runs or they still wait for one.
+void extend_leases(self_ptr self) {
+  auto& st = self->state;
+  auto vt = st.settings.visibility_timeout;
+  auto now = self->clock().now();
+  std::vector<int64_t> due;
+  for (auto& [delivery, run] : st.running)
+    if (now - run.read_at >= vt / 2)
+      due.push_back(run.rc->msg_id);
+  for (auto& w : st.backlog)
+    if (now - w.read_at >= vt / 2)
+      due.push_back(w.rc->msg_id);
+  if (due.empty())
+    return;
+  // keep_longer: never shorten a longer explicit extension.
+  self
+    ->request(st.retry, caf::infinite, atom::extend::value, std::move(due),
+              static_cast<int>(vt.count()), true)
+    .then([](int) {},
+          [self](caf::error& err) {
+            spdlog::debug("{} lease heartbeat failed: {}", self->state.name,
+                          to_string(err));
+          });
+}
+
+// Returns whether the writer behind `log` holds side effects and made no
+// progress for stuck_after without reporting the database unavailable.
+bool stuck(const supervisor_state& st,
+           const supervisor_state::writer_log& log, clock::time_point now) {
+  if (log.pending.empty())
+    return false;
+  auto last = std::max(log.last_progress, log.last_unavailable);
+  return now - last > st.settings.stuck_after;
+}
+
+// Restarts the domain (through the root) when a writer is stuck: its
+// thread may be blocked for good, and the messages it holds reappear after
+// their visibility timeout for the new domain supervisor.
+bool check_writers(self_ptr self) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  for (auto* log : {&st.completion_log, &st.retry_log}) {
+    if (!stuck(st, *log, now))
+      continue;
+    auto secs = std::chrono::duration_cast<std::chrono::seconds>(
+                  now - log->last_progress)
+                  .count();
+    spdlog::error("{}: the {} holds {} side effect(s) and made no progress "
+                  "for {} s while the database answers; restarting the "
+                  "domain",
+                  st.name,
+                  log == &st.completion_log ? "completion writer"
+                                            : "retry scheduler",
+                  log->pending.size(), secs);
+    self->quit(caf::make_error(caf::sec::runtime_error, "writer stuck"));
+    return false;
+  }
+  return true;
+}
+
 void add_handler(self_ptr self, handler_mode mode) {
   auto& st = self->state;
-  auto h = st.spawn.handler(self, st.settings, st.retry, mode);
-  self->monitor(h);
+  auto h = st.spawn.handler(self, st.settings, mode);
   pool_of(st, mode).all.push_back(h);
   pool_of(st, mode).idle.push_back(h);
+}
+
+// Replaces a dead handler; returns false if `source` is none of ours.
+bool replace_handler(self_ptr self, const caf::actor_addr& source,
+                     const caf::error& reason) {
+  auto& st = self->state;
+  auto is_src = [&](const caf::actor& a) { return a.address() == source; };
+  for (auto mode : {handler_mode::blocking, handler_mode::non_blocking}) {
+    auto& p = pool_of(st, mode);
+    auto it = std::find_if(p.all.begin(), p.all.end(), is_src);
+    if (it == p.all.end())
+      continue;
+    p.all.erase(it);
+    p.idle.erase(std::remove_if(p.idle.begin(), p.idle.end(), is_src),
+                 p.idle.end());
+    st.settings.counters->handler_restarts += 1;
+    spdlog::warn("{} handler died ({}); replacing it", st.name,
+                 to_string(reason));
+    if (!st.draining)
+      add_handler(self, mode);
+    dispatch(self);
+    return true;
+  }
+  return false;
+}
+
+// Replaces a dead writer; what it held is lost with it (the messages
+// reappear after their visibility timeout). Returns false if `source` is
+// neither writer.
+bool replace_writer(self_ptr self, const caf::actor_addr& source,
+                    const caf::error& reason) {
+  auto& st = self->state;
+  bool is_completion = st.completion && st.completion.address() == source;
+  bool is_retry = st.retry && st.retry.address() == source;
+  if (!is_completion && !is_retry)
+    return false;
+  auto& log = is_completion ? st.completion_log : st.retry_log;
+  spdlog::error("{}: the {} died ({}); {} side effect(s) are lost with it and "
+                "their messages reappear after the visibility timeout; "
+                "replacing it",
+                st.name, is_completion ? "completion writer" : "retry scheduler",
+                to_string(reason), log.pending.size());
+  log.pending.clear();
+  if (is_completion)
+    st.completion = st.spawn.completion(self, st.settings);
+  else
+    st.retry = st.spawn.retry(self, st.settings);
+  progress(self);
+  return true;
 }
 
 } // namespace
 
 caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
-                         domain_settings settings, spawners spawn) {
+                         domain_settings settings, spawners spawn,
+                         caf::actor parent) {
   auto& st = self->state;
   st.settings = std::move(settings);
   st.spawn = std::move(spawn);
+  st.parent = std::move(parent);
+  st.name = "supervisor/" + st.settings.domain;
   st.completion = st.spawn.completion(self, st.settings);
   st.retry = st.spawn.retry(self, st.settings);
   for (auto mode : {handler_mode::blocking, handler_mode::non_blocking})
     if (st.settings.registry->uses(st.settings.domain, mode))
       for (int i = 0; i < st.settings.concurrency; ++i)
         add_handler(self, mode);
+  st.granted = st.settings.concurrency + st.settings.prefetch;
   st.poller = st.spawn.poller(self, st.settings);
-  self->set_down_handler([self](caf::down_msg& dm) {
-    auto& st = self->state;
-    auto is_src = [&](const caf::actor& a) { return a == dm.source; };
-    for (auto mode : {handler_mode::blocking, handler_mode::non_blocking}) {
-      auto& p = pool_of(st, mode);
-      auto it = std::find_if(p.all.begin(), p.all.end(), is_src);
-      if (it == p.all.end())
-        continue;
-      p.all.erase(it);
-      p.idle.erase(std::remove_if(p.idle.begin(), p.idle.end(), is_src),
-                   p.idle.end());
-      st.settings.counters->handler_restarts += 1;
-      spdlog::warn("{} handler died ({}); replacing it", self->name(),
-                   to_string(dm.reason));
-      if (!st.draining)
-        add_handler(self, mode);
-      dispatch(self);
-      return;
-    }
-  });
+  // Children are linked: their exit messages arrive here. A dead handler or
+  // writer is replaced; anything else (the root stopping us, the poller
+  // dying) ends the domain, and the links end the children with it.
   self->set_exit_handler([self](caf::exit_msg& em) {
     auto& st = self->state;
-    for (auto& p : st.pools)
-      for (auto& h : p.all)
-        self->send_exit(h, em.reason);
-    for (auto* a : {&st.poller, &st.completion, &st.retry})
-      if (*a)
-        self->send_exit(*a, em.reason);
-    self->quit(em.reason);
+    if (replace_handler(self, em.source, em.reason)
+        || replace_writer(self, em.source, em.reason))
+      return;
+    if (st.poller && em.source == st.poller.address())
+      spdlog::error("{}: the poller died ({}); restarting the domain",
+                    st.name, to_string(em.reason));
+    else if (!em.reason)
+      return; // a normal exit of an actor we no longer track
+    stop_domain(self, em.reason);
   });
-  // Lease heartbeat (D7): extend messages held longer than half the
-  // visibility timeout since they were read, whether their handler runs or
-  // they still wait for one.
   self->delayed_send(self, heartbeat_period(st.settings.visibility_timeout),
                      atom::heartbeat::value);
   return {
+    // -- from the poller -----------------------------------------------------
     [self](atom::run, std::vector<received_command>& batch) {
       auto& st = self->state;
+      auto n = static_cast<int64_t>(batch.size());
       st.poller_idle = false;
-      st.held += static_cast<int64_t>(batch.size());
-      st.settings.counters->in_flight += static_cast<int64_t>(batch.size());
+      st.granted -= n;
+      st.settings.counters->in_flight += n;
       if (st.settings.domain_in_flight)
-        *st.settings.domain_in_flight += static_cast<int64_t>(batch.size());
-      st.settings.counters->received += static_cast<int64_t>(batch.size());
-      auto now = std::chrono::steady_clock::now();
+        *st.settings.domain_in_flight += n;
+      st.settings.counters->received += n;
+      auto now = self->clock().now();
       for (auto& rc : batch)
-        st.backlog.push_back({std::move(rc), now});
+        st.backlog.push_back(
+          {std::make_shared<const received_command>(std::move(rc)), now});
       dispatch(self);
     },
     [self](atom::finish, db::finished_command& x) {
       // A claimed message that cannot run (e.g. undecodable): finish it.
       // It took one of the poller's credits but no handler.
       auto& st = self->state;
-      st.held += 1;
+      st.granted -= 1;
       st.settings.counters->received += 1;
-      self->send(st.completion, atom::finish::value, std::move(x));
+      hand_over(self, st.completion, st.completion_log, atom::finish::value,
+                std::move(x));
       st.pending_credit += 1;
       flush_credit(self);
     },
-    [self](atom::done, int64_t n) { committed(self, n); },
-    [self](atom::credit_due, uint64_t epoch) {
-      // Stale when the credits went out meanwhile.
-      if (epoch == self->state.credit_epoch)
-        flush_credit(self);
-    },
-
     [self](atom::idle, int64_t credits_seen) {
       // Only an empty read made after the poller got every credit counts
       // (an older one raced with a credit that makes it read again).
@@ -287,47 +415,67 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
       st.poller_idle = credits_seen == st.credits_sent;
       maybe_finish_drain(self);
     },
+    // -- from the writers ----------------------------------------------------
+    [self](atom::done, int64_t n) {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      if (st.completion && sender == st.completion.address())
+        committed(self, st.completion_log, n);
+      else if (st.retry && sender == st.retry.address())
+        committed(self, st.retry_log, n);
+    },
+    [self](atom::unavailable) {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      auto& log = st.completion && sender == st.completion.address()
+                    ? st.completion_log
+                    : st.retry_log;
+      log.last_unavailable = self->clock().now();
+    },
+    [self](atom::batches, std::string& domain, std::vector<uuid>& ids) {
+      auto& st = self->state;
+      if (st.parent)
+        self->send(st.parent, atom::batches::value, std::move(domain),
+                   std::move(ids));
+    },
+    // -- from handlers -------------------------------------------------------
+    [self](atom::extend, std::vector<int64_t>& msg_ids, int seconds,
+           bool keep_longer) {
+      return self->delegate(self->state.retry, atom::extend::value,
+                            std::move(msg_ids), seconds, keep_longer);
+    },
+    // -- from the root -------------------------------------------------------
     [self](atom::drain) -> caf::result<atom::done> {
       auto& st = self->state;
       if (!st.settings.tick || st.draining) {
         st.draining = true;
         if (st.poller) {
+          self->unlink_from(st.poller);
           self->send_exit(st.poller, caf::exit_reason::user_shutdown);
           st.poller = caf::actor{};
         }
         self->send(st.completion, atom::flush::value);
         self->send(st.retry, atom::flush::value);
       }
-      if (st.held <= 0 && (st.draining || st.poller_idle))
+      if (st.held() <= 0 && (st.draining || st.poller_idle))
         return atom::done::value;
       auto rp = self->make_response_promise<atom::done>();
       st.drain_waiters.push_back(rp);
       return rp;
     },
+    // -- internal ------------------------------------------------------------
+    [self](atom::credit_due, uint64_t epoch) {
+      // Stale when the credits went out meanwhile.
+      if (epoch == self->state.credit_epoch)
+        flush_credit(self);
+    },
     [self](atom::heartbeat) {
       auto& st = self->state;
-      auto vt = st.settings.visibility_timeout;
-      self->delayed_send(self, heartbeat_period(vt), atom::heartbeat::value);
-      // Held commands read at least half a visibility timeout ago, running
-      // or still waiting for a handler.
-      auto now = std::chrono::steady_clock::now();
-      std::vector<int64_t> due;
-      for (auto& [msg_id, run] : st.running)
-        if (now - run.second >= vt / 2)
-          due.push_back(msg_id);
-      for (auto& w : st.backlog)
-        if (now - w.read_at >= vt / 2)
-          due.push_back(w.rc.msg_id);
-      if (!due.empty())
-        // keep_longer: never shorten a longer explicit extension (D7).
-        self
-          ->request(st.retry, caf::infinite, atom::extend::value,
-                    std::move(due), static_cast<int>(vt.count()), true)
-          .then([](int) {},
-                [self](caf::error& err) {
-                  spdlog::warn("{} lease heartbeat failed: {}", self->name(),
-                               to_string(err));
-                });
+      if (!check_writers(self))
+        return;
+      self->delayed_send(self, heartbeat_period(st.settings.visibility_timeout),
+                         atom::heartbeat::value);
+      extend_leases(self);
     },
   };
 }

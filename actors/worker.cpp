@@ -1,12 +1,12 @@
 #include "actors/worker.hpp"
 
+#include <mutex>
 #include <stdexcept>
-#include <thread>
 
-#include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
 #include "actors/runtime.hpp"
+#include "actors/shutdown.hpp"
 #include "db/connection.hpp"
 #include "db/queue_name.hpp"
 
@@ -14,17 +14,14 @@ namespace cmdbus {
 
 namespace {
 
-// CAF keeps a reference to its logger in a thread-local of every thread
-// that spawned or messaged actors, and ~actor_system waits until the logger
-// is gone. Threads of the application (start() and stop() may run on
-// different ones) drop that reference when they are done with the system,
-// or destroying it from another thread would wait forever.
-void release_thread_logger() {
-  caf::logger::set_current_actor_system(nullptr);
-}
+/// How long stop_now() and the destructor wait for the actors to end
+/// before leaving the rest to a background thread.
+constexpr auto stop_now_grace = std::chrono::seconds{1};
 
 } // namespace
 
+// Shared with the tasks of stop(), so that a future that outlives the
+// worker never touches freed memory.
 struct worker::impl {
   config::worker_config cfg;
   std::shared_ptr<const handler_registry> registry;
@@ -33,12 +30,11 @@ struct worker::impl {
   std::shared_ptr<std::atomic<bool>> cancelled
     = std::make_shared<std::atomic<bool>>(false);
   std::vector<batch_callback> callbacks;
-  caf::actor_system_config sys_cfg;
-  std::unique_ptr<caf::actor_system> sys;
-  caf::actor root;
-  caf::actor counter;
   std::atomic<bool> running{false};
+  /// Guards `rt`: the one place where the running actors are handed from
+  /// start to exactly one stopper.
   std::mutex mtx;
+  std::shared_ptr<actors::runtime> rt;
 
   actors::domain_settings settings_for(const std::string& domain,
                                        bool tick) const {
@@ -52,12 +48,12 @@ struct worker::impl {
     s.use_notify = cfg.use_notify;
     s.statement_timeout = cfg.statement_timeout;
     s.flush_interval = cfg.flush_interval;
+    s.stuck_after = 3 * cfg.statement_timeout;
     s.retry = cfg.retry;
     s.tick = tick;
     s.counters = counters;
     s.registry = registry;
     s.cancelled = cancelled;
-    s.batch_counter = counter;
     s.record_batches = !callbacks.empty();
     s.domain_in_flight = std::make_shared<std::atomic<int64_t>>(0);
     return s;
@@ -65,9 +61,9 @@ struct worker::impl {
 
   void launch(bool tick) {
     std::lock_guard<std::mutex> guard{mtx};
-    if (running)
+    if (rt)
       throw std::logic_error("worker already started");
-    // Queues are created on demand (D10) before anything polls them.
+    // Queues are created on demand before anything polls them.
     {
       db::connection_options opts;
       opts.application_name = "cmdbus-worker";
@@ -76,73 +72,73 @@ struct worker::impl {
         conn.query("SELECT pgmq.create($1)", db::command_queue(d));
     }
     cancelled->store(false);
-    // The scheduled actors (root, domain supervisors) are few and light;
-    // the work happens in detached actors. Work sharing lets idle
-    // scheduler threads block on a condition variable, where work
-    // stealing polls with 50 us sleeps (about a quarter of the worker's
-    // CPU under load, measured).
-    sys_cfg.set("scheduler.max-threads", 2);
-    sys_cfg.set("scheduler.policy", caf::atom("sharing"));
-    sys = std::make_unique<caf::actor_system>(sys_cfg);
     actors::batch_delivery_settings delivery;
     delivery.dsn = cfg.dsn;
     delivery.domains = cfg.domains;
     delivery.statement_timeout = cfg.statement_timeout;
-    counter = sys->spawn<caf::detached>(actors::batch_counter, callbacks,
-                                        std::move(delivery), counters);
     std::vector<actors::domain_settings> domains;
     for (auto& d : cfg.domains)
       domains.push_back(settings_for(d, tick));
-    auto children = actors::default_spawners();
-    root = sys->spawn(actors::root, std::move(domains),
-                      [children](caf::event_based_actor* parent,
-                                 const actors::domain_settings& s) {
-                        return parent->spawn(actors::supervisor, s, children);
-                      });
+    rt = actors::runtime::start(std::move(domains), callbacks,
+                                std::move(delivery), counters);
     running = true;
-    release_thread_logger();
     spdlog::info("worker started for {} domain(s), concurrency {}",
                  cfg.domains.size(), cfg.concurrency);
   }
 
-  // Asks every domain to drain; returns whether all confirmed in time.
-  bool drain(std::chrono::milliseconds timeout) {
-    auto cleanup = caf::detail::make_scope_guard(release_thread_logger);
-    caf::scoped_actor self{*sys};
-    bool all = true;
-    self->request(root, timeout, atom::drain::value)
-      .receive([](atom::done) {},
-               [&](caf::error& err) {
-                 all = false;
-                 spdlog::warn("worker drain incomplete: {}", to_string(err));
-               });
-    return all;
+  // Returns the running actors, if any, leaving them in place.
+  std::shared_ptr<actors::runtime> current() {
+    std::lock_guard<std::mutex> guard{mtx};
+    return rt;
   }
 
-  // Stops every actor. With `wait`, returns once all are gone; otherwise
-  // (handlers may still be inside user code, which nothing can interrupt)
-  // a background thread destroys the actor system when they return, and
-  // their commands reappear after the visibility timeout.
-  void shutdown(caf::exit_reason reason, bool wait) {
+  // Takes the running actors for stopping them: `expected` only (another
+  // stop may have taken them meanwhile), or whatever runs when null.
+  std::shared_ptr<actors::runtime>
+  take(const std::shared_ptr<actors::runtime>& expected) {
     std::lock_guard<std::mutex> guard{mtx};
-    if (!sys)
+    if (!rt || (expected && rt != expected))
+      return nullptr;
+    running = false;
+    return std::move(rt);
+  }
+
+  // The graceful stop of `timeout` (see actors/shutdown.hpp).
+  void stop_gracefully(std::chrono::milliseconds timeout, const char* what) {
+    auto mine = current();
+    if (!mine)
+      return;
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    cancelled->store(true);
+    auto drained = mine->drain(timeout);
+    if (!drained)
+      spdlog::warn("{}: in-flight commands did not finish within {} ms; they "
+                   "reappear after their visibility timeout",
+                   what, timeout.count());
+    if (!take(mine))
+      return; // stop_now() took over meanwhile
+    mine->stop(caf::exit_reason::user_shutdown);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    auto grace = std::max(left, std::chrono::milliseconds{stop_now_grace});
+    if (!actors::retire(std::move(mine), grace))
+      spdlog::warn("{}: some actors did not end within {} ms (a handler still "
+                   "runs); they end in the background",
+                   what, grace.count());
+  }
+
+  void stop_now() {
+    auto mine = take(nullptr);
+    if (!mine)
       return;
     cancelled->store(true);
-    caf::anon_send_exit(root, reason);
-    caf::anon_send_exit(counter, reason);
-    release_thread_logger();
-    root = caf::actor{};
-    counter = caf::actor{};
-    if (wait)
-      sys.reset();
-    else
-      std::thread([s = std::move(sys)]() mutable { s.reset(); }).detach();
-    running = false;
+    mine->stop(caf::exit_reason::user_shutdown);
+    actors::retire(std::move(mine), stop_now_grace);
   }
 };
 
 worker::worker(config::worker_config cfg, handler_registry registry)
-  : impl_(std::make_unique<impl>()) {
+  : impl_(std::make_shared<impl>()) {
   auto problems = config::validate(cfg);
   if (!problems.empty())
     throw std::invalid_argument("invalid worker configuration: "
@@ -153,7 +149,7 @@ worker::worker(config::worker_config cfg, handler_registry registry)
 }
 
 worker::~worker() {
-  stop_now();
+  impl_->stop_now();
 }
 
 void worker::start() {
@@ -161,21 +157,13 @@ void worker::start() {
 }
 
 std::future<void> worker::stop(std::chrono::milliseconds timeout) {
-  return std::async(std::launch::async, [this, timeout] {
-    if (!impl_->running)
-      return;
-    impl_->cancelled->store(true);
-    auto drained = impl_->drain(timeout);
-    if (!drained)
-      spdlog::warn("worker stop: in-flight commands did not finish within {} "
-                   "ms; they reappear after their visibility timeout",
-                   timeout.count());
-    impl_->shutdown(caf::exit_reason::user_shutdown, drained);
+  return std::async(std::launch::async, [self = impl_, timeout] {
+    self->stop_gracefully(timeout, "worker stop");
   });
 }
 
 void worker::stop_now() {
-  impl_->shutdown(caf::exit_reason::kill, in_flight_count() == 0);
+  impl_->stop_now();
 }
 
 bool worker::is_running() const noexcept {
@@ -197,7 +185,7 @@ worker_stats worker::stats() const noexcept {
           c.completed.load(),        c.retried.load(),
           c.moved_to_tsq.load(),     c.failed.load(),
           c.rejected.load(),         c.handler_restarts.load(),
-          c.db_errors.load()};
+          c.db_errors.load(),        c.stale.load()};
 }
 
 void worker::on_batch_complete(batch_callback cb) {
@@ -208,11 +196,7 @@ void worker::on_batch_complete(batch_callback cb) {
 
 worker_stats worker::run_tick(std::chrono::milliseconds timeout) {
   impl_->launch(true);
-  auto drained = impl_->drain(timeout);
-  if (!drained)
-    spdlog::warn("tick: not everything finished within {} ms",
-                 timeout.count());
-  impl_->shutdown(caf::exit_reason::user_shutdown, drained);
+  impl_->stop_gracefully(timeout, "tick");
   return stats();
 }
 

@@ -33,6 +33,9 @@ struct worker_counters {
   std::atomic<int64_t> handler_restarts{0};
   /// Failed database round trips (each retried with backoff).
   std::atomic<int64_t> db_errors{0};
+  /// Outcomes not written because another delivery took their message
+  /// over meanwhile (its visibility timeout had expired).
+  std::atomic<int64_t> stale{0};
 };
 
 /// A snapshot of `worker_counters`.
@@ -46,6 +49,7 @@ struct worker_stats {
   int64_t rejected = 0;
   int64_t handler_restarts = 0;
   int64_t db_errors = 0;
+  int64_t stale = 0;
 };
 
 /// Called when a batch becomes complete (COMPLETED or
@@ -67,20 +71,27 @@ public:
   /// Stops at once if still running (like stop_now).
   ~worker();
 
+  // Every member below may be called from any thread; stop(), stop_now()
+  // and the destructor may race and be repeated: exactly one of them stops
+  // the running actors, the others return.
+
   /// Starts processing in the background. Throws std::logic_error when
   /// already started.
   void start();
 
   /// Stops intake, lets in-flight commands finish up to `timeout`, flushes
   /// the side-effect actors and closes connections. The future becomes
-  /// ready when everything stopped, or at the timeout: commands still
-  /// running then are abandoned (their handlers finish in the background,
-  /// their results are not written, their messages reappear after the
-  /// visibility timeout).
+  /// ready when everything stopped, or at the timeout (at least a second
+  /// after the drain): commands still running then are abandoned (their
+  /// handlers finish in the background, their results are not written,
+  /// their messages reappear after the visibility timeout). The future
+  /// stays valid after the worker is destroyed.
   std::future<void> stop(std::chrono::milliseconds timeout);
 
   /// Stops immediately without waiting for running handlers (their
   /// commands reappear after the visibility timeout; nothing is lost).
+  /// Returns within about a second; handlers still inside application code
+  /// then end in the background.
   void stop_now();
 
   /// Returns whether the worker runs.
@@ -101,7 +112,7 @@ public:
   /// transition and marks it delivered after the callbacks ran; a
   /// completion recorded but not delivered (the process died) is delivered
   /// by the next worker with callbacks for the domain, at its start or in
-  /// its periodic sweep (DECISIONS.md D3, docs/worker.md).
+  /// its periodic sweep (docs/worker.md).
   void on_batch_complete(batch_callback cb);
 
   /// Tick mode: processes what is due now in every domain, waits for its
@@ -110,7 +121,7 @@ public:
 
 private:
   struct impl;
-  std::unique_ptr<impl> impl_;
+  std::shared_ptr<impl> impl_;
 };
 
 } // namespace cmdbus

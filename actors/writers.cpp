@@ -1,14 +1,14 @@
-// The side-effect actors: completion (final outcomes), retry scheduler
-// (transient failures and leases), handlers, and the batch counter.
+// The side-effect actors of a domain: completion (final outcomes) and retry
+// scheduler (transient failures and leases), and the handler actors.
 
 #include "actors/runtime.hpp"
 
-#include <caf/all.hpp>
+#include <algorithm>
 
-#include "actors/fault.hpp"
+#include <caf/all.hpp>
 #include <spdlog/spdlog.h>
 
-#include "db/pool.hpp"
+#include "actors/fault.hpp"
 
 namespace cmdbus::actors {
 
@@ -17,20 +17,22 @@ namespace {
 /// Most side effects written in one transaction.
 constexpr size_t max_flush = 512;
 
-/// Shared state of the two writers: a connection opened on demand and a
-/// buffer written as one transaction whenever the mailbox runs empty or the
-/// buffer is full (group commit: the busier, the larger the batches), and an
-/// error backoff that keeps the buffer (nothing is dropped) until a write
+/// Shared state of the two writers: a database session and a buffer
+/// written as one transaction whenever the mailbox runs empty or the buffer
+/// is full (group commit: the busier, the larger the batches), and an error
+/// backoff that keeps the buffer (nothing is dropped) until a write
 /// succeeds.
 ///
 /// No delayed_send: a message pending in CAF's clock for a detached actor
-/// keeps the actor alive at shutdown, so timed retries use the behavior's
-/// idle timeout (caf::after), which dies with the actor.
+/// keeps the actor alive at shutdown, so timed writes use the behavior's
+/// idle timeout (caf::after), which dies with the actor. That timeout
+/// restarts with every message, so a busy writer also checks the backoff's
+/// end on each message (see writer_behavior).
 template <class Item>
 struct writer_state {
   domain_settings settings;
   caf::actor parent;
-  std::unique_ptr<db::connection> conn;
+  std::unique_ptr<db_session> session;
   std::vector<Item> buffer;
   /// When the oldest buffered item arrived.
   std::chrono::steady_clock::time_point oldest;
@@ -38,7 +40,6 @@ struct writer_state {
   /// had.
   std::chrono::steady_clock::time_point last_write;
   size_t last_size = 0;
-  int failures = 0;
   /// Set while waiting for the error backoff to pass.
   std::optional<std::chrono::milliseconds> retry_in;
   /// The timeout of the current behavior: none while the buffer is empty
@@ -47,22 +48,21 @@ struct writer_state {
   std::optional<std::chrono::milliseconds> armed;
 
   db::connection& connection() {
-    return ensure_connection(conn, settings, "cmdbus-worker");
+    return session->get();
   }
 
-  // Returns the delay before the next attempt after a failure.
-  std::chrono::milliseconds on_failure(const std::exception& e,
-                                       const char* who) {
-    ++failures;
-    settings.counters->db_errors += 1;
-    if (conn && !conn->is_open())
-      conn.reset();
-    auto delay = db::backoff_delay(failures, std::chrono::milliseconds{100},
-                                   2.0, std::chrono::milliseconds{10000});
-    spdlog::warn("{} for {} failed to write {} side effect(s) ({}); retrying "
-                 "in {} ms",
-                 who, settings.domain, buffer.size(), e.what(), delay.count());
-    return delay;
+  // Records a failed write: reports an unavailable database to the
+  // supervisor (its watchdog tells an outage from a stuck writer) and
+  // starts the backoff.
+  void on_failure(caf::event_based_actor* self, const std::exception& e) {
+    if (is_unavailable(e))
+      self->send(parent, atom::unavailable::value);
+    retry_in = session->failed(e);
+  }
+
+  // Whether the backoff after a failed write has passed.
+  bool retry_due() const {
+    return retry_in && !session->outage().backing_off();
   }
 };
 
@@ -81,30 +81,45 @@ struct retry_state : writer_state<db::retry_command> {
   static inline const char* name = "retry-scheduler";
 };
 
+// Counts and logs the stale deliveries of one write.
+void count_stale(const domain_settings& settings, const char* who,
+                 size_t stale) {
+  if (stale == 0)
+    return;
+  settings.counters->stale += static_cast<int64_t>(stale);
+  spdlog::info("{} for {}: {} outcome(s) not written: another delivery owns "
+               "their message now",
+               who, settings.domain, stale);
+}
+
 void completion_state::flush(caf::stateful_actor<completion_state>* self) {
   auto& st = self->state;
   if (st.buffer.empty())
     return;
   try {
-    auto batches = st.write(st.buffer);
+    auto res = st.write(st.buffer);
     maybe_crash(fault_point::after_commit);
-    st.failures = 0;
+    st.session->succeeded();
     auto n = static_cast<int64_t>(st.buffer.size());
+    std::sort(res.stale.begin(), res.stale.end());
     for (auto& x : st.buffer) {
+      if (std::binary_search(res.stale.begin(), res.stale.end(), x.rc.msg_id))
+        continue;
       switch (x.out.kind) {
         case outcome_kind::success: st.settings.counters->completed += 1; break;
         case outcome_kind::business_rule: st.settings.counters->failed += 1; break;
         default: st.settings.counters->moved_to_tsq += 1; break;
       }
     }
+    count_stale(st.settings, "completion", res.stale.size());
     st.buffer.clear();
+    if (!res.completed_batches.empty())
+      self->send(st.parent, atom::batches::value, st.settings.domain,
+                 std::move(res.completed_batches));
     self->send(st.parent, atom::done::value, n);
-    if (!batches.empty() && st.settings.batch_counter)
-      self->send(st.settings.batch_counter, atom::batches::value,
-                 st.settings.domain, std::move(batches));
     st.retry_in.reset();
   } catch (const std::exception& e) {
-    st.retry_in = st.on_failure(e, self->name());
+    st.on_failure(self, e);
   }
 }
 
@@ -113,16 +128,17 @@ void retry_state::flush(caf::stateful_actor<retry_state>* self) {
   if (st.buffer.empty())
     return;
   try {
-    st.write(st.buffer);
+    auto stale = st.write(st.buffer);
     maybe_crash(fault_point::after_commit);
-    st.failures = 0;
+    st.session->succeeded();
     auto n = static_cast<int64_t>(st.buffer.size());
-    st.settings.counters->retried += n;
+    st.settings.counters->retried += n - static_cast<int64_t>(stale.size());
+    count_stale(st.settings, "retry-scheduler", stale.size());
     st.buffer.clear();
     self->send(st.parent, atom::done::value, n);
     st.retry_in.reset();
   } catch (const std::exception& e) {
-    st.retry_in = st.on_failure(e, self->name());
+    st.on_failure(self, e);
   }
 }
 
@@ -171,7 +187,12 @@ caf::behavior writer_behavior(caf::stateful_actor<State>* self,
                               Extra... extra) {
   auto update = [self, extra...] {
     auto& st = self->state;
-    if (!st.retry_in && !st.buffer.empty()) {
+    if (st.retry_due()) {
+      // The backoff passed while items kept arriving (the idle timeout
+      // never fired): try again now.
+      st.retry_in.reset();
+      write_now(self);
+    } else if (!st.retry_in && !st.buffer.empty()) {
       // Group commit: write when full, or when nothing else is queued and
       // either the oldest item waited flush_interval (so that the batch can
       // grow while handlers are still finishing; the timeout covers a lull)
@@ -214,18 +235,29 @@ caf::behavior writer_behavior(caf::stateful_actor<State>* self,
           }};
 }
 
-/// Starts a writer: on exit it writes what is buffered first (a failure
-/// leaves the messages to reappear after their visibility timeout: nothing
-/// is lost).
+/// Starts a writer: on exit it writes what is buffered first, unless the
+/// database is failing (a failure, or nothing written, leaves the messages
+/// to reappear after their visibility timeout: nothing is lost).
 template <class State, class... Extra>
 caf::behavior start_writer(caf::stateful_actor<State>* self,
                            domain_settings settings, caf::actor parent,
                            Extra... extra) {
-  self->state.settings = std::move(settings);
-  self->state.parent = std::move(parent);
+  auto& st = self->state;
+  st.settings = std::move(settings);
+  st.parent = std::move(parent);
+  st.session = std::make_unique<db_session>(
+    std::string{State::name} + " for " + st.settings.domain,
+    session_for(st.settings, "cmdbus-worker"), st.settings.counters,
+    [self] { return self->clock().now(); });
   self->set_exit_handler([self](caf::exit_msg& em) {
-    self->state.retry_in.reset();
-    State::flush(self);
+    auto& st = self->state;
+    if (!st.buffer.empty() && st.session->outage().failing())
+      spdlog::warn("{} for {} stops with {} side effect(s) not written; "
+                   "their messages reappear after the visibility timeout",
+                   State::name, st.settings.domain, st.buffer.size());
+    else
+      State::flush(self);
+    st.session->close();
     self->quit(em.reason);
   });
   return writer_behavior(self, extra...);
@@ -257,7 +289,7 @@ caf::behavior retry_scheduler(caf::stateful_actor<retry_state>* self,
     st.write = [self](const std::vector<db::retry_command>& xs) {
       auto& st = self->state;
       db::worker_store store{st.connection(), st.settings.domain};
-      store.reschedule(xs);
+      return store.reschedule(xs);
     };
   }
   if (extend) {
@@ -273,12 +305,18 @@ caf::behavior retry_scheduler(caf::stateful_actor<retry_state>* self,
   auto on_extend = [self](atom::extend, std::vector<int64_t>& msg_ids,
                           int seconds, bool keep_longer) -> caf::result<int> {
     auto& st = self->state;
+    // While the database is failing, answer at once instead of waiting for
+    // a connection attempt per request.
+    if (st.session->outage().backing_off())
+      return caf::make_error(caf::sec::runtime_error,
+                             "extending visibility failed: the database is "
+                             "unavailable");
     try {
-      return st.extend(msg_ids, seconds, keep_longer);
+      auto n = st.extend(msg_ids, seconds, keep_longer);
+      st.session->succeeded();
+      return n;
     } catch (const std::exception& e) {
-      st.settings.counters->db_errors += 1;
-      if (st.conn && !st.conn->is_open())
-        st.conn.reset();
+      st.on_failure(self, e);
       return caf::make_error(caf::sec::runtime_error,
                              std::string{"extending visibility failed: "}
                                + e.what());
@@ -288,29 +326,63 @@ caf::behavior retry_scheduler(caf::stateful_actor<retry_state>* self,
                       on_extend);
 }
 
-/// Runs the application's handlers, one command at a time, on its own
-/// thread (spawned detached), so blocking handlers never stall CAF's
-/// scheduler.
+// Returns the extender of one delivery's handler_context. A blocking
+// handler waits for the answer (on its own thread); a non-blocking one runs
+// on a scheduler thread, which must never wait, so its extension is only
+// queued. Either way the request goes to the supervisor, which forwards it
+// to its current retry scheduler. After the delivery ended (`live` false)
+// the extender throws: the message may already belong to someone else.
+handler_context::extender
+make_extender(caf::actor_system* sys, caf::actor supervisor, int64_t msg_id,
+              handler_mode mode, std::chrono::milliseconds timeout,
+              std::shared_ptr<const std::atomic<bool>> live) {
+  return [sys, supervisor, msg_id, mode, timeout,
+          live](std::chrono::seconds secs) {
+    if (!live->load())
+      throw command_bus_error("extend_visibility after the handler returned: "
+                              "the delivery has ended");
+    auto ids = std::vector<int64_t>{msg_id};
+    auto seconds = static_cast<int>(secs.count());
+    if (mode == handler_mode::non_blocking) {
+      caf::anon_send(supervisor, atom::extend::value, std::move(ids), seconds,
+                     false);
+      return;
+    }
+    std::optional<std::string> failure;
+    {
+      caf::scoped_actor tmp{*sys};
+      tmp
+        ->request(supervisor, timeout, atom::extend::value, std::move(ids),
+                  seconds, false)
+        .receive([](int) {},
+                 [&](caf::error& err) { failure = to_string(err); });
+    }
+    // A thread of the application keeps no reference to the system's
+    // logger (see shutdown.hpp).
+    caf::logger::set_current_actor_system(nullptr);
+    if (failure)
+      throw command_bus_error("extend_visibility failed: " + *failure);
+  };
+}
+
+/// Runs the application's handlers, one command at a time: detached (a
+/// thread of its own) for blocking handlers, so that they never stall CAF's
+/// scheduler; scheduled for non-blocking ones.
 caf::behavior handler(caf::event_based_actor* self, domain_settings settings,
-                      caf::actor retry) {
+                      caf::actor supervisor, handler_mode mode) {
+  // A blocking extension waits at most for one statement of the retry
+  // scheduler, plus its own queueing.
+  auto timeout = settings.statement_timeout + std::chrono::seconds{5};
   return {
-    [self, settings, retry](atom::handle, const received_command& rc) {
-      auto* sys = &self->system();
-      handler_context::extender extend = [sys, retry,
-                                          &rc](std::chrono::seconds secs) {
-        caf::scoped_actor tmp{*sys};
-        std::optional<std::string> failure;
-        tmp
-          ->request(retry, std::chrono::seconds{30}, atom::extend::value,
-                    std::vector<int64_t>{rc.msg_id},
-                    static_cast<int>(secs.count()), false)
-          .receive([](int) {},
-                   [&](caf::error& err) { failure = to_string(err); });
-        if (failure)
-          throw command_bus_error("extend_visibility failed: " + *failure);
-      };
-      handler_context ctx{rc, std::move(extend), *settings.cancelled};
-      return settings.registry->run(rc, ctx);
+    [self, settings, supervisor, mode, timeout](atom::handle, command_ptr rc) {
+      auto live = std::make_shared<std::atomic<bool>>(true);
+      handler_context ctx{rc,
+                          make_extender(&self->system(), supervisor,
+                                        rc->msg_id, mode, timeout, live),
+                          settings.cancelled};
+      auto out = settings.registry->run(*rc, ctx);
+      live->store(false);
+      return out;
     },
   };
 }
@@ -357,113 +429,16 @@ caf::actor spawn_retry(caf::event_based_actor* parent,
 }
 
 caf::actor spawn_handler(caf::event_based_actor* parent,
-                         const domain_settings& settings, caf::actor retry,
-                         handler_mode mode) {
+                         const domain_settings& settings, handler_mode mode) {
+  auto sup = caf::actor_cast<caf::actor>(parent);
   if (mode == handler_mode::non_blocking)
-    return parent->spawn(handler, settings, std::move(retry));
-  return parent->spawn<caf::detached>(handler, settings, std::move(retry));
+    return parent->spawn<caf::linked>(handler, settings, std::move(sup), mode);
+  return parent->spawn<caf::detached + caf::linked>(handler, settings,
+                                                    std::move(sup), mode);
 }
 
 spawners default_spawners() {
   return {spawn_poller, spawn_completion, spawn_handler, spawn_retry};
-}
-
-namespace {
-
-/// Most recorded completions claimed per statement.
-constexpr int delivery_chunk = 100;
-
-using counter_ptr = caf::stateful_actor<batch_counter_state>*;
-
-// Runs the callbacks of one batch; a throwing callback is logged and
-// swallowed (like the reference) and does not stop the others.
-void run_callbacks(counter_ptr self, const std::string& domain,
-                   const uuid& id) {
-  for (auto& cb : self->state.callbacks) {
-    try {
-      cb(domain, id);
-    } catch (const std::exception& e) {
-      spdlog::warn("batch callback for {} failed: {}", id.to_string(),
-                   e.what());
-    }
-  }
-}
-
-// Delivers recorded completions of `domain`: `ids` only (just completed),
-// or every one whose lease is free (a sweep). Claims first, runs the
-// callbacks, then marks them delivered. On a database failure the
-// undelivered rest stays recorded for a later sweep.
-void deliver(counter_ptr self, const std::string& domain,
-             const std::vector<uuid>* ids) {
-  auto& st = self->state;
-  try {
-    db::worker_store store{
-      ensure_connection(st.conn, st.settings.dsn,
-                        st.settings.statement_timeout, "cmdbus-batches"),
-      domain};
-    auto lease = static_cast<int>(st.settings.lease.count());
-    for (;;) {
-      auto claimed = store.claim_batch_deliveries(ids, lease, delivery_chunk);
-      for (auto& id : claimed)
-        run_callbacks(self, domain, id);
-      store.mark_batches_delivered(claimed);
-      if (ids || claimed.size() < static_cast<size_t>(delivery_chunk))
-        break;
-    }
-  } catch (const std::exception& e) {
-    if (st.counters)
-      st.counters->db_errors += 1;
-    if (st.conn && !st.conn->is_open())
-      st.conn.reset();
-    spdlog::warn("{}: delivering batch completions of {} failed ({}); they "
-                 "stay recorded and are delivered by a later sweep",
-                 self->name(), domain, e.what());
-  }
-}
-
-void sweep(counter_ptr self) {
-  auto& st = self->state;
-  st.next_sweep = std::chrono::steady_clock::now() + st.settings.sweep_interval;
-  for (auto& d : st.settings.domains)
-    deliver(self, d, nullptr);
-}
-
-// Sweeps when due; called on every message, since a busy mailbox keeps
-// the behavior's idle timeout from firing.
-void sweep_if_due(counter_ptr self) {
-  if (std::chrono::steady_clock::now() >= self->state.next_sweep)
-    sweep(self);
-}
-
-} // namespace
-
-caf::behavior batch_counter(caf::stateful_actor<batch_counter_state>* self,
-                            std::vector<batch_callback> callbacks,
-                            batch_delivery_settings settings,
-                            std::shared_ptr<worker_counters> counters) {
-  auto& st = self->state;
-  st.callbacks = std::move(callbacks);
-  st.settings = std::move(settings);
-  st.counters = std::move(counters);
-  self->set_exit_handler([self](caf::exit_msg& em) {
-    self->state.conn.reset();
-    self->quit(em.reason);
-  });
-  if (st.callbacks.empty())
-    // Nothing is recorded for a worker without callbacks (see
-    // domain_settings::record_batches); there is nothing to deliver.
-    return {[](atom::batches, const std::string&, const std::vector<uuid>&) {
-    }};
-  self->send(self, atom::sweep::value);
-  return {
-    [self](atom::batches, const std::string& domain,
-           const std::vector<uuid>& ids) {
-      deliver(self, domain, &ids);
-      sweep_if_due(self);
-    },
-    [self](atom::sweep) { sweep(self); },
-    caf::after(st.settings.sweep_interval) >> [self] { sweep_if_due(self); },
-  };
 }
 
 } // namespace cmdbus::actors

@@ -82,28 +82,50 @@ std::optional<std::string> reply_for(const finished_command& x) {
 
 namespace {
 
-// The statement of one finish step: `call` returns (batch_id,
-// batch_complete) rows; with `record`, the batches that just became
-// complete are also recorded for callback delivery (V005) in the same
-// statement, so the record commits with the transition.
+// The statement of one finish step: `call` (a V006 *_owned function)
+// returns (batch_id, batch_complete, stale_msg_ids) rows; with `record`,
+// the batches that just became complete are also recorded for callback
+// delivery (V005) in the same statement, so the record commits with the
+// transition.
 std::string finish_sql(const char* call, bool record) {
   std::string sql;
   if (!record)
-    return sql.append("SELECT batch_id, batch_complete FROM ").append(call);
-  return sql.append("WITH f AS (SELECT batch_id, batch_complete FROM ")
+    return sql.append("SELECT batch_id, batch_complete, stale_msg_ids FROM ")
+      .append(call);
+  return sql
+    .append("WITH f AS (SELECT batch_id, batch_complete, stale_msg_ids FROM ")
     .append(call)
     .append("), r AS (INSERT INTO commandbus.cmdbus_batch_delivery (domain, "
             "batch_id) SELECT $1, f.batch_id FROM f WHERE f.batch_complete "
-            "ON CONFLICT DO NOTHING) SELECT batch_id, batch_complete FROM f");
+            "ON CONFLICT DO NOTHING) SELECT batch_id, batch_complete, "
+            "stale_msg_ids FROM f");
+}
+
+// Appends the msg_ids of a PostgreSQL bigint[] literal ("{1,2}") to `out`.
+void append_ids(std::string_view literal, std::vector<int64_t>& out) {
+  int64_t value = 0;
+  bool digits = false;
+  for (char c : literal) {
+    if (c >= '0' && c <= '9') {
+      value = value * 10 + (c - '0');
+      digits = true;
+    } else if (digits) {
+      out.push_back(value);
+      value = 0;
+      digits = false;
+    }
+  }
+  if (digits)
+    out.push_back(value);
 }
 
 } // namespace
 
-std::vector<uuid>
+finish_result
 worker_store::finish(const std::vector<finished_command>& items) {
-  std::vector<uuid> completed;
+  finish_result out;
   if (items.empty())
-    return completed;
+    return out;
   // Split by kind: success, and the three final failure kinds.
   std::vector<const finished_command*> ok, permanent, exhausted, business;
   for (auto& x : items) {
@@ -119,11 +141,12 @@ worker_store::finish(const std::vector<finished_command>& items) {
   std::vector<connection::statement> sts;
   sts.push_back({"BEGIN", {}});
   if (!ok.empty()) {
-    std::vector<int64_t> msg_ids;
+    std::vector<int64_t> msg_ids, attempts;
     std::vector<std::string> ids, has_result;
     std::vector<std::optional<std::string>> reply_tos, replies;
     for (auto* x : ok) {
       msg_ids.push_back(x->rc.msg_id);
+      attempts.push_back(x->rc.attempt);
       ids.push_back(x->rc.cmd.command_id.to_string());
       has_result.push_back(x->out.result.is_null() ? "f" : "t");
       auto rep = reply_for(*x);
@@ -131,13 +154,15 @@ worker_store::finish(const std::vector<finished_command>& items) {
       replies.push_back(rep);
     }
     sts.push_back(
-      {finish_sql("commandbus.cmdbus_complete($1, $2, $3::bigint[], "
-                  "$4::uuid[], $5::boolean[], $6::text[], $7::jsonb[])",
+      {finish_sql("commandbus.cmdbus_complete_owned($1, $2, $3::bigint[], "
+                  "$4::uuid[], $5::int[], $6::boolean[], $7::text[], "
+                  "$8::jsonb[])",
                   record_batches_),
        {domain_, queue_, array_literal(msg_ids), array_literal(ids),
-        array_literal(has_result), array_literal(reply_tos),
-        array_literal(replies)},
-       record_batches_ ? "cmdbus_complete_rec" : "cmdbus_complete"});
+        array_literal(attempts), array_literal(has_result),
+        array_literal(reply_tos), array_literal(replies)},
+       record_batches_ ? "cmdbus_complete_owned_rec"
+                       : "cmdbus_complete_owned"});
   }
   auto add_final = [&](const char* kind,
                        const std::vector<const finished_command*>& xs) {
@@ -166,16 +191,18 @@ worker_store::finish(const std::vector<finished_command>& items) {
       replies.push_back(rep);
     }
     sts.push_back(
-      {finish_sql("commandbus.cmdbus_fail_final($1, $2, $3, $4::bigint[], "
-                  "$5::uuid[], $6::int[], $7::int[], $8::text[], $9::text[], "
-                  "$10::text[], $11::jsonb[], $12::text[], $13::jsonb[])",
+      {finish_sql("commandbus.cmdbus_fail_final_owned($1, $2, $3, "
+                  "$4::bigint[], $5::uuid[], $6::int[], $7::int[], "
+                  "$8::text[], $9::text[], $10::text[], $11::jsonb[], "
+                  "$12::text[], $13::jsonb[])",
                   record_batches_),
        {domain_, queue_, std::string{kind}, array_literal(msg_ids),
         array_literal(ids), array_literal(attempts),
         array_literal(max_attempts), array_literal(error_types),
         array_literal(codes), array_literal(msgs), array_literal(details),
         array_literal(reply_tos), array_literal(replies)},
-       record_batches_ ? "cmdbus_fail_final_rec" : "cmdbus_fail_final"});
+       record_batches_ ? "cmdbus_fail_final_owned_rec"
+                       : "cmdbus_fail_final_owned"});
   };
   add_final("PERMANENT", permanent);
   add_final("EXHAUSTED", exhausted);
@@ -194,17 +221,23 @@ worker_store::finish(const std::vector<finished_command>& items) {
     }
     throw;
   }
-  for (size_t i = 1; i + 1 < results.size(); ++i)
-    for (int row = 0; row < results[i].rows(); ++row)
-      if (!results[i].is_null(row, 0) && results[i].boolean(row, 1))
+  for (size_t i = 1; i + 1 < results.size(); ++i) {
+    for (int row = 0; row < results[i].rows(); ++row) {
+      if (!results[i].is_null(row, 2))
+        append_ids(results[i].text(row, 2), out.stale);
+      else if (!results[i].is_null(row, 0) && results[i].boolean(row, 1))
         if (auto id = uuid::parse(results[i].text(row, 0)))
-          completed.push_back(*id);
-  return completed;
+          out.completed_batches.push_back(*id);
+    }
+  }
+  return out;
 }
 
-void worker_store::reschedule(const std::vector<retry_command>& items) {
+std::vector<int64_t>
+worker_store::reschedule(const std::vector<retry_command>& items) {
+  std::vector<int64_t> stale;
   if (items.empty())
-    return;
+    return stale;
   std::vector<int64_t> msg_ids, attempts, max_attempts, backoffs;
   std::vector<std::string> ids, codes, msgs;
   for (auto& x : items) {
@@ -216,13 +249,15 @@ void worker_store::reschedule(const std::vector<retry_command>& items) {
     msgs.push_back(x.out.error_message);
     backoffs.push_back(x.backoff_seconds);
   }
-  conn_.exec_prepared(
-    "cmdbus_fail_transient",
-    "SELECT commandbus.cmdbus_fail_transient($1, $2, $3::bigint[], "
+  auto r = conn_.exec_prepared(
+    "cmdbus_fail_transient_owned",
+    "SELECT commandbus.cmdbus_fail_transient_owned($1, $2, $3::bigint[], "
     "$4::uuid[], $5::int[], $6::int[], $7::text[], $8::text[], $9::int[])",
     {domain_, queue_, array_literal(msg_ids), array_literal(ids),
      array_literal(attempts), array_literal(max_attempts),
      array_literal(codes), array_literal(msgs), array_literal(backoffs)});
+  append_ids(r.text(0, 0), stale);
+  return stale;
 }
 
 int worker_store::extend_visibility(const std::vector<int64_t>& msg_ids,

@@ -45,6 +45,15 @@ struct retry_command {
   int backoff_seconds = 0;
 };
 
+/// What one `finish` call wrote.
+struct finish_result {
+  /// The batches that became complete.
+  std::vector<uuid> completed_batches;
+  /// The msg_ids whose delivery no longer owned its message (read again by
+  /// another delivery since, or gone): nothing was written for them.
+  std::vector<int64_t> stale;
+};
+
 /// The worker's database side for one domain: each call is one set-based
 /// statement (or one transaction of them) over a whole batch of commands,
 /// using the functions of sql/commandbus/V004__cmdbus_worker.sql with the
@@ -62,11 +71,13 @@ public:
   /// Applies the final side effects of `items` in ONE transaction: success
   /// (delete, COMPLETED, SUCCESS reply), permanent and exhausted failures
   /// (archive, IN_TROUBLESHOOTING_QUEUE), business-rule failures (archive,
-  /// FAILED, FAILED reply), with their audit rows and batch counters.
-  /// Returns the batches that became complete; with
-  /// record_batch_completions(true) they are also recorded for durable
-  /// callback delivery in the same transaction (D3, V005).
-  std::vector<uuid> finish(const std::vector<finished_command>& items);
+  /// FAILED, FAILED reply), with their audit rows and batch counters. Only
+  /// deliveries that still own their message are written (V006: the message
+  /// is in the queue and the command is IN_PROGRESS at the delivery's
+  /// attempt); the others are returned as stale. Returns the batches that
+  /// became complete; with record_batch_completions(true) they are also
+  /// recorded for durable callback delivery in the same transaction (V005).
+  finish_result finish(const std::vector<finished_command>& items);
 
   /// Whether `finish` records the batches it completes in
   /// commandbus.cmdbus_batch_delivery (a worker with batch callbacks).
@@ -83,8 +94,9 @@ public:
   int mark_batches_delivered(const std::vector<uuid>& batch_ids);
 
   /// Records transient failures (error fields, FAILED audit) and hides
-  /// each message for its backoff, in one statement.
-  void reschedule(const std::vector<retry_command>& items);
+  /// each message for its backoff, in one statement, for the deliveries
+  /// that still own their message (as `finish`). Returns the stale msg_ids.
+  std::vector<int64_t> reschedule(const std::vector<retry_command>& items);
 
   /// Sets the visibility timeout of in-flight messages to `seconds` from
   /// now (D7), like pgmq.set_vt; with `keep_longer` (the lease heartbeat) a

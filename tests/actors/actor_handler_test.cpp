@@ -41,8 +41,9 @@ received_command make_rc(const std::string& type) {
 }
 
 outcome run(const handler_registry& reg, const received_command& rc) {
-  std::atomic<bool> cancelled{false};
-  handler_context ctx{rc, [](std::chrono::seconds) {}, cancelled};
+  handler_context ctx{std::make_shared<const received_command>(rc),
+                      [](std::chrono::seconds) {},
+                      std::make_shared<std::atomic<bool>>(false)};
   return reg.run(rc, ctx);
 }
 

@@ -1,6 +1,8 @@
 // The worker's root supervisor on the deterministic coordinator: a domain
 // whose supervisor dies is restarted with backoff while the other domains
-// keep running, and drain waits for every domain.
+// keep running, a dead batch counter is replaced, drain waits for every
+// domain and then for the batch counter, and the root's end ends every
+// domain (links).
 
 #define CAF_SUITE actors.root
 #include "actors/runtime.hpp"
@@ -19,11 +21,29 @@ caf::behavior fake_domain(caf::event_based_actor*) {
   };
 }
 
+// A batch counter that records the batches it got.
+caf::behavior fake_counter(caf::event_based_actor*,
+                           std::shared_ptr<std::vector<uuid>> got) {
+  return {
+    [got](atom::batches, const std::string&, const std::vector<uuid>& ids) {
+      got->insert(got->end(), ids.begin(), ids.end());
+    },
+    [](atom::drain) { return atom::done::value; },
+  };
+}
+
+// A domain's end, as a crashed supervisor's link reports it.
+constexpr auto crashed = caf::exit_reason::unhandled_exception;
+
 struct fixture : test_coordinator_fixture<> {
   std::shared_ptr<std::vector<std::pair<std::string, caf::actor>>> spawned
     = std::make_shared<std::vector<std::pair<std::string, caf::actor>>>();
   std::shared_ptr<worker_counters> counters
     = std::make_shared<worker_counters>();
+  std::shared_ptr<std::vector<caf::actor>> counters_spawned
+    = std::make_shared<std::vector<caf::actor>>();
+  std::shared_ptr<std::vector<uuid>> delivered
+    = std::make_shared<std::vector<uuid>>();
   caf::actor aut;
 
   fixture() {
@@ -35,13 +55,20 @@ struct fixture : test_coordinator_fixture<> {
       d.domain_in_flight = std::make_shared<std::atomic<int64_t>>(0);
     }
     auto log = spawned;
-    aut = sys.spawn(root, domains,
-                    [log](caf::event_based_actor* self,
-                          const domain_settings& s) {
-                      auto a = self->spawn(fake_domain);
-                      log->emplace_back(s.domain, a);
-                      return a;
-                    });
+    auto clog = counters_spawned;
+    auto got = delivered;
+    aut = sys.spawn(
+      root, domains,
+      [log](caf::event_based_actor* self, const domain_settings& s) {
+        auto a = self->spawn<caf::linked>(fake_domain);
+        log->emplace_back(s.domain, a);
+        return a;
+      },
+      [clog, got](caf::event_based_actor* self) {
+        auto c = self->spawn<caf::linked>(fake_counter, got);
+        clog->push_back(c);
+        return c;
+      });
     sched.run();
   }
 
@@ -65,7 +92,7 @@ CAF_TEST(a crashed domain restarts with backoff and the others keep running) {
   // Domain a held 3 messages when it died: the total is corrected.
   *st().domains[0].domain_in_flight = 3;
   counters->in_flight = 5;
-  caf::anon_send_exit(a, caf::exit_reason::kill);
+  caf::anon_send_exit(a, crashed);
   sched.run();
   CAF_CHECK(st().supervisors[0] == nullptr);
   CAF_CHECK(st().supervisors[1] == b);
@@ -82,7 +109,7 @@ CAF_TEST(a crashed domain restarts with backoff and the others keep running) {
   CAF_CHECK_EQUAL((*spawned)[2].first, "a");
   CAF_CHECK(st().supervisors[0] == (*spawned)[2].second);
   // A second crash right away doubles the delay.
-  caf::anon_send_exit((*spawned)[2].second, caf::exit_reason::kill);
+  caf::anon_send_exit((*spawned)[2].second, crashed);
   sched.run();
   sched.advance_time(1s);
   sched.run();
@@ -98,7 +125,7 @@ CAF_TEST(drain answers after every domain drained) {
   CAF_REQUIRE_EQUAL(self->mailbox().size(), 1u);
   self->receive([](atom::done) {});
   // No restarts once stopping.
-  caf::anon_send_exit((*spawned)[0].second, caf::exit_reason::kill);
+  caf::anon_send_exit((*spawned)[0].second, crashed);
   sched.run();
   sched.advance_time(10s);
   sched.run();
@@ -107,7 +134,7 @@ CAF_TEST(drain answers after every domain drained) {
 
 CAF_TEST(drain answers at once while every domain is restarting) {
   for (auto& [name, sup] : *spawned)
-    caf::anon_send_exit(sup, caf::exit_reason::kill);
+    caf::anon_send_exit(sup, crashed);
   sched.run();
   CAF_CHECK(st().supervisors[0] == nullptr);
   CAF_CHECK(st().supervisors[1] == nullptr);
@@ -115,6 +142,54 @@ CAF_TEST(drain answers at once while every domain is restarting) {
   sched.run();
   CAF_REQUIRE_EQUAL(self->mailbox().size(), 1u);
   self->receive([](atom::done) {});
+}
+
+CAF_TEST(completed batches reach the batch counter and a dead one is replaced) {
+  CAF_REQUIRE_EQUAL(counters_spawned->size(), 1u);
+  auto first = uuid::random();
+  self->send(aut, atom::batches::value, std::string{"a"},
+             std::vector<uuid>{first});
+  sched.run();
+  CAF_REQUIRE_EQUAL(delivered->size(), 1u);
+  CAF_CHECK_EQUAL((*delivered)[0], first);
+  caf::anon_send_exit(counters_spawned->front(), crashed);
+  sched.run();
+  CAF_REQUIRE_EQUAL(counters_spawned->size(), 2u);
+  CAF_CHECK(st().counter == counters_spawned->back());
+  self->send(aut, atom::batches::value, std::string{"a"},
+             std::vector<uuid>{uuid::random()});
+  sched.run();
+  CAF_CHECK_EQUAL(delivered->size(), 2u);
+  // The domains kept running.
+  CAF_CHECK(st().supervisors[0] == (*spawned)[0].second);
+  CAF_CHECK(st().supervisors[1] == (*spawned)[1].second);
+}
+
+CAF_TEST(drain waits for the batch counter after the domains) {
+  self->send(aut, atom::drain::value);
+  expect((atom::drain), from(self).to(aut).with(_));
+  expect((atom::drain), from(aut).to((*spawned)[0].second).with(_));
+  expect((atom::drain), from(aut).to((*spawned)[1].second).with(_));
+  expect((atom::done), from((*spawned)[0].second).to(aut).with(_));
+  expect((atom::done), from((*spawned)[1].second).to(aut).with(_));
+  expect((atom::drain), from(aut).to(counters_spawned->front()).with(_));
+  expect((atom::done), from(counters_spawned->front()).to(aut).with(_));
+  expect((atom::done), from(aut).to(self).with(_));
+}
+
+CAF_TEST(ending the root ends every domain and the batch counter) {
+  for (auto& [name, sup] : *spawned)
+    self->monitor(sup);
+  self->monitor(counters_spawned->front());
+  caf::anon_send_exit(aut, caf::exit_reason::user_shutdown);
+  sched.run();
+  size_t ended = 0;
+  while (!self->mailbox().empty())
+    self->receive([&](caf::down_msg& dm) {
+      CAF_CHECK_EQUAL(dm.reason, caf::exit_reason::user_shutdown);
+      ++ended;
+    });
+  CAF_CHECK_EQUAL(ended, 3u);
 }
 
 CAF_TEST(restart delays double up to a minute) {

@@ -19,6 +19,8 @@ struct children {
   caf::actor poller;
   caf::actor completion;
   caf::actor retry;
+  /// Every completion writer spawned (a dead one is replaced).
+  std::vector<caf::actor> completions;
   std::vector<caf::actor> handlers;
   /// The mode each of `handlers` was spawned for.
   std::vector<handler_mode> modes;
@@ -28,9 +30,9 @@ struct children {
 // "permanent", "business", or "crash" (throws: the actor dies).
 caf::behavior fake_handler(caf::event_based_actor*) {
   return {
-    [](atom::handle, const received_command& rc) -> outcome {
+    [](atom::handle, const command_ptr& rc) -> outcome {
       outcome out;
-      auto& t = rc.cmd.command_type;
+      auto& t = rc->cmd.command_type;
       if (t == "crash")
         throw std::runtime_error("handler crashed");
       if (t == "transient")
@@ -57,6 +59,16 @@ caf::behavior sink(caf::event_based_actor*) {
   };
 }
 
+// The root's part: takes the batches the supervisor forwards.
+caf::behavior parent_sink(caf::event_based_actor*,
+                          std::shared_ptr<std::vector<uuid>> seen) {
+  return {
+    [seen](atom::batches, const std::string&, const std::vector<uuid>& ids) {
+      seen->insert(seen->end(), ids.begin(), ids.end());
+    },
+  };
+}
+
 received_command make_rc(int64_t msg_id, const std::string& type,
                          int attempt = 1, int max_attempts = 3) {
   received_command rc;
@@ -71,7 +83,10 @@ received_command make_rc(int64_t msg_id, const std::string& type,
 
 struct fixture : test_coordinator_fixture<> {
   std::shared_ptr<children> kids = std::make_shared<children>();
+  std::shared_ptr<std::vector<uuid>> batches_seen
+    = std::make_shared<std::vector<uuid>>();
   domain_settings settings;
+  caf::actor parent;
   caf::actor sup;
 
   explicit fixture(std::shared_ptr<const handler_registry> registry =
@@ -85,31 +100,34 @@ struct fixture : test_coordinator_fixture<> {
     spawners sp;
     auto k = kids;
     sp.poller = [k](caf::event_based_actor* self, const domain_settings&) {
-      k->poller = self->spawn(sink);
+      k->poller = self->spawn<caf::linked>(sink);
       return k->poller;
     };
     sp.completion = [k](caf::event_based_actor* self,
                         const domain_settings&) {
-      k->completion = self->spawn(sink);
+      k->completion = self->spawn<caf::linked>(sink);
+      k->completions.push_back(k->completion);
       return k->completion;
     };
     sp.retry = [k](caf::event_based_actor* self, const domain_settings&) {
-      k->retry = self->spawn(sink);
+      k->retry = self->spawn<caf::linked>(sink);
       return k->retry;
     };
     sp.handler = [k](caf::event_based_actor* self, const domain_settings&,
-                     caf::actor, handler_mode mode) {
-      auto h = self->spawn(fake_handler);
+                     handler_mode mode) {
+      auto h = self->spawn<caf::linked>(fake_handler);
       k->handlers.push_back(h);
       k->modes.push_back(mode);
       return h;
     };
-    sup = sys.spawn(supervisor, settings, sp);
+    parent = sys.spawn(parent_sink, batches_seen);
+    sup = sys.spawn(supervisor, settings, sp, parent);
     sched.run();
   }
 
   ~fixture() {
     caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(parent, caf::exit_reason::user_shutdown);
   }
 
   supervisor_state& st() {
@@ -168,7 +186,7 @@ CAF_TEST(a freed handler returns its credit and the drain waits for the commit) 
   expect((atom::run, std::vector<received_command>),
          from(self).to(sup).with(_, _));
   CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 1);
-  expect((atom::handle, received_command),
+  expect((atom::handle, command_ptr),
          from(sup).to(kids->handlers[0]).with(_, _));
   expect((outcome), from(kids->handlers[0]).to(sup).with(_));
   // The handler slot is free again: its credit goes back to the poller at
@@ -180,16 +198,16 @@ CAF_TEST(a freed handler returns its credit and the drain waits for the commit) 
   CAF_CHECK(st().running.empty());
   CAF_CHECK_EQUAL(pool().idle.size(), 2u);
   // ... but it stays held until its side effects are committed.
-  CAF_CHECK_EQUAL(st().held, 1);
-  self->send(sup, atom::done::value, int64_t{1});
-  expect((atom::done, int64_t), from(self).to(sup).with(_, 1));
-  CAF_CHECK_EQUAL(st().held, 0);
+  CAF_CHECK_EQUAL(st().held(), 1);
+  caf::send_as(kids->completion, sup, atom::done::value, int64_t{1});
+  expect((atom::done, int64_t), from(kids->completion).to(sup).with(_, 1));
+  CAF_CHECK_EQUAL(st().held(), 0);
   disallow((atom::credit, int64_t), from(sup).to(kids->poller).with(_, _));
 }
 
 CAF_TEST(credits wait for the pool to run empty or for the flush interval) {
   run_two(make_rc(1, "ok"), make_rc(2, "ok"));
-  expect((atom::handle, received_command),
+  expect((atom::handle, command_ptr),
          from(sup).to(kids->handlers[0]).with(_, _));
   // One slot frees while the other still runs (its handler has not even
   // picked the command up yet): the freed slot's credit waits ...
@@ -203,7 +221,7 @@ CAF_TEST(credits wait for the pool to run empty or for the flush interval) {
   expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
   CAF_CHECK_EQUAL(st().pending_credit, 0);
   // The last running slot frees: the pool is empty, its credit goes at once.
-  expect((atom::handle, received_command),
+  expect((atom::handle, command_ptr),
          from(sup).to(kids->handlers[1]).with(_, _));
   expect((outcome), from(kids->handlers[1]).to(sup).with(_));
   expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
@@ -211,9 +229,9 @@ CAF_TEST(credits wait for the pool to run empty or for the flush interval) {
 
 CAF_TEST(slots freed together go back as one credit) {
   run_two(make_rc(1, "ok"), make_rc(2, "ok"));
-  expect((atom::handle, received_command),
+  expect((atom::handle, command_ptr),
          from(sup).to(kids->handlers[0]).with(_, _));
-  expect((atom::handle, received_command),
+  expect((atom::handle, command_ptr),
          from(sup).to(kids->handlers[1]).with(_, _));
   expect((outcome), from(kids->handlers[0]).to(sup).with(_));
   expect((atom::finish, db::finished_command),
@@ -233,9 +251,9 @@ CAF_TEST(slots freed together go back as one credit) {
 CAF_TEST(outcomes are routed by kind) {
   run_two(make_rc(1, "transient", 1, 3), make_rc(2, "transient", 3, 3));
   // Both handlers run; the first has attempts left: retry with backoff.
-  expect((atom::handle, received_command),
+  expect((atom::handle, command_ptr),
          from(sup).to(kids->handlers[0]).with(_, _));
-  expect((atom::handle, received_command),
+  expect((atom::handle, command_ptr),
          from(sup).to(kids->handlers[1]).with(_, _));
   expect((outcome), from(kids->handlers[0]).to(sup).with(_));
   expect((atom::retry, db::retry_command),
@@ -244,7 +262,7 @@ CAF_TEST(outcomes are routed by kind) {
   expect((outcome), from(kids->handlers[1]).to(sup).with(_));
   expect((atom::finish, db::finished_command),
          from(sup).to(kids->completion).with(_, _));
-  CAF_CHECK_EQUAL(st().held, 2);
+  CAF_CHECK_EQUAL(st().held(), 2);
 }
 
 CAF_TEST(it never runs more commands than handlers) {
@@ -256,7 +274,7 @@ CAF_TEST(it never runs more commands than handlers) {
   CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 3);
   sched.run();
   CAF_CHECK(st().backlog.empty());
-  CAF_CHECK_EQUAL(st().held, 3);
+  CAF_CHECK_EQUAL(st().held(), 3);
   CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
 }
 
@@ -284,7 +302,7 @@ CAF_TEST(a crashed handler is replaced and its slot released) {
   sched.run();
   // The handler died; the supervisor released the slot (the message
   // reappears after its visibility timeout) and respawned the handler.
-  CAF_CHECK_EQUAL(st().held, 0);
+  CAF_CHECK_EQUAL(st().held(), 0);
   CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
   CAF_CHECK_EQUAL(settings.counters->handler_restarts.load(), 1);
   CAF_CHECK_EQUAL(pool().all.size(), 2u);
@@ -296,7 +314,7 @@ CAF_TEST(drain stops intake and answers once nothing is held) {
   self->send(sup, atom::run::value,
              std::vector<received_command>{make_rc(1, "ok")});
   sched.run();
-  CAF_CHECK_EQUAL(st().held, 1);
+  CAF_CHECK_EQUAL(st().held(), 1);
   self->send(sup, atom::drain::value);
   expect((atom::drain), from(self).to(sup).with(_));
   // Intake stops and the writers are told to flush; no answer yet.
@@ -307,11 +325,134 @@ CAF_TEST(drain stops intake and answers once nothing is held) {
   CAF_CHECK_EQUAL(self->mailbox().size(), 0u);
   // The last side effect commits: the drain is answered, no credit goes
   // out any more.
-  self->send(sup, atom::done::value, int64_t{1});
+  caf::send_as(kids->completion, sup, atom::done::value, int64_t{1});
   sched.run();
-  CAF_CHECK_EQUAL(st().held, 0);
+  CAF_CHECK_EQUAL(st().held(), 0);
   CAF_REQUIRE_EQUAL(self->mailbox().size(), 1u);
   self->receive([](atom::done) {});
+}
+
+CAF_TEST(credits stop at the hold limit until side effects commit) {
+  // Concurrency 2, no prefetch: at most 4 messages without committed side
+  // effects. Four commands ran and wait for their commit: the freed slots
+  // go back as credits only as far as the limit allows.
+  run_oks(2);
+  sched.run();
+  CAF_CHECK_EQUAL(st().held(), 2);
+  CAF_CHECK_EQUAL(st().granted, 2);
+  run_oks(2);
+  sched.run();
+  CAF_CHECK_EQUAL(st().held(), 4);
+  // Both slots are free, but nothing may be read: no credit is out.
+  CAF_CHECK_EQUAL(st().granted, 0);
+  CAF_CHECK_EQUAL(st().pending_credit, 2);
+  CAF_CHECK(st().withheld);
+  // One side effect commits: one credit goes out at once.
+  caf::send_as(kids->completion, sup, atom::done::value, int64_t{1});
+  expect((atom::done, int64_t), from(kids->completion).to(sup).with(_, 1));
+  expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
+  CAF_CHECK_EQUAL(st().pending_credit, 1);
+  caf::send_as(kids->completion, sup, atom::done::value, int64_t{3});
+  expect((atom::done, int64_t), from(kids->completion).to(sup).with(_, 3));
+  expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
+  CAF_CHECK_EQUAL(st().held(), 0);
+  CAF_CHECK(!st().withheld);
+}
+
+CAF_TEST(a message read again while its first delivery runs is tracked twice) {
+  // The same msg_id twice (its visibility timeout expired during the first
+  // delivery): the first completion must not end the second's lease.
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{make_rc(7, "ok", 1),
+                                           make_rc(7, "ok", 2)});
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
+  CAF_REQUIRE_EQUAL(st().running.size(), 2u);
+  expect((atom::handle, command_ptr),
+         from(sup).to(kids->handlers[0]).with(_, _));
+  expect((outcome), from(kids->handlers[0]).to(sup).with(_));
+  CAF_REQUIRE_EQUAL(st().running.size(), 1u);
+  CAF_CHECK_EQUAL(st().running.begin()->second.rc->attempt, 2);
+  st().settings.visibility_timeout = std::chrono::seconds{0};
+  self->send(sup, atom::heartbeat::value);
+  expect((atom::heartbeat), from(self).to(sup));
+  expect((atom::extend, std::vector<int64_t>, int, bool),
+         from(sup).to(kids->retry).with(_, std::vector<int64_t>{7}, 0, true));
+}
+
+CAF_TEST(a dead writer is replaced and what it held is released) {
+  run_oks(1);
+  sched.run();
+  CAF_REQUIRE_EQUAL(st().completion_log.pending.size(), 1u);
+  auto old = kids->completion;
+  caf::anon_send_exit(old, caf::exit_reason::unhandled_exception);
+  sched.run();
+  CAF_REQUIRE_EQUAL(kids->completions.size(), 2u);
+  CAF_CHECK(st().completion == kids->completions[1]);
+  CAF_CHECK(st().completion != old);
+  // The lost side effect reappears with its message: nothing is held.
+  CAF_CHECK_EQUAL(st().held(), 0);
+  // The domain goes on: the next outcome goes to the new writer.
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{make_rc(2, "ok")});
+  sched.run();
+  CAF_CHECK_EQUAL(st().completion_log.pending.size(), 1u);
+}
+
+CAF_TEST(a writer stuck while the database answers ends the domain) {
+  st().settings.stuck_after = std::chrono::seconds{10};
+  self->monitor(sup);
+  run_oks(1);
+  sched.run();
+  CAF_REQUIRE_EQUAL(st().completion_log.pending.size(), 1u);
+  // An outage is not stuck: the writer reports the database unavailable.
+  sched.advance_time(std::chrono::seconds{8});
+  caf::send_as(kids->completion, sup, atom::unavailable::value);
+  sched.run();
+  sched.advance_time(std::chrono::seconds{8});
+  self->send(sup, atom::heartbeat::value);
+  sched.run();
+  CAF_CHECK_EQUAL(self->mailbox().size(), 0u);
+  // No report and no progress for longer than stuck_after: the domain
+  // ends (the root restarts it), taking its children with it.
+  sched.advance_time(std::chrono::seconds{3});
+  self->send(sup, atom::heartbeat::value);
+  sched.run();
+  CAF_REQUIRE_EQUAL(self->mailbox().size(), 1u);
+  self->receive([](caf::down_msg& dm) { CAF_CHECK(dm.reason); });
+}
+
+CAF_TEST(handlers extend their lease through the supervisor) {
+  auto h = kids->handlers[0];
+  caf::send_as(h, sup, atom::extend::value, std::vector<int64_t>{5}, 60,
+               false);
+  expect((atom::extend, std::vector<int64_t>, int, bool),
+         from(h).to(sup).with(_, std::vector<int64_t>{5}, 60, false));
+  // Forwarded to the current retry scheduler, which answers the handler.
+  expect((atom::extend, std::vector<int64_t>, int, bool),
+         from(h).to(kids->retry).with(_, std::vector<int64_t>{5}, 60, false));
+}
+
+CAF_TEST(completed batches go up to the root) {
+  auto id = uuid::random();
+  caf::send_as(kids->completion, sup, atom::batches::value, std::string{"d"},
+               std::vector<uuid>{id});
+  sched.run();
+  CAF_REQUIRE_EQUAL(batches_seen->size(), 1u);
+  CAF_CHECK_EQUAL((*batches_seen)[0], id);
+}
+
+CAF_TEST(ending the supervisor ends its children) {
+  for (auto& h : kids->handlers)
+    self->monitor(h);
+  for (auto* a : {&kids->poller, &kids->completion, &kids->retry})
+    self->monitor(*a);
+  caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+  sched.run();
+  size_t ended = 0;
+  while (!self->mailbox().empty())
+    self->receive([&](caf::down_msg&) { ++ended; });
+  CAF_CHECK_EQUAL(ended, kids->handlers.size() + 3);
 }
 
 CAF_TEST(backoff follows the schedule and clamps to its last entry) {
@@ -385,15 +526,15 @@ CAF_TEST(commands run on a handler of their handler mode) {
   expect((atom::run, std::vector<received_command>),
          from(self).to(sup).with(_, _));
   CAF_REQUIRE_EQUAL(st().running.size(), 3u);
-  CAF_CHECK(mode_of(st().running[1].first) == handler_mode::non_blocking);
-  CAF_CHECK(mode_of(st().running[2].first) == handler_mode::blocking);
+  CAF_CHECK(mode_of(st().running[1].handler) == handler_mode::non_blocking);
+  CAF_CHECK(mode_of(st().running[2].handler) == handler_mode::blocking);
   // Without a handler it fails at once: the domain's blocking pool runs it.
-  CAF_CHECK(mode_of(st().running[3].first) == handler_mode::blocking);
+  CAF_CHECK(mode_of(st().running[3].handler) == handler_mode::blocking);
   sched.run();
   CAF_CHECK(st().running.empty());
   CAF_CHECK_EQUAL(pool(handler_mode::blocking).idle.size(), 2u);
   CAF_CHECK_EQUAL(pool(handler_mode::non_blocking).idle.size(), 2u);
-  CAF_CHECK_EQUAL(st().held, 3);
+  CAF_CHECK_EQUAL(st().held(), 3);
 }
 
 CAF_TEST(commands wait in order when their pool is busy) {
@@ -412,7 +553,7 @@ CAF_TEST(commands wait in order when their pool is busy) {
   sched.run();
   CAF_CHECK(st().backlog.empty());
   CAF_CHECK(st().running.empty());
-  CAF_CHECK_EQUAL(st().held, 4);
+  CAF_CHECK_EQUAL(st().held(), 4);
 }
 
 CAF_TEST(a crashed handler is replaced in its own mode) {
@@ -420,7 +561,7 @@ CAF_TEST(a crashed handler is replaced in its own mode) {
              std::vector<received_command>{make_rc(5, "crash")});
   expect((atom::run, std::vector<received_command>),
          from(self).to(sup).with(_, _));
-  CAF_REQUIRE(mode_of(st().running[5].first) == handler_mode::non_blocking);
+  CAF_REQUIRE(mode_of(st().running[1].handler) == handler_mode::non_blocking);
   sched.run();
   CAF_CHECK_EQUAL(settings.counters->handler_restarts.load(), 1);
   CAF_CHECK_EQUAL(pool(handler_mode::blocking).all.size(), 2u);
@@ -441,7 +582,7 @@ CAF_TEST(a domain with only non - blocking handlers spawns no blocking ones) {
   expect((atom::run, std::vector<received_command>),
          from(self).to(sup).with(_, _));
   CAF_REQUIRE_EQUAL(st().running.size(), 1u);
-  CAF_CHECK(mode_of(st().running[1].first) == handler_mode::non_blocking);
+  CAF_CHECK(mode_of(st().running[1].handler) == handler_mode::non_blocking);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

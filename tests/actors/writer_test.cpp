@@ -22,6 +22,7 @@ caf::behavior parent_sink(caf::event_based_actor*,
   return {
     [done_total](atom::done, int64_t n) { *done_total += n; },
     [](atom::batches, const std::string&, const std::vector<uuid>&) {},
+    [](atom::unavailable) {},
   };
 }
 
@@ -56,7 +57,12 @@ struct writes {
   std::vector<std::vector<int64_t>> calls;
   /// Calls that throw before succeeding (a database failure).
   int fail_next = 0;
+  /// Whether those failures are a lost connection (else a refused
+  /// statement).
+  bool unavailable = false;
   std::vector<uuid> completed_batches;
+  /// msg_ids the next write reports as stale.
+  std::vector<int64_t> stale;
 
   template <class Item>
   void record(const std::vector<Item>& xs) {
@@ -66,7 +72,9 @@ struct writes {
     calls.push_back(std::move(ids));
     if (fail_next > 0) {
       --fail_next;
-      throw std::runtime_error("database unavailable");
+      if (unavailable)
+        throw db::error{db::errc::connection, "", "connection lost"};
+      throw std::runtime_error("database refused the statement");
     }
   }
 };
@@ -76,7 +84,6 @@ struct fixture : test_coordinator_fixture<> {
   std::shared_ptr<int64_t> done_total = std::make_shared<int64_t>(0);
   domain_settings settings;
   caf::actor parent;
-  caf::actor counter;
   caf::actor writer;
 
   fixture() {
@@ -84,13 +91,11 @@ struct fixture : test_coordinator_fixture<> {
     settings.counters = std::make_shared<worker_counters>();
     settings.flush_interval = std::chrono::milliseconds{2};
     parent = sys.spawn(parent_sink, done_total);
-    counter = sys.spawn(parent_sink, std::make_shared<int64_t>(0));
-    settings.batch_counter = counter;
     sched.run();
   }
 
   ~fixture() {
-    for (auto* a : {&writer, &parent, &counter})
+    for (auto* a : {&writer, &parent})
       if (*a)
         caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
     sched.run();
@@ -102,7 +107,8 @@ struct fixture : test_coordinator_fixture<> {
       sys, settings, parent,
       [l](const std::vector<db::finished_command>& xs) {
         l->record(xs);
-        return l->completed_batches;
+        return db::finish_result{l->completed_batches,
+                                 std::exchange(l->stale, {})};
       },
       false);
     sched.run();
@@ -125,7 +131,10 @@ struct fixture : test_coordinator_fixture<> {
     auto l = log;
     writer = spawn_retry_writer(
       sys, settings, parent,
-      [l](const std::vector<db::retry_command>& xs) { l->record(xs); },
+      [l](const std::vector<db::retry_command>& xs) {
+        l->record(xs);
+        return std::exchange(l->stale, {});
+      },
       [](const std::vector<int64_t>& ids, int, bool) {
         return static_cast<int>(ids.size());
       },
@@ -149,7 +158,7 @@ CAF_TEST(items queued in the mailbox are written as one transaction) {
   CAF_CHECK_EQUAL(settings.counters->completed.load(), 5);
 }
 
-CAF_TEST(the done count goes to the parent and completed batches to the counter) {
+CAF_TEST(completed batches and then the done count go to the parent) {
   settings.flush_interval = std::chrono::milliseconds{0};
   auto batch = uuid::random();
   log->completed_batches = {batch};
@@ -158,9 +167,21 @@ CAF_TEST(the done count goes to the parent and completed batches to the counter)
   self->send(writer, atom::finish::value, finished(2));
   expect((atom::finish, db::finished_command), from(self).to(writer));
   expect((atom::finish, db::finished_command), from(self).to(writer));
-  expect((atom::done, int64_t), from(writer).to(parent).with(_, 2));
   expect((atom::batches, std::string, std::vector<uuid>),
-         from(writer).to(counter).with(_, "d", std::vector<uuid>{batch}));
+         from(writer).to(parent).with(_, "d", std::vector<uuid>{batch}));
+  expect((atom::done, int64_t), from(writer).to(parent).with(_, 2));
+}
+
+CAF_TEST(stale outcomes count as done but not as completed) {
+  settings.flush_interval = std::chrono::milliseconds{0};
+  log->stale = {2};
+  spawn_completion();
+  self->send(writer, atom::finish::value, finished(1));
+  self->send(writer, atom::finish::value, finished(2));
+  sched.run();
+  CAF_CHECK_EQUAL(*done_total, 2);
+  CAF_CHECK_EQUAL(settings.counters->completed.load(), 1);
+  CAF_CHECK_EQUAL(settings.counters->stale.load(), 1);
 }
 
 CAF_TEST(under light load a single item is written at once) {
@@ -267,6 +288,62 @@ CAF_TEST(a failed write keeps the buffer and retries it with new items) {
   CAF_REQUIRE_EQUAL(log->calls.size(), 2u);
   CAF_CHECK_EQUAL(log->calls[1], (std::vector<int64_t>{1, 2}));
   CAF_CHECK_EQUAL(settings.counters->completed.load(), 2);
+}
+
+CAF_TEST(a busy writer retries once the backoff passed) {
+  // Items keep arriving during the backoff, so the behavior's idle timeout
+  // never fires: the writer checks the backoff's end on every message.
+  settings.flush_interval = std::chrono::milliseconds{0};
+  log->fail_next = 1;
+  log->unavailable = true;
+  spawn_completion();
+  self->send(writer, atom::finish::value, finished(1));
+  expect((atom::finish, db::finished_command), from(self).to(writer));
+  // The failure is reported as an unavailable database.
+  expect((atom::unavailable), from(writer).to(parent));
+  CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
+  // The first backoff is 50..100 ms. An item every 20 ms restarts the idle
+  // timeout (due a backoff after the last item) long before it could fire;
+  // still, everything is written once the backoff passed.
+  for (int64_t i = 2; i <= 7; ++i) {
+    sched.advance_time(std::chrono::milliseconds{20});
+    self->send(writer, atom::finish::value, finished(i));
+    sched.run();
+    if (i == 2)
+      CAF_CHECK_EQUAL(log->calls.size(), 1u);
+  }
+  std::vector<int64_t> written;
+  for (size_t i = 1; i < log->calls.size(); ++i)
+    written.insert(written.end(), log->calls[i].begin(), log->calls[i].end());
+  CAF_CHECK_EQUAL(written, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7}));
+  CAF_CHECK_EQUAL(settings.counters->completed.load(), 7);
+}
+
+CAF_TEST(a refused write is not reported as an unavailable database) {
+  settings.flush_interval = std::chrono::milliseconds{0};
+  log->fail_next = 1;
+  spawn_completion();
+  self->send(writer, atom::finish::value, finished(1));
+  expect((atom::finish, db::finished_command), from(self).to(writer));
+  disallow((atom::unavailable), from(writer).to(parent));
+  CAF_CHECK_EQUAL(settings.counters->db_errors.load(), 1);
+}
+
+CAF_TEST(a writer stopping while the database fails does not try again) {
+  // Writing on the way out would wait for a connection attempt; the
+  // messages reappear after their visibility timeout instead.
+  settings.flush_interval = std::chrono::milliseconds{0};
+  log->fail_next = 1;
+  log->unavailable = true;
+  spawn_completion();
+  self->send(writer, atom::finish::value, finished(1));
+  sched.run();
+  CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
+  caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
+  sched.run();
+  CAF_CHECK_EQUAL(log->calls.size(), 1u);
+  CAF_CHECK_EQUAL(*done_total, 0);
+  writer = caf::actor{};
 }
 
 CAF_TEST(a write failing on exit reports nothing as done) {

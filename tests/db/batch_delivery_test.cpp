@@ -176,7 +176,7 @@ TEST(BatchDelivery, FinishRecordsCompletedBatchesOnlyWhenAsked) {
     auto b = receive_one_batch(conn);
     db::worker_store store{conn, b.domain};
     store.record_batch_completions(on);
-    auto completed = store.finish({b.done});
+    auto completed = store.finish({b.done}).completed_batches;
     ASSERT_EQ(completed.size(), 1u);
     EXPECT_EQ(completed[0], b.batch_id);
     auto st = state_of(conn, b.domain, b.batch_id);
