@@ -115,6 +115,9 @@ int run_worker(const std::vector<std::string>& argv) {
     print_stats(stats, json, remaining_messages(cfg));
     return exit_ok;
   }
+  // A long-running worker logs what operators need to follow: outages and
+  // recoveries, domain restarts, completed batches, the stop.
+  spdlog::set_level(spdlog::level::info);
   // Block SIGINT/SIGTERM in every thread; this one waits for them.
   sigset_t sigs;
   sigemptyset(&sigs);

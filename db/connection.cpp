@@ -601,9 +601,14 @@ connection::pipeline(const std::vector<statement>& statements) {
                     "connection to " + impl_->target
                       + " lost: " + trim(PQerrorMessage(conn))};
       }
-      if (++index > statements.size())
-        throw error{errc::other, "",
-                    "pipeline results out of step with its statements"};
+      if (++index > statements.size()) {
+        // The session is in an unknown state (the guard closes it).
+        if (first_error)
+          throw *first_error;
+        throw error{errc::connection, "",
+                    "pipeline results out of step with its statements on "
+                      + impl_->target};
+      }
       continue;
     }
     auto status = PQresultStatus(res);
