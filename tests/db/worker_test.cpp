@@ -39,6 +39,7 @@
 #include "model/json.hpp"
 #include "model/types.hpp"
 #include "model/uuid.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -52,19 +53,7 @@ using strings = std::vector<std::string>;
 
 // -- waiting -----------------------------------------------------------------
 
-/// Polls `cond` every ~10 ms until it holds (true) or `deadline` passed
-/// (false).
-template <class F>
-bool eventually(F cond, std::chrono::milliseconds deadline = 20s) {
-  auto until = std::chrono::steady_clock::now() + deadline;
-  for (;;) {
-    if (cond())
-      return true;
-    if (std::chrono::steady_clock::now() >= until)
-      return false;
-    std::this_thread::sleep_for(10ms);
-  }
-}
+using test::eventually;
 
 /// A one-shot gate handlers block on; `wait` gives up after `max` so that a
 /// failing test never hangs a worker's shutdown forever.
