@@ -10,6 +10,28 @@
 
 namespace cmdbus::db {
 
+namespace {
+
+// What decoding alone cannot tell: a message read from a domain's queue
+// claimed that domain's command row, so it must name that domain (the
+// worker picks the handler by the message's domain and type: another name
+// would run another domain's handler on this command); and its reply_to
+// must be a queue name, because cmdbus_complete and cmdbus_fail_final
+// refuse any other with an error that rolls back every command written in
+// the same transaction, again on each retry. Throws decode_error, so that
+// such a message moves its command to the TSQ before any handler runs.
+void check_envelope(const command& cmd, const std::string& domain) {
+  if (cmd.domain != domain)
+    throw decode_error("field \"domain\" is not the queue's domain \""
+                       + domain + "\"");
+  if (cmd.reply_to) {
+    auto problem = queue_name_problem(*cmd.reply_to);
+    if (!problem.empty())
+      throw decode_error("field \"reply_to\" " + problem);
+  }
+}
+
+} // namespace
 
 worker_store::worker_store(connection& conn, std::string domain)
   : conn_(conn), domain_(std::move(domain)), queue_(command_queue(domain_)) {
@@ -43,8 +65,11 @@ receive_result worker_store::receive(int vt_seconds, int qty) {
       rc.batch_id = uuid::parse(r.text(i, 7));
     try {
       rc.cmd = wire::decode_command(r.text(i, 1));
+      check_envelope(rc.cmd, domain_);
     } catch (const decode_error& e) {
-      // Claimed but unusable: the caller moves it to the TSQ.
+      // Claimed but unusable: the caller moves it to the TSQ. Nothing of
+      // the message is kept (no reply_to: no reply).
+      rc.cmd = command{};
       rc.cmd.domain = domain_;
       rc.cmd.command_type = std::string{r.text(i, 4)};
       rc.cmd.command_id = uuid::parse(r.text(i, 3)).value_or(uuid{});

@@ -14,8 +14,9 @@ struct rejected_message {
   int64_t msg_id = 0;
   /// "INVALID" (archived: no usable command_id), "SKIPPED" (archived:
   /// unknown or terminal command) or "UNDECODABLE" (claimed, but the
-  /// message does not decode; the caller must finish it as a permanent
-  /// failure).
+  /// message does not decode, names another domain than the queue's, or
+  /// has a reply_to that is not a queue name; the caller must finish it as
+  /// a permanent failure).
   std::string reason;
   std::string detail;
   /// Set for "UNDECODABLE": the claimed command, for finishing it.
@@ -65,7 +66,9 @@ public:
 
   /// Reads up to `qty` visible messages, hiding them for `vt_seconds`, and
   /// claims their commands (attempts + 1, IN_PROGRESS, RECEIVED audit);
-  /// invalid and stale messages are archived (D9).
+  /// invalid and stale messages are archived (D9). Claimed messages that
+  /// are not a usable command of this domain come back as "UNDECODABLE"
+  /// with the reason in `detail`.
   receive_result receive(int vt_seconds, int qty);
 
   /// Applies the final side effects of `items` in ONE transaction: success

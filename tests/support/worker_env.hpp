@@ -1,7 +1,6 @@
 #pragma once
 
-// Helpers of the worker integration tests: waiting on a condition with a
-// deadline, gates for handlers, a bus with a pool, a worker configuration
+// Helpers of the worker integration tests: gates for handlers, a bus with a pool, a worker configuration
 // with small timings, and SQL checks of command, audit and queue state.
 
 #include <atomic>
@@ -23,6 +22,7 @@
 #include "model/json.hpp"
 #include "model/types.hpp"
 #include "model/uuid.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/test_db.hpp"
 
 namespace cmdbus::test {
@@ -31,21 +31,7 @@ using namespace std::chrono_literals;
 using opt_str = std::optional<std::string>;
 using strings = std::vector<std::string>;
 
-// -- waiting -----------------------------------------------------------------
-
-/// Polls `cond` every ~10 ms until it holds (true) or `deadline` passed
-/// (false).
-template <class F>
-inline bool eventually(F cond, std::chrono::milliseconds deadline = 20s) {
-  auto until = std::chrono::steady_clock::now() + deadline;
-  for (;;) {
-    if (cond())
-      return true;
-    if (std::chrono::steady_clock::now() >= until)
-      return false;
-    std::this_thread::sleep_for(10ms);
-  }
-}
+// -- gates -------------------------------------------------------------------
 
 /// A one-shot gate handlers block on; `wait` gives up after `max` so that a
 /// failing test never hangs a worker's shutdown forever.

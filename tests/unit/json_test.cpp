@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+#include <string>
+
 #include "model/errors.hpp"
 
 using cmdbus::decode_error;
@@ -198,6 +201,22 @@ TEST(json, parse_limits_depth) {
   shallow.max_depth = 0;
   EXPECT_EQ(json::parse("1", shallow).text(), "1");
   EXPECT_EQ(parse_error("[]", shallow), "nesting deeper than 0 levels");
+}
+
+// The depth limit is a policy, not what keeps the stack safe: the reader
+// never recurses, so without any limit a million levels parse (a recursive
+// reader overflows an 8 MiB stack with far fewer and crashes the process).
+TEST(json, parse_does_not_recurse_even_without_a_depth_limit) {
+  decode_limits unlimited;
+  unlimited.max_depth = std::numeric_limits<size_t>::max();
+  constexpr size_t n = 1000000;
+  auto arrays = std::string(n, '[') + std::string(n, ']');
+  EXPECT_EQ(json::parse(arrays, unlimited).text(), arrays);
+  std::string objects;
+  for (size_t i = 0; i < n; ++i)
+    objects += "{\"a\":";
+  objects += "1" + std::string(n, '}');
+  EXPECT_EQ(json::parse(objects, unlimited).text(), objects);
 }
 
 TEST(json, parse_limits_size) {

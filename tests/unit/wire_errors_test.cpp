@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
 using namespace cmdbus;
 
 namespace {
@@ -193,6 +195,17 @@ TEST(wire_errors_misc, decode_error_is_a_command_bus_error) {
   } catch (const command_bus_error& e) {
     EXPECT_NE(dynamic_cast<const decode_error*>(&e), nullptr);
   }
+}
+
+// Nesting is bounded by the limit alone, never by the stack: with no limit
+// a command whose data nests a million levels decodes.
+TEST(wire_errors_misc, deep_data_decodes_without_recursion_when_unlimited) {
+  decode_limits unlimited;
+  unlimited.max_depth = std::numeric_limits<size_t>::max();
+  constexpr size_t n = 1000000;
+  auto data = "{\"a\":" + std::string(n, '[') + std::string(n, ']') + "}";
+  auto x = wire::decode_command(cmd("\"data\":" + data), unlimited);
+  EXPECT_EQ(x.data.text(), data);
 }
 
 } // namespace
