@@ -19,11 +19,13 @@ std::string exception_type_name(const std::exception& e) {
   return pos == std::string::npos ? name : name.substr(pos + 2);
 }
 
+// Error texts come from application code and exceptions: they are made
+// storable (valid UTF-8 without NUL), or their write would fail for ever.
 outcome failure(outcome_kind kind, const handler_error& e) {
   outcome out;
   out.kind = kind;
-  out.error_code = e.code();
-  out.error_message = e.error_message();
+  out.error_code = to_valid_text(e.code());
+  out.error_message = to_valid_text(e.error_message());
   out.error_details = e.details().is_object() ? e.details() : json::object();
   return out;
 }
@@ -98,8 +100,8 @@ outcome handler_registry::run(const received_command& rc,
   } catch (const std::exception& e) {
     outcome out;
     out.kind = outcome_kind::transient;
-    out.error_code = exception_type_name(e);
-    out.error_message = e.what();
+    out.error_code = to_valid_text(exception_type_name(e));
+    out.error_message = to_valid_text(e.what());
     return out;
   } catch (...) {
     outcome out;

@@ -69,7 +69,9 @@ struct writer_state {
 struct completion_state : writer_state<db::finished_command> {
   using item_atom = atom::finish;
   finish_fn write;
-  static void flush(caf::stateful_actor<completion_state>* self);
+  static void commit(caf::stateful_actor<completion_state>* self, size_t n);
+  static void refused(caf::stateful_actor<completion_state>* self,
+                      const std::exception& e);
   static inline const char* name = "completion";
 };
 
@@ -77,7 +79,9 @@ struct retry_state : writer_state<db::retry_command> {
   using item_atom = atom::retry;
   reschedule_fn write;
   extend_fn extend;
-  static void flush(caf::stateful_actor<retry_state>* self);
+  static void commit(caf::stateful_actor<retry_state>* self, size_t n);
+  static void refused(caf::stateful_actor<retry_state>* self,
+                      const std::exception& e);
   static inline const char* name = "retry-scheduler";
 };
 
@@ -92,53 +96,151 @@ void count_stale(const domain_settings& settings, const char* who,
                who, settings.domain, stale);
 }
 
-void completion_state::flush(caf::stateful_actor<completion_state>* self) {
-  auto& st = self->state;
-  if (st.buffer.empty())
-    return;
+// Returns whether the database refused a write because of what one of its
+// items holds (bad data, a broken constraint; or the item could not even be
+// encoded), as opposed to a failure that says nothing about the items (an
+// outage, a conflict, a broken schema), which is retried as it is.
+bool refused_for_content(const std::exception& e) {
+  auto* err = dynamic_cast<const db::error*>(&e);
+  if (err == nullptr)
+    return dynamic_cast<const std::invalid_argument*>(&e) != nullptr;
+  auto cls = err->sqlstate().substr(0, 2);
+  return cls == "22" || cls == "23";
+}
+
+// Writes the first `n` buffered items with `st.write` and moves them to
+// `items`; on failure the buffer stays as it was. The whole buffer is
+// swapped out (and back on failure); a part of it (one item, when writing
+// one by one) is copied.
+template <class State, class Item>
+auto write_prefix(State& st, size_t n, std::vector<Item>& items) {
+  auto whole = n == st.buffer.size();
+  if (whole)
+    items.swap(st.buffer);
+  else
+    items.assign(st.buffer.begin(), st.buffer.begin() + n);
   try {
-    auto res = st.write(st.buffer);
-    maybe_crash(fault_point::after_commit);
-    st.session->succeeded();
-    auto n = static_cast<int64_t>(st.buffer.size());
-    std::sort(res.stale.begin(), res.stale.end());
-    for (auto& x : st.buffer) {
-      if (std::binary_search(res.stale.begin(), res.stale.end(), x.rc.msg_id))
-        continue;
-      switch (x.out.kind) {
-        case outcome_kind::success: st.settings.counters->completed += 1; break;
-        case outcome_kind::business_rule: st.settings.counters->failed += 1; break;
-        default: st.settings.counters->moved_to_tsq += 1; break;
-      }
-    }
-    count_stale(st.settings, "completion", res.stale.size());
-    st.buffer.clear();
-    if (!res.completed_batches.empty())
-      self->send(st.parent, atom::batches::value, st.settings.domain,
-                 std::move(res.completed_batches));
-    self->send(st.parent, atom::done::value, n);
-    st.retry_in.reset();
-  } catch (const std::exception& e) {
-    st.on_failure(self, e);
+    auto res = st.write(items);
+    if (!whole)
+      st.buffer.erase(st.buffer.begin(), st.buffer.begin() + n);
+    return res;
+  } catch (...) {
+    if (whole)
+      st.buffer.swap(items);
+    throw;
   }
 }
 
-void retry_state::flush(caf::stateful_actor<retry_state>* self) {
+// Writes the first `n` buffered outcomes as one transaction, counts them,
+// drops them from the buffer and reports them (batches, then done).
+void completion_state::commit(caf::stateful_actor<completion_state>* self,
+                              size_t n) {
   auto& st = self->state;
-  if (st.buffer.empty())
-    return;
-  try {
-    auto stale = st.write(st.buffer);
-    maybe_crash(fault_point::after_commit);
-    st.session->succeeded();
-    auto n = static_cast<int64_t>(st.buffer.size());
-    st.settings.counters->retried += n - static_cast<int64_t>(stale.size());
-    count_stale(st.settings, "retry-scheduler", stale.size());
-    st.buffer.clear();
-    self->send(st.parent, atom::done::value, n);
-    st.retry_in.reset();
-  } catch (const std::exception& e) {
-    st.on_failure(self, e);
+  std::vector<db::finished_command> items;
+  auto res = write_prefix(st, n, items);
+  maybe_crash(fault_point::after_commit);
+  std::sort(res.stale.begin(), res.stale.end());
+  for (auto& x : items) {
+    if (std::binary_search(res.stale.begin(), res.stale.end(), x.rc.msg_id))
+      continue;
+    switch (x.out.kind) {
+      case outcome_kind::success: st.settings.counters->completed += 1; break;
+      case outcome_kind::business_rule: st.settings.counters->failed += 1; break;
+      default: st.settings.counters->moved_to_tsq += 1; break;
+    }
+  }
+  count_stale(st.settings, "completion", res.stale.size());
+  if (!res.completed_batches.empty())
+    self->send(st.parent, atom::batches::value, st.settings.domain,
+               std::move(res.completed_batches));
+  self->send(st.parent, atom::done::value, static_cast<int64_t>(n));
+}
+
+// The database refused the first buffered outcome alone: it goes to the
+// troubleshooting queue instead, with the refusal as its error and no reply,
+// so that an operator sees it (and can retry it) rather than the command
+// running again and again into the same refusal.
+void completion_state::refused(caf::stateful_actor<completion_state>* self,
+                               const std::exception& e) {
+  auto& x = self->state.buffer.front();
+  spdlog::error("completion for {}: the database refused the outcome of "
+                "command {} (msg_id {}): {}; moving it to the troubleshooting "
+                "queue",
+                self->state.settings.domain, x.rc.cmd.command_id.to_string(),
+                x.rc.msg_id, e.what());
+  outcome out;
+  out.kind = outcome_kind::permanent;
+  out.error_code = "OUTCOME_NOT_WRITTEN";
+  out.error_message = to_valid_text(std::string{"the database refused the "
+                                                "command's outcome: "}
+                                    + e.what());
+  x.out = std::move(out);
+  x.exhausted = false;
+  x.rc.cmd.reply_to.reset();
+  commit(self, 1);
+}
+
+void retry_state::commit(caf::stateful_actor<retry_state>* self, size_t n) {
+  auto& st = self->state;
+  std::vector<db::retry_command> items;
+  auto stale = write_prefix(st, n, items);
+  maybe_crash(fault_point::after_commit);
+  st.settings.counters->retried
+    += static_cast<int64_t>(n) - static_cast<int64_t>(stale.size());
+  count_stale(st.settings, "retry-scheduler", stale.size());
+  self->send(st.parent, atom::done::value, static_cast<int64_t>(n));
+}
+
+// The database refused a retry alone: it is dropped. Nothing is lost: the
+// message becomes visible again when its visibility timeout ends, and the
+// command runs again (its next attempt).
+void retry_state::refused(caf::stateful_actor<retry_state>* self,
+                          const std::exception& e) {
+  auto& st = self->state;
+  auto& x = st.buffer.front();
+  spdlog::error("retry-scheduler for {}: the database refused the retry of "
+                "command {} (msg_id {}): {}; it runs again when its "
+                "visibility timeout ends",
+                st.settings.domain, x.rc.cmd.command_id.to_string(),
+                x.rc.msg_id, e.what());
+  st.buffer.erase(st.buffer.begin());
+  self->send(st.parent, atom::done::value, int64_t{1});
+}
+
+// Writes the buffer as one transaction. When the database refuses it for
+// what an item holds, the items of that write are written one by one, so
+// that one bad item cannot hold back the others for ever; the refused one
+// is handled by State::refused. Any other failure keeps the buffer and
+// starts the backoff.
+template <class State>
+void flush(caf::stateful_actor<State>* self) {
+  auto& st = self->state;
+  size_t one_by_one = 0;
+  while (!st.buffer.empty()) {
+    auto n = one_by_one > 0 ? size_t{1} : st.buffer.size();
+    try {
+      try {
+        State::commit(self, n);
+      } catch (const std::exception& e) {
+        if (!refused_for_content(e))
+          throw;
+        if (n > 1) {
+          spdlog::warn("{} for {}: the database refused a write of {} items "
+                       "({}); writing them one by one",
+                       State::name, st.settings.domain, n, e.what());
+          one_by_one = n;
+          continue;
+        }
+        State::refused(self, e);
+      }
+      st.session->succeeded();
+      st.retry_in.reset();
+    } catch (const std::exception& e) {
+      st.on_failure(self, e);
+      return;
+    }
+    if (one_by_one == 0 || --one_by_one == 0)
+      return;
   }
 }
 
@@ -150,7 +252,7 @@ void write_now(caf::stateful_actor<State>* self) {
   if (st.buffer.empty())
     return;
   auto n = st.buffer.size();
-  State::flush(self);
+  flush(self);
   st.last_write = std::chrono::steady_clock::now();
   st.last_size = n;
 }
@@ -256,7 +358,7 @@ caf::behavior start_writer(caf::stateful_actor<State>* self,
                    "their messages reappear after the visibility timeout",
                    State::name, st.settings.domain, st.buffer.size());
     else
-      State::flush(self);
+      flush(self);
     st.session->close();
     self->quit(em.reason);
   });

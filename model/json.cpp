@@ -311,43 +311,49 @@ parsed_json parse_json(std::string_view input, const decode_limits& limits,
   return out;
 }
 
+// Returns the length of the valid UTF-8 sequence at [p, end), or 0.
+size_t utf8_sequence(const unsigned char* p, const unsigned char* end) noexcept {
+  auto c = *p;
+  if (c < 0x80)
+    return 1;
+  size_t n;
+  unsigned char lo = 0x80;
+  unsigned char hi = 0xbf;
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 1;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 2;
+    if (c == 0xe0)
+      lo = 0xa0; // no overlong forms
+    else if (c == 0xed)
+      hi = 0x9f; // no surrogates
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 3;
+    if (c == 0xf0)
+      lo = 0x90; // no overlong forms
+    else if (c == 0xf4)
+      hi = 0x8f; // nothing above U+10FFFF
+  } else {
+    return 0;
+  }
+  if (static_cast<size_t>(end - p) <= n)
+    return 0;
+  if (p[1] < lo || p[1] > hi)
+    return 0;
+  for (size_t i = 2; i <= n; ++i)
+    if (p[i] < 0x80 || p[i] > 0xbf)
+      return 0;
+  return n + 1;
+}
+
 bool is_valid_utf8(std::string_view x) noexcept {
   auto p = reinterpret_cast<const unsigned char*>(x.data());
   auto end = p + x.size();
   while (p != end) {
-    auto c = *p;
-    if (c < 0x80) {
-      ++p;
-      continue;
-    }
-    size_t n;
-    unsigned char lo = 0x80;
-    unsigned char hi = 0xbf;
-    if (c >= 0xc2 && c <= 0xdf) {
-      n = 1;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      n = 2;
-      if (c == 0xe0)
-        lo = 0xa0; // no overlong forms
-      else if (c == 0xed)
-        hi = 0x9f; // no surrogates
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      n = 3;
-      if (c == 0xf0)
-        lo = 0x90; // no overlong forms
-      else if (c == 0xf4)
-        hi = 0x8f; // nothing above U+10FFFF
-    } else {
+    auto n = utf8_sequence(p, end);
+    if (n == 0)
       return false;
-    }
-    if (static_cast<size_t>(end - p) <= n)
-      return false;
-    if (p[1] < lo || p[1] > hi)
-      return false;
-    for (size_t i = 2; i <= n; ++i)
-      if (p[i] < 0x80 || p[i] > 0xbf)
-        return false;
-    p += n + 1;
+    p += n;
   }
   return true;
 }
@@ -385,6 +391,25 @@ std::string quote_excerpt(std::string_view x) {
 }
 
 } // namespace detail
+
+std::string to_valid_text(std::string_view x) {
+  static constexpr std::string_view replacement = "\xef\xbf\xbd"; // U+FFFD
+  std::string out;
+  out.reserve(x.size());
+  auto p = reinterpret_cast<const unsigned char*>(x.data());
+  auto end = p + x.size();
+  while (p != end) {
+    auto n = detail::utf8_sequence(p, end);
+    if (n == 0 || *p == 0) {
+      out += replacement;
+      ++p;
+      continue;
+    }
+    out.append(reinterpret_cast<const char*>(p), n);
+    p += n;
+  }
+  return out;
+}
 
 json json::parse(std::string_view text, const decode_limits& limits) {
   auto parsed = detail::parse_json(text, limits, {});

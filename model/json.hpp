@@ -5,6 +5,10 @@
 
 namespace cmdbus {
 
+/// Returns `x` as text PostgreSQL can store: each byte that does not start a
+/// valid UTF-8 sequence, and each NUL, becomes U+FFFD.
+std::string to_valid_text(std::string_view x);
+
 /// Limits applied when decoding untrusted JSON.
 struct decode_limits {
   /// Largest accepted input in bytes.

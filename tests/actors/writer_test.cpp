@@ -63,6 +63,9 @@ struct writes {
   std::vector<uuid> completed_batches;
   /// msg_ids the next write reports as stale.
   std::vector<int64_t> stale;
+  /// A write holding a successful outcome of this msg_id is refused for its
+  /// content (-1: none).
+  int64_t poison = -1;
 
   template <class Item>
   void record(const std::vector<Item>& xs) {
@@ -70,6 +73,10 @@ struct writes {
     for (auto& x : xs)
       ids.push_back(x.rc.msg_id);
     calls.push_back(std::move(ids));
+    for (auto& x : xs)
+      if (x.rc.msg_id == poison && x.out.kind != outcome_kind::permanent)
+        throw db::error{db::errc::data_exception, "22021",
+                        "invalid byte sequence"};
     if (fail_next > 0) {
       --fail_next;
       if (unavailable)
@@ -317,6 +324,42 @@ CAF_TEST(a busy writer retries once the backoff passed) {
     written.insert(written.end(), log->calls[i].begin(), log->calls[i].end());
   CAF_CHECK_EQUAL(written, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7}));
   CAF_CHECK_EQUAL(settings.counters->completed.load(), 7);
+}
+
+CAF_TEST(an outcome refused for its content goes to the TSQ alone) {
+  // One bad item must not hold back the others for ever: the write is
+  // split, and the refused outcome becomes a permanent failure.
+  settings.flush_interval = std::chrono::milliseconds{0};
+  log->poison = 2;
+  spawn_completion();
+  prime(atom::finish::value, finished(0));
+  settings.counters->completed = 0;
+  for (int64_t i = 1; i <= 3; ++i)
+    self->send(writer, atom::finish::value, finished(i));
+  sched.run();
+  CAF_CHECK_EQUAL(log->calls,
+                  (std::vector<std::vector<int64_t>>{
+                    {1, 2, 3}, {1}, {2}, {2}, {3}}));
+  CAF_CHECK_EQUAL(settings.counters->completed.load(), 2);
+  CAF_CHECK_EQUAL(settings.counters->moved_to_tsq.load(), 1);
+  CAF_CHECK_EQUAL(*done_total, 3);
+  CAF_CHECK_EQUAL(settings.counters->db_errors.load(), 0);
+}
+
+CAF_TEST(a retry refused for its content is dropped alone) {
+  // Its message becomes visible again when its visibility timeout ends.
+  settings.flush_interval = std::chrono::milliseconds{0};
+  log->poison = 8;
+  spawn_retry();
+  prime(atom::retry::value, retried(0));
+  settings.counters->retried = 0;
+  self->send(writer, atom::retry::value, retried(7));
+  self->send(writer, atom::retry::value, retried(8));
+  sched.run();
+  CAF_CHECK_EQUAL(log->calls, (std::vector<std::vector<int64_t>>{
+                                {7, 8}, {7}, {8}}));
+  CAF_CHECK_EQUAL(settings.counters->retried.load(), 1);
+  CAF_CHECK_EQUAL(*done_total, 2);
 }
 
 CAF_TEST(a refused write is not reported as an unavailable database) {

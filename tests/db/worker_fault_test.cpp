@@ -158,6 +158,35 @@ TEST(WorkerFaults, ClaimsNoMoreThanTheHoldLimitWhileWritesFail) {
     EXPECT_EQ(attempts_of(e.conn, d, id), 1);
 }
 
+TEST(WorkerFaults, AnErrorTextThatCannotBeStoredHoldsNothingBack) {
+  // A handler's error text with bytes that are not UTF-8 (and a NUL) is
+  // stored with replacement characters, and the commands written with it
+  // complete as usual.
+  env e;
+  auto d = test::unique_name("wf");
+  auto bad_req = make_req(d, "Bad");
+  bad_req.reply_to = d + "__replies";
+  auto bad = e.bus.send(bad_req);
+  auto ids = send_oks(e, d, 10);
+  handler_registry reg;
+  reg.add(d, "Ok",
+          [](const command&, handler_context&) -> json { return json::null(); });
+  reg.add(d, "Bad", [](const command&, handler_context&) -> json {
+    throw business_rule_error("BAD\xff",
+                              std::string{"caf\xc3 \0 \xed\xa0\x80", 10});
+  });
+  worker w{make_cfg({d}), std::move(reg)};
+  finally stop{[&] { stop_worker(w); }};
+  w.start();
+  EXPECT_TRUE(eventually([&] {
+    return has_status(e.conn, d, bad.command_id, "FAILED")
+           && all_have_status(e.conn, d, ids, "COMPLETED");
+  }));
+  EXPECT_EQ(column(e.conn, d, bad.command_id, "last_error_code"),
+            opt_str{"BAD\xef\xbf\xbd"});
+  EXPECT_EQ(queue_rows(e.conn, d + "__replies"), 1);
+}
+
 // -- leases and the handler context ----------------------------------------
 
 TEST(WorkerLease, NonBlockingExtensionNeverWaitsForTheDatabase) {

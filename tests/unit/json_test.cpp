@@ -229,3 +229,19 @@ TEST(json, parse_limits_size) {
 }
 
 } // namespace
+
+TEST(json, to_valid_text_replaces_what_postgresql_cannot_store) {
+  using cmdbus::to_valid_text;
+  const std::string fffd = "\xef\xbf\xbd";
+  EXPECT_EQ(to_valid_text("plain ascii"), "plain ascii");
+  EXPECT_EQ(to_valid_text("caf\xc3\xa9 \xf0\x9f\x98\x80"),
+            "caf\xc3\xa9 \xf0\x9f\x98\x80");
+  EXPECT_EQ(to_valid_text(std::string_view{"a\0b", 3}), "a" + fffd + "b");
+  // A lone continuation byte, a truncated sequence, an overlong form and a
+  // surrogate each become one replacement per byte.
+  EXPECT_EQ(to_valid_text("x\x80y"), "x" + fffd + "y");
+  EXPECT_EQ(to_valid_text("x\xe2\x82"), "x" + fffd + fffd);
+  EXPECT_EQ(to_valid_text("\xc0\xaf"), fffd + fffd);
+  EXPECT_EQ(to_valid_text("\xed\xa0\x80"), fffd + fffd + fffd);
+  EXPECT_EQ(to_valid_text(""), "");
+}
