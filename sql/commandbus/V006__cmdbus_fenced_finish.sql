@@ -93,9 +93,9 @@ $$;
 
 -- -- cmdbus_complete_owned ---------------------------------------------------
 
--- cmdbus_complete for the owned elements. Rows: those of cmdbus_complete
--- (stale_msg_ids NULL), plus one row (NULL, NULL, stale msg_ids) when any
--- element was stale.
+-- cmdbus_complete for the owned elements. Rows: one (NULL, NULL, stale
+-- msg_ids) when any element was stale, then those of cmdbus_complete
+-- (stale_msg_ids NULL).
 CREATE FUNCTION commandbus.cmdbus_complete_owned(
     p_domain      TEXT,
     p_queue_name  TEXT,
@@ -109,35 +109,23 @@ CREATE FUNCTION commandbus.cmdbus_complete_owned(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_owned BOOLEAN[];
-    v_keep  INT[];
+    v_owned BOOLEAN[] := commandbus.cmdbus_owned(
+        p_domain, p_queue_name, p_msg_ids, p_command_ids, p_attempts);
+    v_keep  INT[] := commandbus.cmdbus_where(v_owned, TRUE);
 BEGIN
-    v_owned := commandbus.cmdbus_owned(p_domain, p_queue_name, p_msg_ids,
-                                       p_command_ids, p_attempts);
     IF FALSE = ANY(v_owned) THEN
-        RETURN QUERY SELECT NULL::UUID, NULL::BOOLEAN,
-            commandbus.cmdbus_pick(p_msg_ids,
-                                   commandbus.cmdbus_where(v_owned, FALSE));
-        v_keep := commandbus.cmdbus_where(v_owned, TRUE);
-        IF cardinality(v_keep) = 0 THEN
-            RETURN;
-        END IF;
-        RETURN QUERY
-        SELECT f.batch_id, f.batch_complete, NULL::BIGINT[]
-          FROM commandbus.cmdbus_complete(
-                   p_domain, p_queue_name,
-                   commandbus.cmdbus_pick(p_msg_ids, v_keep),
-                   commandbus.cmdbus_pick(p_command_ids, v_keep),
-                   commandbus.cmdbus_pick(p_has_result, v_keep),
-                   commandbus.cmdbus_pick(p_reply_tos, v_keep),
-                   commandbus.cmdbus_pick(p_replies, v_keep)) f;
-        RETURN;
+        RETURN QUERY SELECT NULL::UUID, NULL::BOOLEAN, commandbus.cmdbus_pick(
+            p_msg_ids, commandbus.cmdbus_where(v_owned, FALSE));
     END IF;
     RETURN QUERY
     SELECT f.batch_id, f.batch_complete, NULL::BIGINT[]
-      FROM commandbus.cmdbus_complete(p_domain, p_queue_name, p_msg_ids,
-                                      p_command_ids, p_has_result,
-                                      p_reply_tos, p_replies) f;
+      FROM commandbus.cmdbus_complete(
+               p_domain, p_queue_name,
+               commandbus.cmdbus_pick(p_msg_ids, v_keep),
+               commandbus.cmdbus_pick(p_command_ids, v_keep),
+               commandbus.cmdbus_pick(p_has_result, v_keep),
+               commandbus.cmdbus_pick(p_reply_tos, v_keep),
+               commandbus.cmdbus_pick(p_replies, v_keep)) f;
 END;
 $$;
 
@@ -163,41 +151,28 @@ CREATE FUNCTION commandbus.cmdbus_fail_final_owned(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_owned BOOLEAN[];
-    v_keep  INT[];
+    v_owned BOOLEAN[] := commandbus.cmdbus_owned(
+        p_domain, p_queue_name, p_msg_ids, p_command_ids, p_attempts);
+    v_keep  INT[] := commandbus.cmdbus_where(v_owned, TRUE);
 BEGIN
-    v_owned := commandbus.cmdbus_owned(p_domain, p_queue_name, p_msg_ids,
-                                       p_command_ids, p_attempts);
     IF FALSE = ANY(v_owned) THEN
-        RETURN QUERY SELECT NULL::UUID, NULL::BOOLEAN,
-            commandbus.cmdbus_pick(p_msg_ids,
-                                   commandbus.cmdbus_where(v_owned, FALSE));
-        v_keep := commandbus.cmdbus_where(v_owned, TRUE);
-        IF cardinality(v_keep) = 0 THEN
-            RETURN;
-        END IF;
-        RETURN QUERY
-        SELECT f.batch_id, f.batch_complete, NULL::BIGINT[]
-          FROM commandbus.cmdbus_fail_final(
-                   p_domain, p_queue_name, p_kind,
-                   commandbus.cmdbus_pick(p_msg_ids, v_keep),
-                   commandbus.cmdbus_pick(p_command_ids, v_keep),
-                   commandbus.cmdbus_pick(p_attempts, v_keep),
-                   commandbus.cmdbus_pick(p_max_attempts, v_keep),
-                   commandbus.cmdbus_pick(p_error_types, v_keep),
-                   commandbus.cmdbus_pick(p_error_codes, v_keep),
-                   commandbus.cmdbus_pick(p_error_msgs, v_keep),
-                   commandbus.cmdbus_pick(p_error_details, v_keep),
-                   commandbus.cmdbus_pick(p_reply_tos, v_keep),
-                   commandbus.cmdbus_pick(p_replies, v_keep)) f;
-        RETURN;
+        RETURN QUERY SELECT NULL::UUID, NULL::BOOLEAN, commandbus.cmdbus_pick(
+            p_msg_ids, commandbus.cmdbus_where(v_owned, FALSE));
     END IF;
     RETURN QUERY
     SELECT f.batch_id, f.batch_complete, NULL::BIGINT[]
       FROM commandbus.cmdbus_fail_final(
-               p_domain, p_queue_name, p_kind, p_msg_ids, p_command_ids,
-               p_attempts, p_max_attempts, p_error_types, p_error_codes,
-               p_error_msgs, p_error_details, p_reply_tos, p_replies) f;
+               p_domain, p_queue_name, p_kind,
+               commandbus.cmdbus_pick(p_msg_ids, v_keep),
+               commandbus.cmdbus_pick(p_command_ids, v_keep),
+               commandbus.cmdbus_pick(p_attempts, v_keep),
+               commandbus.cmdbus_pick(p_max_attempts, v_keep),
+               commandbus.cmdbus_pick(p_error_types, v_keep),
+               commandbus.cmdbus_pick(p_error_codes, v_keep),
+               commandbus.cmdbus_pick(p_error_msgs, v_keep),
+               commandbus.cmdbus_pick(p_error_details, v_keep),
+               commandbus.cmdbus_pick(p_reply_tos, v_keep),
+               commandbus.cmdbus_pick(p_replies, v_keep)) f;
 END;
 $$;
 
@@ -219,29 +194,19 @@ CREATE FUNCTION commandbus.cmdbus_fail_transient_owned(
 LANGUAGE plpgsql
 AS $$
 DECLARE
-    v_owned BOOLEAN[];
-    v_keep  INT[];
+    v_owned BOOLEAN[] := commandbus.cmdbus_owned(
+        p_domain, p_queue_name, p_msg_ids, p_command_ids, p_attempts);
+    v_keep  INT[] := commandbus.cmdbus_where(v_owned, TRUE);
 BEGIN
-    v_owned := commandbus.cmdbus_owned(p_domain, p_queue_name, p_msg_ids,
-                                       p_command_ids, p_attempts);
-    IF NOT (FALSE = ANY(v_owned)) THEN
-        PERFORM commandbus.cmdbus_fail_transient(
-            p_domain, p_queue_name, p_msg_ids, p_command_ids, p_attempts,
-            p_max_attempts, p_error_codes, p_error_msgs, p_backoff_seconds);
-        RETURN '{}'::BIGINT[];
-    END IF;
-    v_keep := commandbus.cmdbus_where(v_owned, TRUE);
-    IF cardinality(v_keep) > 0 THEN
-        PERFORM commandbus.cmdbus_fail_transient(
-            p_domain, p_queue_name,
-            commandbus.cmdbus_pick(p_msg_ids, v_keep),
-            commandbus.cmdbus_pick(p_command_ids, v_keep),
-            commandbus.cmdbus_pick(p_attempts, v_keep),
-            commandbus.cmdbus_pick(p_max_attempts, v_keep),
-            commandbus.cmdbus_pick(p_error_codes, v_keep),
-            commandbus.cmdbus_pick(p_error_msgs, v_keep),
-            commandbus.cmdbus_pick(p_backoff_seconds, v_keep));
-    END IF;
+    PERFORM commandbus.cmdbus_fail_transient(
+        p_domain, p_queue_name,
+        commandbus.cmdbus_pick(p_msg_ids, v_keep),
+        commandbus.cmdbus_pick(p_command_ids, v_keep),
+        commandbus.cmdbus_pick(p_attempts, v_keep),
+        commandbus.cmdbus_pick(p_max_attempts, v_keep),
+        commandbus.cmdbus_pick(p_error_codes, v_keep),
+        commandbus.cmdbus_pick(p_error_msgs, v_keep),
+        commandbus.cmdbus_pick(p_backoff_seconds, v_keep));
     RETURN commandbus.cmdbus_pick(p_msg_ids,
                                   commandbus.cmdbus_where(v_owned, FALSE));
 END;
