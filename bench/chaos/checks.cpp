@@ -1,6 +1,5 @@
 #include "bench/chaos/checks.hpp"
 
-#include <set>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -119,18 +118,17 @@ void check_outcome(db::connection& conn, const load_plan& plan,
     ++r.sent;
     r.sent_in_batches += c.batch ? 1 : 0;
     r.sent_with_reply += c.reply ? 1 : 0;
-    r.expected_runs += expected_runs(c.what);
     if (row == rows.end()) {
       ++r.lost;
       ex.add("lost", id + " (" + name_of(c.what) + ", no command row)");
       continue;
     }
     auto& status = row->second.status;
-    r.attempts += row->second.attempts;
     ++r.statuses[status];
     auto detail = id + " (" + name_of(c.what) + ", " + status + ", attempts "
                   + std::to_string(row->second.attempts) + ")";
     if (!is_final(status)) {
+      r.attempts_not_final += row->second.attempts;
       if (queued.count(id) > 0) {
         ++r.not_final_queued;
         ex.add("not final", detail);
@@ -141,6 +139,8 @@ void check_outcome(db::connection& conn, const load_plan& plan,
       continue;
     }
     ++r.final_count;
+    r.attempts += row->second.attempts;
+    r.expected_runs += expected_runs(c.what);
     if (status != final_status_of(c.what)) {
       ++r.wrongly_final;
       ex.add("wrongly final", detail);

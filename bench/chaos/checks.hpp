@@ -78,8 +78,11 @@ struct scenario_report {
   int64_t callbacks_repeated = 0;
 
   // -- effort
+  /// Attempts of the final commands, and the runs they need without faults.
   int64_t attempts = 0;
   int64_t expected_runs = 0;
+  /// Attempts spent on commands that are not final.
+  int64_t attempts_not_final = 0;
 
   std::vector<fault_record> faults;
   clock::time_point started;

@@ -1,7 +1,6 @@
 #include "bench/chaos/faults.hpp"
 
 #include <csignal>
-#include <cstring>
 #include <fstream>
 #include <stdexcept>
 

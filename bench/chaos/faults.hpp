@@ -6,8 +6,6 @@
 // stopped by the destructors, on every exit path.
 
 #include <chrono>
-#include <optional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -40,8 +38,7 @@ public:
   /// Stops every worker with SIGTERM, waiting up to `timeout` for each to
   /// exit; kills those that do not. Returns one line per problem: a worker
   /// that had exited before (a crash, or a signal from elsewhere), one that
-  /// did not stop in time, one
-  /// that exited with an error.
+  /// did not stop in time, one that exited with an error.
   std::vector<std::string> stop_all(std::chrono::milliseconds timeout);
 
   /// The log files, one per worker.

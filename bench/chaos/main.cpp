@@ -86,12 +86,19 @@ int main(int argc, char** argv) {
   std::vector<scenario_report> reports;
   std::vector<std::string> broken;
   bool was_interrupted = false;
+  bool told_abandoned = false;
   for (auto& name : o.scenarios) {
     try {
       auto r = run_scenario(name, o, log_dir);
       print_table(out, r);
       if (!r.failures().empty())
         print_log_tails(out, r);
+      if (sender::any_abandoned() && !told_abandoned) {
+        told_abandoned = true;
+        std::fprintf(out, "  note: the sending threads stuck in a send "
+                          "keep running until the harness exits; they "
+                          "may take CPU from the scenarios that follow\n");
+      }
       reports.push_back(std::move(r));
     } catch (const interrupted_error&) {
       was_interrupted = true;

@@ -51,7 +51,7 @@ std::string find_in_path(const std::string& name) {
 } // namespace
 
 int options::load_seconds() const {
-  return seconds > 0 ? seconds : std::max(20, commands / 500);
+  return seconds > 0 ? seconds : std::max(20, commands / 250);
 }
 
 options parse_options(int argc, char** argv) {
@@ -174,7 +174,8 @@ Options:
   --scenario NAME        restart|kill|proxy|stall|all (all)
   --commands N           commands per scenario (3000)
   --seconds S            sending time per scenario; faults hit between 20 %
-                         and 80 % of it (max(20, commands / 500))
+                         and 80 % of it (max(20, commands / 250): 250
+                         commands/s, which three workers keep up with)
   --workers N            worker processes (3)
   --restarts N           restart pairs of the restart scenario (1)
   --kill-cycles N        kills of the kill scenario (5)

@@ -14,7 +14,7 @@ struct options {
   /// restart, kill, proxy, stall, in this order for `all`.
   std::vector<std::string> scenarios;
   int commands = 3000;
-  /// Sending time per scenario; 0 = max(20, commands / 500).
+  /// Sending time per scenario; 0 = max(20, commands / 250).
   int seconds = 0;
   int workers = 3;
   int restarts = 1;

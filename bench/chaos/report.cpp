@@ -56,8 +56,9 @@ void print_table(std::FILE* out, const scenario_report& r) {
   row(out, "batch callbacks not delivered", r.callbacks_missing,
       num(r.callbacks_repeated) + " delivered more than once");
   row(out, "attempts beyond expected", r.attempts - r.expected_runs,
-      "informational: " + num(r.attempts) + " attempts for "
-        + num(r.expected_runs) + " expected runs");
+      "informational: " + num(r.attempts) + " attempts of the final "
+        "commands for " + num(r.expected_runs) + " runs; "
+        + num(r.attempts_not_final) + " attempts spent on those not final");
   std::string statuses;
   for (auto& [s, n] : r.statuses)
     statuses += (statuses.empty() ? "" : ", ") + s + " " + num(n);
@@ -166,6 +167,7 @@ std::string to_json(const std::vector<scenario_report>& reports) {
     field("batch_callbacks_repeated", r.callbacks_repeated);
     field("attempts", r.attempts);
     field("expected_runs", r.expected_runs);
+    field("attempts_not_final", r.attempts_not_final);
     w.Key("statuses");
     w.StartObject();
     for (auto& [s, n] : r.statuses)
