@@ -25,6 +25,39 @@ std::string text(const rapidjson::Value& obj, const char* key,
            : std::string{fallback};
 }
 
+enum class outcome { success, permanent, transient, business_rule };
+
+// The outcome of this attempt: the fixed `outcome` when the behavior names
+// one, else one roll against the percentages.
+outcome choose(const rapidjson::Value& behavior, std::mt19937_64& rng) {
+  if (behavior.HasMember("outcome")) {
+    auto name = text(behavior, "outcome", "");
+    if (name == "success")
+      return outcome::success;
+    if (name == "permanent")
+      return outcome::permanent;
+    if (name == "business_rule")
+      return outcome::business_rule;
+    // A behavior the handler cannot follow will never succeed either.
+    throw permanent_command_error(
+      "DEMO_BAD_BEHAVIOR",
+      "behavior.outcome must be \"success\", \"permanent\" or "
+      "\"business_rule\"");
+  }
+  std::uniform_real_distribution<double> roll_d{0.0, 100.0};
+  auto roll = roll_d(rng);
+  auto permanent = number(behavior, "fail_permanent_pct");
+  auto transient = number(behavior, "fail_transient_pct");
+  auto business = number(behavior, "fail_business_rule_pct");
+  if (roll < permanent)
+    return outcome::permanent;
+  if (roll < permanent + transient)
+    return outcome::transient;
+  if (roll < permanent + transient + business)
+    return outcome::business_rule;
+  return outcome::success;
+}
+
 json test_handler(const command& cmd, handler_context& ctx) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   rapidjson::Document doc;
@@ -49,23 +82,28 @@ json test_handler(const command& cmd, handler_context& ctx) {
         until - std::chrono::steady_clock::now(),
         std::chrono::milliseconds{50}));
   }
-  std::uniform_real_distribution<double> roll_d{0.0, 100.0};
-  auto roll = roll_d(rng);
-  auto permanent = number(*behavior, "fail_permanent_pct");
-  auto transient = number(*behavior, "fail_transient_pct");
-  auto business = number(*behavior, "fail_business_rule_pct");
-  if (roll < permanent)
-    throw permanent_command_error(
-      text(*behavior, "error_code", "DEMO_PERMANENT"),
-      text(*behavior, "error_message", "demo permanent failure"));
-  if (roll < permanent + transient)
+  // The first `transient_attempts` attempts fail transiently; later ones
+  // go on as configured below.
+  if (ctx.attempt() <= number(*behavior, "transient_attempts"))
     throw transient_command_error(
       text(*behavior, "error_code", "DEMO_TRANSIENT"),
       text(*behavior, "error_message", "demo transient failure"));
-  if (roll < permanent + transient + business)
-    throw business_rule_error(
-      text(*behavior, "error_code", "DEMO_BUSINESS_RULE"),
-      text(*behavior, "error_message", "demo business rule"));
+  switch (choose(*behavior, rng)) {
+    case outcome::permanent:
+      throw permanent_command_error(
+        text(*behavior, "error_code", "DEMO_PERMANENT"),
+        text(*behavior, "error_message", "demo permanent failure"));
+    case outcome::transient:
+      throw transient_command_error(
+        text(*behavior, "error_code", "DEMO_TRANSIENT"),
+        text(*behavior, "error_message", "demo transient failure"));
+    case outcome::business_rule:
+      throw business_rule_error(
+        text(*behavior, "error_code", "DEMO_BUSINESS_RULE"),
+        text(*behavior, "error_message", "demo business rule"));
+    case outcome::success:
+      break;
+  }
   auto it = behavior->FindMember("result");
   if (it == behavior->MemberEnd())
     return json::null();

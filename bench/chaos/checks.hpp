@@ -1,0 +1,109 @@
+#pragma once
+
+// The verdict of a chaos scenario: what became of every command the
+// harness sent, read from the database after the workers stopped, and the
+// pass criteria.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "bench/chaos/load.hpp"
+#include "bench/chaos/monitor.hpp"
+#include "bench/chaos/sender.hpp"
+#include "db/connection.hpp"
+
+namespace cmdbus::chaos {
+
+/// Figures of one scenario.
+struct scenario_report {
+  std::string scenario;
+  std::string domain;
+  int workers = 0;
+  /// Wall time of the whole scenario.
+  double seconds = 0;
+  /// How long sending took (longer than planned when sends had to wait).
+  double send_seconds = 0;
+  double planned_send_seconds = 0;
+  /// From the end of sending until every command was final, or until the
+  /// deadline when `settled` is false.
+  double settle_seconds = 0;
+  bool settled = false;
+
+  // -- the load
+  int64_t planned = 0;
+  /// Commands known to be in the database (acknowledged, or found).
+  int64_t sent = 0;
+  /// Planned commands that never went through.
+  int64_t unsent = 0;
+  int64_t sent_in_batches = 0;
+  int64_t sent_with_reply = 0;
+  send_stats sending;
+
+  // -- commands
+  /// Sent commands in a final status (right or wrong).
+  int64_t final_count = 0;
+  /// Not final, with their message still in the command queue.
+  int64_t not_final_queued = 0;
+  /// Neither final nor with a message in the queue (or without a row).
+  int64_t lost = 0;
+  /// Final, but not in the status their behaviour leads to.
+  int64_t wrongly_final = 0;
+  /// Commands with more than one final audit row (COMPLETED, MOVED_TO_TSQ,
+  /// BUSINESS_RULE_FAILED), and how many of them per event type.
+  int64_t final_twice = 0;
+  std::map<std::string, int64_t> final_twice_by_event;
+  /// Commands per status.
+  std::map<std::string, int64_t> statuses;
+
+  // -- replies (commands with reply_to that are COMPLETED or FAILED)
+  int64_t replies_expected = 0;
+  int64_t replies_missing = 0;
+  int64_t replies_duplicated = 0;
+  /// "command_id xN" for each duplicated reply.
+  std::vector<std::string> duplicate_replies;
+
+  // -- batches
+  int64_t batches = 0;
+  int64_t batches_final = 0;
+  int64_t batches_missing = 0;
+  /// Counters that differ from a recount of the command rows.
+  int64_t batch_counters_wrong = 0;
+  /// Status that does not follow from the recount.
+  int64_t batch_status_wrong = 0;
+  /// Final batches whose callback delivery was not recorded as delivered.
+  int64_t callbacks_missing = 0;
+  /// Deliveries claimed more than once (callbacks possibly run twice).
+  int64_t callbacks_repeated = 0;
+
+  // -- effort
+  /// Attempts of the final commands, and the runs they need without faults.
+  int64_t attempts = 0;
+  int64_t expected_runs = 0;
+  /// Attempts spent on commands that are not final.
+  int64_t attempts_not_final = 0;
+
+  std::vector<fault_record> faults;
+  clock::time_point started;
+  std::vector<std::string> worker_problems;
+  /// A few command ids per problem, for a closer look.
+  std::vector<std::string> examples;
+  /// The scenario's log files (workers, proxy, scripts/pg).
+  std::vector<std::string> logs;
+
+  /// One line per failed pass criterion; empty when the scenario passed.
+  std::vector<std::string> failures() const;
+};
+
+/// Reads the state of the plan's commands, replies and batches on `conn`
+/// and fills in the command, reply, batch and effort figures of `r`.
+void check_outcome(db::connection& conn, const load_plan& plan,
+                   scenario_report& r);
+
+/// Returns how many of the domain's commands are not final plus how many
+/// final batches still wait for their callback delivery (0 when the
+/// scenario has settled).
+int64_t unsettled(db::connection& conn, const std::string& domain);
+
+} // namespace cmdbus::chaos

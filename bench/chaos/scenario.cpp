@@ -1,0 +1,206 @@
+#include "bench/chaos/scenario.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "bench/chaos/faults.hpp"
+#include "bench/chaos/load.hpp"
+#include "bench/chaos/monitor.hpp"
+#include "bench/chaos/sender.hpp"
+#include "db/command_bus.hpp"
+#include "db/pool.hpp"
+#include "db/queue_name.hpp"
+
+namespace cmdbus::chaos {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+double since(clock::time_point from) {
+  return std::chrono::duration<double>(clock::now() - from).count();
+}
+
+db::connection open_checked(const std::string& dsn) {
+  db::connection_options opts;
+  opts.application_name = "cmdbus-chaos";
+  opts.statement_timeout = 30000ms;
+  opts.connect_timeout = std::chrono::seconds{5};
+  return db::connection::open(dsn, opts);
+}
+
+// Creates the domain's queues before the workers start reading them.
+void create_queues(const std::string& dsn, const load_plan& plan) {
+  db::pool_options popts;
+  popts.dsn = dsn;
+  popts.max_size = 1;
+  db::pool pool{popts};
+  command_bus bus{pool};
+  bus.ensure_queue(db::command_queue(plan.domain));
+  bus.ensure_queue(plan.reply_queue);
+}
+
+// What the faults act on.
+struct targets {
+  const options& o;
+  tools t;
+  worker_fleet& fleet;
+  tcp_proxy* proxy;
+  std::string dir;
+};
+
+// Runs `count` faults spread evenly between 20 % and 80 % of the sending
+// time that started at `load_start`.
+std::vector<fault_record>
+inject(const std::string& name, targets& x, clock::time_point load_start) {
+  std::vector<fault_record> faults;
+  auto span = std::chrono::duration_cast<clock::duration>(
+    std::chrono::seconds{x.o.load_seconds()} * 0.6);
+  auto first = load_start
+               + std::chrono::duration_cast<clock::duration>(
+                 std::chrono::seconds{x.o.load_seconds()} * 0.2);
+  auto spread = [&](int count, const std::function<void(int)>& fault) {
+    for (int k = 0; k < count; ++k) {
+      pause_until(first + span * k / count);
+      fault(k);
+    }
+  };
+  auto pg_log = x.dir + "/pg.log";
+  if (name == "restart") {
+    spread(x.o.restarts, [&](int) {
+      faults.push_back(restart_postgres(x.t, "fast", pg_log));
+      pause_for(2000ms);
+      faults.push_back(restart_postgres(x.t, "immediate", pg_log));
+    });
+  } else if (name == "kill") {
+    std::mt19937_64 rng{x.o.seed};
+    std::uniform_int_distribution<size_t> pick{0, x.fleet.size() - 1};
+    spread(x.o.kill_cycles, [&](int) {
+      auto i = pick(rng);
+      fault_record f;
+      f.what = "kill -9 worker " + std::to_string(i + 1);
+      f.start = clock::now();
+      x.fleet.kill_and_restart(i);
+      f.end = clock::now();
+      faults.push_back(f);
+    });
+  } else if (name == "proxy") {
+    spread(x.o.cuts, [&](int) {
+      fault_record f;
+      f.what = "proxy cut";
+      f.start = clock::now();
+      x.proxy->cut();
+      pause_for(std::chrono::milliseconds{x.o.cut_ms});
+      x.proxy->start();
+      f.end = clock::now();
+      faults.push_back(f);
+    });
+  } else if (name == "stall") {
+    spread(x.o.stalls, [&](int) {
+      faults.push_back(stall_database(
+        x.o.dsn, std::chrono::seconds{x.o.stall_seconds}));
+    });
+  }
+  return faults;
+}
+
+// Polls until every command is final and every final batch's callback is
+// delivered, or the deadline passes; returns whether it settled.
+bool wait_until_settled(const std::string& dsn, const std::string& domain,
+                        clock::time_point deadline) {
+  std::optional<db::connection> conn;
+  for (;;) {
+    try {
+      if (!conn)
+        conn.emplace(open_checked(dsn));
+      if (unsettled(*conn, domain) == 0)
+        return true;
+    } catch (const db::error&) {
+      conn.reset();
+    }
+    if (clock::now() >= deadline)
+      return false;
+    pause_for(250ms);
+  }
+}
+
+} // namespace
+
+scenario_report run_scenario(const std::string& name, const options& o,
+                             const std::string& log_dir) {
+  scenario_report r;
+  r.scenario = name;
+  r.workers = o.workers;
+  r.planned_send_seconds = o.load_seconds();
+  r.started = clock::now();
+  r.domain = "chaos_" + name + "_" + uuid::random().to_string().substr(0, 8);
+  auto dir = log_dir + "/" + name;
+  std::filesystem::create_directories(dir);
+
+  load_settings ls;
+  ls.commands = o.commands;
+  ls.batch_size = o.batch_size;
+  ls.min_duration_ms = o.min_ms;
+  ls.max_duration_ms = o.max_ms;
+  ls.seed = o.seed;
+  auto plan = std::make_shared<load_plan>(make_plan(r.domain, ls));
+  create_queues(o.dsn, *plan);
+
+  tools t{o.cmdbus, o.pg_script, o.socat};
+  // Declared in start order: destroyed (stopped) the other way round.
+  std::unique_ptr<tcp_proxy> proxy;
+  auto worker_dsn = o.dsn;
+  if (name == "proxy") {
+    auto port = o.proxy_port > 0 ? o.proxy_port : free_port();
+    proxy = std::make_unique<tcp_proxy>(t, port, port_of(o.dsn),
+                                        dir + "/socat.log");
+    proxy->start();
+    r.logs.push_back(dir + "/socat.log");
+    worker_dsn = redirect_dsn(o.dsn, port);
+  }
+  worker_fleet fleet{t, r.domain, worker_dsn, dir, o.workers};
+  for (auto& l : fleet.log_paths())
+    r.logs.push_back(l);
+  if (name == "restart")
+    r.logs.push_back(dir + "/pg.log");
+  fleet.start_all();
+  progress_monitor monitor{o.dsn, r.domain};
+  monitor.start();
+  // The sender is a client like the workers: through the proxy too.
+  sender snd{plan, worker_dsn, std::chrono::seconds{o.load_seconds()},
+             std::chrono::seconds{o.give_up_seconds}};
+  auto load_start = clock::now();
+  snd.start();
+
+  targets x{o, t, fleet, proxy.get(), dir};
+  r.faults = inject(name, x, load_start);
+  // One send attempt takes at most a connect timeout, or as long as the
+  // database stalls, unless the client hangs; threads stuck in one attempt
+  // are abandoned.
+  auto hung_after = std::chrono::seconds{std::max(30, o.stall_seconds + 20)};
+  while (!snd.done_or_hung(hung_after))
+    pause_for(50ms);
+  snd.finish_within(0ms);
+  r.sending = snd.stats();
+  auto sent_end = clock::now();
+  r.send_seconds = since(load_start);
+  r.settled = wait_until_settled(
+    o.dsn, r.domain, sent_end + std::chrono::seconds{o.settle_seconds});
+  r.settle_seconds = since(sent_end);
+  // The shutdown timeout given to the workers is 5 s; 15 s is ample.
+  r.worker_problems = fleet.stop_all(15000ms);
+  monitor.stop();
+  compute_recovery(r.faults, monitor.samples());
+  proxy.reset();
+
+  auto conn = open_checked(o.dsn);
+  check_outcome(conn, *plan, r);
+  r.seconds = since(r.started);
+  return r;
+}
+
+} // namespace cmdbus::chaos
