@@ -18,5 +18,15 @@ if(CMDBUS_SANITIZE)
   set(cmdbus_sanitize_flags -fsanitize=${CMDBUS_SANITIZE} -fno-omit-frame-pointer)
   add_compile_options(${cmdbus_sanitize_flags})
   add_link_options(${cmdbus_sanitize_flags})
+  if(CMDBUS_SANITIZE MATCHES "thread")
+    # Every target created from here on links the report filter for the
+    # uninstrumented CAF library (see the file); it is not instrumented
+    # itself, as TSan calls it while reporting.
+    add_library(cmdbus_tsan_caf_filter OBJECT
+      ${PROJECT_SOURCE_DIR}/tests/sanitizers/tsan_caf_filter.cpp)
+    target_compile_options(cmdbus_tsan_caf_filter PRIVATE -fno-sanitize=thread)
+    target_link_libraries(cmdbus_tsan_caf_filter PRIVATE ${CMAKE_DL_LIBS})
+    link_libraries(cmdbus_tsan_caf_filter)
+  endif()
   message(STATUS "cmdbus: sanitizers enabled: ${CMDBUS_SANITIZE}")
 endif()
