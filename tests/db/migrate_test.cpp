@@ -49,8 +49,9 @@ TEST(Migrate, FreshDatabaseGetsPgmqAndCommandbus) {
   auto report = migrate_bundled(conn);
   EXPECT_EQ(report.pgmq, expected.pgmq);
   EXPECT_EQ(report.applied.size(), expected.applied);
-  if (expected.pgmq == db::pgmq_source::extension && !report.applied.empty())
+  if (expected.pgmq == db::pgmq_source::extension && !report.applied.empty()) {
     EXPECT_EQ(report.applied.front(), "pgmq/extension");
+  }
   EXPECT_EQ(count(conn, "SELECT count(*) FROM commandbus.cmdbus_migrations"),
             expected.recorded);
   EXPECT_EQ(count(conn, "SELECT count(*) FROM pg_extension WHERE extname = 'pgmq'"),
