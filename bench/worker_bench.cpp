@@ -132,8 +132,7 @@ int main(int argc, char** argv) {
   command_bus bus{pool};
   auto conn = db::connection::open(dsn);
   std::printf("== worker benchmark (synchronous_commit=%s, %d commands)\n",
-              std::string{conn.exec("SHOW synchronous_commit").text(0, 0)}
-                .c_str(),
+              conn.exec("SHOW synchronous_commit").opt_text(0, 0).value().c_str(),
               commands);
 
   // -- raw consume ceiling ---------------------------------------------------

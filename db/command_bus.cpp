@@ -240,7 +240,12 @@ std::optional<uuid> command_bus::first_existing(const std::string& domain,
   auto find = [&](db::connection& c) {
     return c.query(sql, domain, db::array_literal(texts));
   };
-  auto r = conn != nullptr ? find(*conn) : find(*pool_.acquire());
+  auto r = [&] {
+    if (conn != nullptr)
+      return find(*conn);
+    auto lease = pool_.acquire();
+    return find(*lease);
+  }();
   if (r.rows() == 0)
     return std::nullopt;
   return uuid_at(r, 0, 0);

@@ -180,7 +180,7 @@ bool result::is_null(int row, int col) const {
   return PQgetisnull(res_, row, col) != 0;
 }
 
-std::string_view result::text(int row, int col) const {
+std::string_view result::text(int row, int col) const& {
   check(row, col);
   return {PQgetvalue(res_, row, col),
           static_cast<size_t>(PQgetlength(res_, row, col))};

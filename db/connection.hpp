@@ -85,8 +85,11 @@ public:
   /// Returns whether the field is SQL NULL.
   bool is_null(int row, int col) const;
 
-  /// Returns the field as text ("" for NULL).
-  std::string_view text(int row, int col) const;
+  /// Returns the field as text ("" for NULL). The view points into this
+  /// result and is valid only while it lives, so it cannot be taken from a
+  /// temporary result (use `opt_text` or copy into a `std::string`).
+  std::string_view text(int row, int col) const&;
+  std::string_view text(int row, int col) const&& = delete;
 
   /// Returns the field as text, or `std::nullopt` for NULL.
   std::optional<std::string> opt_text(int row, int col) const;

@@ -52,8 +52,14 @@ public:
     lease& operator=(const lease&) = delete;
     ~lease();
 
-    connection& operator*() noexcept { return *conn_; }
-    connection* operator->() noexcept { return conn_.get(); }
+    /// The leased connection, valid while the lease lives. Not available on
+    /// a temporary lease (e.g. `*pool.acquire()`), whose connection would go
+    /// back to the pool at the end of the expression, possibly to another
+    /// thread, while a reference to it is still around.
+    connection& operator*() & noexcept { return *conn_; }
+    connection* operator->() & noexcept { return conn_.get(); }
+    connection& operator*() && = delete;
+    connection* operator->() && = delete;
 
   private:
     friend class pool;

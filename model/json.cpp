@@ -260,7 +260,7 @@ const json_member* parsed_json::find(std::string_view key) const noexcept {
 }
 
 std::string_view
-parsed_json::value_text(const json_member& member) const noexcept {
+parsed_json::value_text(const json_member& member) const& noexcept {
   return std::string_view{text}.substr(member.begin, member.end - member.begin);
 }
 

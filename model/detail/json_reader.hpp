@@ -44,8 +44,10 @@ struct parsed_json {
   /// Returns the member named `key`, or nullptr.
   const json_member* find(std::string_view key) const noexcept;
 
-  /// Returns the compact JSON text of `member`'s value.
-  std::string_view value_text(const json_member& member) const noexcept;
+  /// Returns the compact JSON text of `member`'s value, a view into `text`
+  /// (so not available on a temporary).
+  std::string_view value_text(const json_member& member) const& noexcept;
+  std::string_view value_text(const json_member& member) const&& = delete;
 };
 
 /// Parses untrusted `input` strictly: RFC 8259 JSON (no comments, NaN,

@@ -162,7 +162,7 @@ int64_t messages_for(db::connection& c, const std::string& domain,
 
 /// The PostgreSQL-normalised text of a jsonb value.
 std::string jsonb_text(db::connection& c, const std::string& json_text) {
-  return std::string{c.query("SELECT $1::jsonb::text", json_text).text(0, 0)};
+  return c.query("SELECT $1::jsonb::text", json_text).opt_text(0, 0).value();
 }
 
 /// A PGMQ command message as stored.
@@ -1307,7 +1307,7 @@ TEST_P(BusSendBatch, TextNeedingEscapesIsStoredExactly) {
                 .query("SELECT message->'data'->>'memo' FROM pgmq.q_"
                            + queue_of(d) + " WHERE msg_id = $1::bigint",
                        res.results[0].msg_id)
-                .text(0, 0),
+                .opt_text(0, 0),
             "tab\tnl\nbs\\ q\" \\N \xc3\xa9");
   EXPECT_EQ(read_sent(env.conn, d, req.command_id).command_type, opt_str{type});
   EXPECT_EQ(read_row(env.conn, d, plain.command_id)->command_type,
@@ -1425,7 +1425,7 @@ TEST_P(BusCreateBatch, StoresBatchCommandsMessagesAndAudits) {
               .query("SELECT custom_data = $2::jsonb FROM commandbus.batch "
                      "WHERE domain = $1",
                      d, std::string{R"({"n":2,"source":"test"})"})
-              .text(0, 0),
+              .opt_text(0, 0),
             "t");
 
   for (size_t i = 0; i < cmds.size(); ++i) {

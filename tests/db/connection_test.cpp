@@ -141,7 +141,7 @@ TEST(DbConnection, ApplicationNameAndStatementTimeoutArePerConnection) {
   ASSERT_EQ(seen.rows(), 1);
   EXPECT_EQ(seen.text(0, 0), "cmdbus-test-app");
   // Another connection keeps the defaults.
-  EXPECT_EQ(other.exec("SELECT current_setting('application_name')").text(0, 0),
+  EXPECT_EQ(other.exec("SELECT current_setting('application_name')").opt_text(0, 0),
             "cmdbus");
 }
 
@@ -178,7 +178,7 @@ TEST(DbConnection, CopyInWritesEscapedFieldsExactly) {
   for (int row : {0, 1}) {
     EXPECT_EQ(r.text(row, 0), tricky);
     EXPECT_EQ(r.text(row, 1),
-              conn.query("SELECT $1::jsonb::text", json).text(0, 0));
+              conn.query("SELECT $1::jsonb::text", json).opt_text(0, 0));
     EXPECT_EQ(r.text(row, 2), "a\\b\t\"c\"\n");
   }
   EXPECT_TRUE(r.is_null(2, 0));

@@ -101,10 +101,11 @@ TEST_P(CrashBetweenSideEffects, NothingIsLost) {
   auto deadline = std::chrono::steady_clock::now() + 30s;
   std::string status;
   for (;;) {
-    status = std::string{
+    status =
       conn.query("SELECT status FROM commandbus.command WHERE domain = $1",
                  domain)
-        .text(0, 0)};
+        .opt_text(0, 0)
+        .value();
     if (status == sc.final_status
         && scalar(conn,
                   "SELECT count(*) FROM pgmq.q_" + domain + "__commands")
@@ -235,7 +236,8 @@ TEST(CrashBatchCallback, DeliveredAgainOnlyIfNotRecordedAsDelivered) {
              "|| attempts FROM commandbus.cmdbus_batch_delivery WHERE domain "
              "= $1 AND batch_id = $2::uuid",
              domain, batch.to_string())
-      .text(0, 0);
+      .opt_text(0, 0)
+      .value();
   };
 
   // 1. The worker dies right after committing the batch's completion: the
@@ -247,8 +249,8 @@ TEST(CrashBatchCallback, DeliveredAgainOnlyIfNotRecordedAsDelivered) {
               .query("SELECT status FROM commandbus.batch WHERE domain = $1 "
                      "AND batch_id = $2::uuid",
                      domain, crashed.batch_id.to_string())
-              .text(0, 0),
-            std::string_view{"COMPLETED"});
+              .opt_text(0, 0),
+            "COMPLETED");
   EXPECT_EQ(delivery(crashed.batch_id), std::string_view{"false/0"});
 
   // 2. The next worker with a callback delivers it, once, and records that.

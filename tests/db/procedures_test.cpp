@@ -334,7 +334,7 @@ TEST(ProceduresSchema, ColumnDefaultsMatchTheReference) {
               .query("SELECT batch_type FROM commandbus.batch"
                      " WHERE domain = $1 AND batch_id = $2::uuid",
                      domain, batch_id)
-              .text(0, 0),
+              .opt_text(0, 0),
             "COMMAND");
   auto cmd_id = test::new_uuid();
   conn.query("INSERT INTO commandbus.command"

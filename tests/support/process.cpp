@@ -4,6 +4,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <gtest/gtest.h>
+
 #include <fcntl.h>
 #include <poll.h>
 #include <spawn.h>
@@ -28,6 +30,23 @@ std::vector<std::string> merged_env(const std::vector<std::string>& overrides) {
       env.push_back(kv);
   }
   return env;
+}
+
+// In a sanitizer build (scripts/sanitize) a child process prints its reports
+// to its stderr, which the caller may never show: a child that is expected
+// to fail or that is killed on purpose would hide them. Any report there
+// fails the calling test.
+void fail_on_sanitizer_report(const std::string& program,
+                              const std::string& err) {
+  static constexpr const char* markers[] = {
+    "ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+    "WARNING: ThreadSanitizer", ": runtime error: "};
+  for (const char* m : markers) {
+    if (err.find(m) != std::string::npos) {
+      ADD_FAILURE() << program << " printed a sanitizer report:\n" << err;
+      return;
+    }
+  }
 }
 
 } // namespace
@@ -96,6 +115,7 @@ process_result run_process(const std::vector<std::string>& argv,
   }
   res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status)
                                     : 128 + WTERMSIG(status);
+  fail_on_sanitizer_report(argv[0], res.err);
   return res;
 }
 

@@ -37,6 +37,32 @@ std::string quote_value(const std::string& v) {
   return out + "'";
 }
 
+std::string dbname_of(const std::string& dsn) {
+  char* err = nullptr;
+  PQconninfoOption* opts = PQconninfoParse(dsn.c_str(), &err);
+  if (opts == nullptr) {
+    PQfreemem(err);
+    throw std::invalid_argument("invalid test DSN");
+  }
+  std::string out;
+  for (auto* o = opts; o->keyword != nullptr; ++o)
+    if (std::string{o->keyword} == "dbname" && o->val != nullptr)
+      out = o->val;
+  PQconninfoFree(opts);
+  return out;
+}
+
+// Scratch databases are named after the test database (when its name is a
+// short, plain lower-case identifier), so that test runs sharing one server
+// (scripts/test, scripts/sanitize) can tell their databases apart.
+std::string scratch_prefix() {
+  auto db = dbname_of(dsn());
+  bool plain = !db.empty() && db.size() <= 27 && db[0] >= 'a' && db[0] <= 'z';
+  for (char c : db)
+    plain = plain && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+  return (plain ? db : std::string{"cmdbus"}) + "_scratch";
+}
+
 } // namespace
 
 const std::string& dsn() {
@@ -100,7 +126,7 @@ std::string with_dbname(const std::string& dsn, const std::string& dbname) {
 }
 
 scratch_database::scratch_database()
-  : name_(unique_name("cmdbus_scratch")),
+  : name_(unique_name(scratch_prefix())),
     dsn_(with_dbname(test::dsn(), name_)) {
   db::validate_queue_name(name_); // the same strict identifier pattern
   auto admin = db::connection::open(with_dbname(test::dsn(), "postgres"));
