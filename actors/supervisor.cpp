@@ -18,7 +18,7 @@ session_options session_for(const domain_settings& settings,
 }
 
 int64_t hold_limit(const domain_settings& settings) {
-  return 2 * static_cast<int64_t>(settings.concurrency + settings.prefetch);
+  return 4 * static_cast<int64_t>(settings.concurrency + settings.prefetch);
 }
 
 int backoff_seconds(const config::retry_config& retry, int attempt,

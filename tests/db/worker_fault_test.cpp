@@ -109,7 +109,7 @@ TEST(WorkerFaults, CompletesEverythingAfterItsConnectionsAreCut) {
 
 TEST(WorkerFaults, ClaimsNoMoreThanTheHoldLimitWhileWritesFail) {
   // The completion's writes fail (the database refuses them) while reads
-  // work: the worker holds at most 2 x concurrency messages without
+  // work: the worker holds at most 4 x concurrency messages without
   // committed side effects and claims nothing more, so no attempt is burnt
   // while it cannot write; once writes work again everything completes on
   // its first attempt.
@@ -144,12 +144,12 @@ TEST(WorkerFaults, ClaimsNoMoreThanTheHoldLimitWhileWritesFail) {
   w.start();
   // The limit is reached and several writes failed since.
   ASSERT_TRUE(eventually([&] {
-    return count_status(e.conn, d, "IN_PROGRESS") == 4
+    return count_status(e.conn, d, "IN_PROGRESS") == 8
            && w.stats().db_errors >= 4;
   })) << count_status(e.conn, d, "IN_PROGRESS") << " claimed, "
       << w.stats().db_errors << " failed writes";
-  EXPECT_EQ(count_status(e.conn, d, "IN_PROGRESS"), 4);
-  EXPECT_EQ(count_status(e.conn, d, "PENDING"), 16);
+  EXPECT_EQ(count_status(e.conn, d, "IN_PROGRESS"), 8);
+  EXPECT_EQ(count_status(e.conn, d, "PENDING"), 12);
   e.conn.exec("DROP TRIGGER " + trigger + " ON commandbus.command");
   EXPECT_TRUE(eventually([&] {
     return count_status(e.conn, d, "COMPLETED") == 20;
