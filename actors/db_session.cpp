@@ -55,10 +55,8 @@ std::chrono::milliseconds outage_tracker::failed(const std::exception& e) {
   } else {
     spdlog::debug("{} failed again ({})", who_, e.what());
   }
-  auto cap = db::backoff_delay(failures_, std::chrono::milliseconds{100}, 2.0,
-                               max_backoff_);
-  std::uniform_int_distribution<int64_t> jitter{cap.count() / 2, cap.count()};
-  auto delay = std::chrono::milliseconds{jitter(rng_)};
+  auto delay = db::jittered_backoff(failures_, std::chrono::milliseconds{100},
+                                    2.0, max_backoff_, rng_);
   retry_at_ = now + delay;
   return delay;
 }

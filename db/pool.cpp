@@ -20,6 +20,17 @@ std::chrono::milliseconds backoff_delay(int failures,
   return std::chrono::milliseconds{static_cast<int64_t>(ms)};
 }
 
+std::chrono::milliseconds jittered_backoff(int failures,
+                                           std::chrono::milliseconds initial,
+                                           double multiplier,
+                                           std::chrono::milliseconds max,
+                                           std::mt19937_64& rng) {
+  auto delay = backoff_delay(failures, initial, multiplier, max);
+  std::uniform_int_distribution<int64_t> jitter{delay.count() / 2,
+                                                delay.count()};
+  return std::chrono::milliseconds{jitter(rng)};
+}
+
 pool::pool(pool_options opts)
   : opts_(std::move(opts)), target_(describe_target(opts_.dsn)) {
   if (opts_.max_size == 0)
@@ -69,12 +80,10 @@ std::unique_ptr<connection> pool::open_new() {
     if (e.code() != errc::connection)
       throw;
     ++failures_;
-    auto delay = backoff_delay(failures_, opts_.backoff_initial,
-                               opts_.backoff_multiplier, opts_.backoff_max);
     static thread_local std::mt19937_64 rng{std::random_device{}()};
-    std::uniform_int_distribution<int64_t> jitter{delay.count() / 2,
-                                                  delay.count()};
-    auto wait = std::chrono::milliseconds{jitter(rng)};
+    auto wait = jittered_backoff(failures_, opts_.backoff_initial,
+                                 opts_.backoff_multiplier, opts_.backoff_max,
+                                 rng);
     next_attempt_ = std::chrono::steady_clock::now() + wait;
     last_error_ = e.what();
     spdlog::warn("database {} unavailable ({} consecutive failure(s)); next "

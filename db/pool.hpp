@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -112,5 +113,14 @@ std::chrono::milliseconds backoff_delay(int failures,
                                         std::chrono::milliseconds initial,
                                         double multiplier,
                                         std::chrono::milliseconds max);
+
+/// Returns a delay drawn from [d/2, d] for d = backoff_delay(failures,
+/// initial, multiplier, max): the jitter keeps clients that failed together
+/// from retrying together.
+std::chrono::milliseconds jittered_backoff(int failures,
+                                           std::chrono::milliseconds initial,
+                                           double multiplier,
+                                           std::chrono::milliseconds max,
+                                           std::mt19937_64& rng);
 
 } // namespace cmdbus::db
