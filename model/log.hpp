@@ -1,0 +1,70 @@
+#pragma once
+
+// The library's logger: one spdlog logger named "cmdbus". An application
+// that embeds cmdbus routes or silences it like any spdlog logger: register
+// its own logger under that name before the first cmdbus call, or change
+// the level and sinks of this one (spdlog::get("cmdbus")).
+//
+// Entries are one line each: texts that may hold line breaks (libpq's
+// messages do) go through one_line() first.
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+namespace cmdbus::log {
+
+/// The name the logger is registered under.
+inline constexpr const char* name = "cmdbus";
+
+/// Returns the "cmdbus" logger: the one registered with spdlog under that
+/// name, else a new one writing to stderr. A new logger takes its level from
+/// the environment (see level_from_env), else from spdlog's default level.
+std::shared_ptr<spdlog::logger> logger();
+
+/// Parses a level name (trace, debug, info, warn, error, critical, off;
+/// also "warning"); throws std::invalid_argument naming the choices.
+spdlog::level::level_enum parse_level(std::string_view text);
+
+/// Sets the level of the "cmdbus" logger.
+void set_level(spdlog::level::level_enum level);
+
+/// Returns the level that CMDBUS_LOG_LEVEL sets, else the one SPDLOG_LEVEL
+/// sets for this logger (spdlog's syntax: "debug" or "warn,cmdbus=debug"),
+/// else `fallback`. An unknown level name in CMDBUS_LOG_LEVEL throws
+/// std::invalid_argument.
+spdlog::level::level_enum level_from_env(spdlog::level::level_enum fallback);
+
+/// Returns `text` on one line: line breaks and tabs become spaces, runs of
+/// spaces collapse to one, and leading and trailing spaces go.
+std::string one_line(std::string_view text);
+
+template <class... Ts>
+void trace(spdlog::format_string_t<Ts...> fmt, Ts&&... xs) {
+  logger()->trace(fmt, std::forward<Ts>(xs)...);
+}
+
+template <class... Ts>
+void debug(spdlog::format_string_t<Ts...> fmt, Ts&&... xs) {
+  logger()->debug(fmt, std::forward<Ts>(xs)...);
+}
+
+template <class... Ts>
+void info(spdlog::format_string_t<Ts...> fmt, Ts&&... xs) {
+  logger()->info(fmt, std::forward<Ts>(xs)...);
+}
+
+template <class... Ts>
+void warn(spdlog::format_string_t<Ts...> fmt, Ts&&... xs) {
+  logger()->warn(fmt, std::forward<Ts>(xs)...);
+}
+
+template <class... Ts>
+void error(spdlog::format_string_t<Ts...> fmt, Ts&&... xs) {
+  logger()->error(fmt, std::forward<Ts>(xs)...);
+}
+
+} // namespace cmdbus::log
