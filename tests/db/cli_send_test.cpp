@@ -22,14 +22,15 @@
 #include "model/json.hpp"
 #include "model/types.hpp"
 #include "model/uuid.hpp"
+#include "tests/support/bus_env.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/sql_checks.hpp"
 #include "tests/support/test_db.hpp"
 
 using namespace cmdbus;
+using namespace cmdbus::test;
 
 namespace {
-
-using opt_str = std::optional<std::string>;
 
 const char* unreachable_dsn =
   "host=127.0.0.1 port=1 dbname=x user=u password=pw-secret connect_timeout=2";
@@ -39,10 +40,6 @@ test::process_result with_dsn(std::vector<std::string> args) {
   args.push_back("--dsn");
   args.push_back(test::dsn());
   return test::run_cmdbus(args);
-}
-
-size_t lines(const std::string& s) {
-  return static_cast<size_t>(std::count(s.begin(), s.end(), '\n'));
 }
 
 size_t occurrences(const std::string& haystack, const std::string& needle) {
@@ -55,25 +52,6 @@ size_t occurrences(const std::string& haystack, const std::string& needle) {
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
-}
-
-bool looks_like_crash(const test::process_result& r) {
-  return r.exit_code >= 128 || contains(r.err, "terminate called")
-         || contains(r.err, "Aborted");
-}
-
-int64_t command_rows(db::connection& c, const std::string& domain) {
-  return c.query("SELECT count(*) FROM commandbus.command WHERE domain = $1",
-                 domain)
-    .int64(0, 0);
-}
-
-int64_t queue_length(db::connection& c, const std::string& queue) {
-  if (c.query("SELECT count(*) FROM pgmq.meta WHERE queue_name = $1", queue)
-        .int64(0, 0)
-      == 0)
-    return 0;
-  return c.exec("SELECT count(*) FROM pgmq.q_" + queue).int64(0, 0);
 }
 
 /// Extracts the value after `"key":` in compact JSON output (a string
@@ -156,32 +134,6 @@ private:
   std::filesystem::path path_;
 };
 
-/// A bus on the test database for preparing data.
-struct bus_env {
-  bus_env() : pool(options()), bus(pool), conn(test::connect()) {
-    // nop
-  }
-  static db::pool_options options() {
-    db::pool_options opts;
-    opts.dsn = test::dsn();
-    opts.max_size = 2;
-    return opts;
-  }
-  db::pool pool;
-  command_bus bus;
-  db::connection conn;
-};
-
-send_request make_req(const std::string& domain,
-                      const std::string& type = "DebitAccount") {
-  send_request req;
-  req.domain = domain;
-  req.command_type = type;
-  req.command_id = uuid::random();
-  req.data = json::parse(R"({"amount":5})");
-  return req;
-}
-
 } // namespace
 
 // ============================================================================
@@ -250,7 +202,8 @@ TEST(CliSend, DefaultsAndJsonOutput) {
   EXPECT_EQ(row.text(0, 1), *corr);
   EXPECT_EQ(row.int64(0, 2), 3);
   EXPECT_EQ(row.text(0, 3), "");
-  // The generated correlation id is also the message's (D8); data is {}.
+  // A generated correlation id is the same in the message and in the
+  // command row; data is {}.
   auto msg = conn.query("SELECT message->>'correlation_id', "
                         "message->'data' = '{}'::jsonb, message ? 'reply_to' "
                         "FROM pgmq.q_" + d + "__commands WHERE msg_id = $1::bigint",
@@ -269,10 +222,10 @@ TEST(CliSend, DuplicateIdExitsTwo) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = with_dsn({"send", d, "T", "--id", id});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_FALSE(looks_like_crash(r));
+  EXPECT_FALSE(crashed(r));
   EXPECT_TRUE(contains(r.err, "duplicate")) << r.err;
   EXPECT_TRUE(contains(r.err, id)) << r.err;
-  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_EQ(line_count(r.err), 1u) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
   EXPECT_EQ(command_rows(conn, d), 1);
   EXPECT_EQ(queue_length(conn, d + "__commands"), 1);
@@ -285,7 +238,7 @@ TEST(CliSend, InvalidDataExitsOneWithOneLine) {
                            "{'a':1}", ""}) {
     auto r = with_dsn({"send", d, "T", "--data", data});
     EXPECT_EQ(r.exit_code, 1) << data;
-    EXPECT_EQ(lines(r.err), 1u) << data << ": " << r.err;
+    EXPECT_EQ(line_count(r.err), 1u) << data << ": " << r.err;
     EXPECT_TRUE(contains(r.err, "--data")) << r.err;
     EXPECT_TRUE(r.out.empty()) << r.out;
   }
@@ -293,7 +246,7 @@ TEST(CliSend, InvalidDataExitsOneWithOneLine) {
     auto r = with_dsn({"send", d, "T", "--data", data});
     EXPECT_EQ(r.exit_code, 1) << data;
     EXPECT_TRUE(contains(r.err, "object")) << data << ": " << r.err;
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_EQ(line_count(r.err), 1u) << r.err;
   }
   EXPECT_EQ(command_rows(conn, d), 0);
 }
@@ -306,7 +259,7 @@ TEST(CliSend, BadUuidsExitOne) {
     auto r = with_dsn({"send", d, "T", "--id", bad});
     EXPECT_EQ(r.exit_code, 1) << bad;
     EXPECT_TRUE(contains(r.err, "--id")) << r.err;
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_EQ(line_count(r.err), 1u) << r.err;
     r = with_dsn({"send", d, "T", "--correlation-id", bad});
     EXPECT_EQ(r.exit_code, 1) << bad;
     EXPECT_TRUE(contains(r.err, "--correlation-id")) << r.err;
@@ -321,8 +274,8 @@ TEST(CliSend, InvalidNamesAndArgumentsExitOne) {
                              std::string(38, 'd'), "d\xc3\xb6m", ""}) {
     auto r = with_dsn({"send", domain, "T"});
     EXPECT_EQ(r.exit_code, 1) << domain;
-    EXPECT_FALSE(looks_like_crash(r));
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_FALSE(crashed(r));
+    EXPECT_EQ(line_count(r.err), 1u) << r.err;
     EXPECT_EQ(command_rows(conn, domain), 0);
   }
   for (std::string reply : std::vector<std::string>{"bad-queue", "x;y", std::string(48, 'r')}) {
@@ -357,7 +310,7 @@ TEST(CliSend, UnreachableDatabaseExitsThree) {
     cmd.push_back(unreachable_dsn);
     auto r = test::run_cmdbus(cmd);
     EXPECT_EQ(r.exit_code, 3) << cmd[0] << ": " << r.err;
-    EXPECT_FALSE(looks_like_crash(r)) << r.err;
+    EXPECT_FALSE(crashed(r)) << r.err;
     EXPECT_FALSE(contains(r.err, "pw-secret")) << r.err;
     EXPECT_TRUE(r.out.empty()) << r.out;
   }
@@ -367,7 +320,7 @@ TEST(CliSend, UnmigratedDatabaseExitsFour) {
   test::scratch_database scratch;
   auto r = test::run_cmdbus({"send", "cs_x", "T", "--dsn", scratch.dsn()});
   EXPECT_EQ(r.exit_code, 4) << r.err;
-  EXPECT_FALSE(looks_like_crash(r)) << r.err;
+  EXPECT_FALSE(crashed(r)) << r.err;
   EXPECT_FALSE(r.err.empty());
 }
 
@@ -495,7 +448,7 @@ TEST(CliSend, SendBatchInvalidLineReportsFileAndLineAndSendsNothing) {
     EXPECT_EQ(r.exit_code, 1) << c.line;
     EXPECT_TRUE(contains(r.err, file + ":3:")) << c.line << ": " << r.err;
     EXPECT_TRUE(contains(r.err, c.what)) << c.line << ": " << r.err;
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_EQ(line_count(r.err), 1u) << r.err;
     EXPECT_TRUE(r.out.empty()) << r.out;
   }
   EXPECT_EQ(command_rows(conn, d), 0);
@@ -620,7 +573,7 @@ TEST(CliShow, UnknownIdExitsTwoAndBadIdExitsOne) {
   auto r = with_dsn({"show", d, test::new_uuid()});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(contains(r.err, "not found")) << r.err;
-  EXPECT_EQ(lines(r.err), 1u);
+  EXPECT_EQ(line_count(r.err), 1u);
   EXPECT_TRUE(r.out.empty());
   // Domain-scoped: the id exists, but not in this domain.
   r = with_dsn({"show", test::unique_name("csh"), req.command_id.to_string()});
@@ -681,7 +634,7 @@ TEST(CliList, ListsNewestFirst) {
   EXPECT_LT(p1, p0);
   EXPECT_TRUE(contains(r.out, "COMPLETED"));
   EXPECT_TRUE(contains(r.out, "0/3"));
-  EXPECT_EQ(lines(r.out), 5u) << r.out; // header, rule, 3 rows
+  EXPECT_EQ(line_count(r.out), 5u) << r.out; // header, rule, 3 rows
 }
 
 TEST(CliList, StatusFilterAndBadStatus) {
@@ -703,7 +656,7 @@ TEST(CliList, StatusFilterAndBadStatus) {
   for (std::string bad : {"BOGUS", "pending", ""}) {
     r = with_dsn({"list", f.domain, "--status", bad});
     EXPECT_EQ(r.exit_code, 1) << bad;
-    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_EQ(line_count(r.err), 1u) << r.err;
     EXPECT_TRUE(r.out.empty());
   }
 }

@@ -26,7 +26,7 @@ struct twice_read {
   received_command second;
 };
 
-twice_read read_twice(env& e) {
+twice_read read_twice(bus_env& e) {
   twice_read out;
   out.domain = test::unique_name("ff");
   auto req = make_req(out.domain, "Ok");
@@ -61,7 +61,7 @@ int64_t replies(db::connection& c, const std::string& domain) {
 } // namespace
 
 TEST(FencedFinish, OnlyTheDeliveryOwningTheMessageCompletes) {
-  env e;
+  bus_env e;
   auto t = read_twice(e);
   ASSERT_EQ(t.first.msg_id, t.second.msg_id);
   ASSERT_EQ(t.first.attempt, 1);
@@ -88,7 +88,7 @@ TEST(FencedFinish, OnlyTheDeliveryOwningTheMessageCompletes) {
 }
 
 TEST(FencedFinish, StaleFailuresAndRetriesWriteNothing) {
-  env e;
+  bus_env e;
   for (auto kind : {outcome_kind::permanent, outcome_kind::business_rule}) {
     auto t = read_twice(e);
     db::worker_store store{e.conn, t.domain};
@@ -119,7 +119,7 @@ TEST(FencedFinish, StaleFailuresAndRetriesWriteNothing) {
 }
 
 TEST(FencedFinish, ABatchWritesItsOwnedPartOnly) {
-  env e;
+  bus_env e;
   auto t = read_twice(e);
   // A second command of the same domain, read once: owned.
   auto other = e.bus.send(make_req(t.domain, "Ok"));

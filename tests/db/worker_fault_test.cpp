@@ -15,6 +15,7 @@
 #include <memory>
 #include <thread>
 
+#include "db/queue_name.hpp"
 #include "tests/support/worker_env.hpp"
 
 using namespace cmdbus;
@@ -22,19 +23,6 @@ using namespace cmdbus::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-/// Runs `fn` on a detached thread; returns whether it finished within
-/// `deadline`.
-bool returns_within(std::function<void()> fn,
-                    std::chrono::milliseconds deadline = 10s) {
-  auto done = std::make_shared<std::promise<void>>();
-  auto finished = done->get_future();
-  std::thread([fn = std::move(fn), done] {
-    fn();
-    done->set_value();
-  }).detach();
-  return finished.wait_for(deadline) == std::future_status::ready;
-}
 
 /// Ends every connection the workers of this database hold (the server
 /// side of a restart or of a cut connection).
@@ -44,15 +32,6 @@ int64_t cut_worker_connections(db::connection& c) {
            "WHERE datname = current_database() AND pid <> pg_backend_pid() "
            "AND application_name IN ('cmdbus-worker', 'cmdbus-poller', "
            "'cmdbus-listener', 'cmdbus-batches')")
-    .int64(0, 0);
-}
-
-int64_t count_status(db::connection& c, const std::string& domain,
-                     const std::string& status) {
-  return c
-    .query("SELECT count(*) FROM commandbus.command WHERE domain = $1 AND "
-           "status = $2",
-           domain, status)
     .int64(0, 0);
 }
 
@@ -66,7 +45,7 @@ int64_t completed_twice(db::connection& c, const std::string& domain) {
     .int64(0, 0);
 }
 
-std::vector<uuid> send_oks(env& e, const std::string& domain, int n,
+std::vector<uuid> send_oks(bus_env& e, const std::string& domain, int n,
                            const std::string& type = "Ok") {
   std::vector<uuid> ids;
   for (int i = 0; i < n; ++i)
@@ -82,7 +61,7 @@ TEST(WorkerFaults, CompletesEverythingAfterItsConnectionsAreCut) {
   // Every connection of the worker is ended three times while it works
   // through a load (as a server restart does): each actor reconnects on its
   // own and every command completes exactly once.
-  env e;
+  bus_env e;
   auto d = test::unique_name("wf");
   auto ids = send_oks(e, d, 400);
   handler_registry reg;
@@ -113,7 +92,7 @@ TEST(WorkerFaults, ClaimsNoMoreThanTheHoldLimitWhileWritesFail) {
   // committed side effects and claims nothing more, so no attempt is burnt
   // while it cannot write; once writes work again everything completes on
   // its first attempt.
-  env e;
+  bus_env e;
   auto d = test::unique_name("wf");
   auto trigger = test::unique_name("refuse");
   // The trigger lives in the shared schema: scoped to this test's domain,
@@ -134,8 +113,7 @@ TEST(WorkerFaults, ClaimsNoMoreThanTheHoldLimitWhileWritesFail) {
               + trigger + "()");
   auto ids = send_oks(e, d, 20);
   handler_registry reg;
-  reg.add(d, "Ok",
-          [](const command&, handler_context&) -> json { return json::null(); });
+  reg.add(d, "Ok", null_result);
   auto cfg = make_cfg({d}, 2);
   cfg.visibility_timeout = 30s;
   cfg.statement_timeout = 10s;
@@ -162,15 +140,14 @@ TEST(WorkerFaults, AnErrorTextThatCannotBeStoredHoldsNothingBack) {
   // A handler's error text with bytes that are not UTF-8 (and a NUL) is
   // stored with replacement characters, and the commands written with it
   // complete as usual.
-  env e;
+  bus_env e;
   auto d = test::unique_name("wf");
   auto bad_req = make_req(d, "Bad");
   bad_req.reply_to = d + "__replies";
   auto bad = e.bus.send(bad_req);
   auto ids = send_oks(e, d, 10);
   handler_registry reg;
-  reg.add(d, "Ok",
-          [](const command&, handler_context&) -> json { return json::null(); });
+  reg.add(d, "Ok", null_result);
   reg.add(d, "Bad", [](const command&, handler_context&) -> json {
     throw business_rule_error("BAD\xff",
                               std::string{"caf\xc3 \0 \xed\xa0\x80", 10});
@@ -193,7 +170,7 @@ TEST(WorkerLease, NonBlockingExtensionNeverWaitsForTheDatabase) {
   // A non-blocking handler runs on a scheduler thread: its lease extension
   // is queued and returns at once, even while the database makes the
   // extension wait (here: a lock on the message's row).
-  env e;
+  bus_env e;
   auto d = test::unique_name("wl");
   auto sent = e.bus.send(make_req(d, "Quick"));
   gate started, go;
@@ -233,7 +210,7 @@ TEST(WorkerLease, ContextKeptPastTheHandlerStaysSafe) {
   // A handler may hand its context to another thread; once the handler
   // returned, the command is still readable and an extension is refused
   // (the message may belong to another delivery by now).
-  env e;
+  bus_env e;
   auto d = test::unique_name("wl");
   auto sent = e.bus.send(make_req(d, "Ok"));
   std::mutex mtx;
@@ -263,8 +240,7 @@ TEST(WorkerShutdown, DestroyingARunningWorkerReturns) {
   // Also what an application that throws between start() and stop() does.
   auto d = test::unique_name("ws");
   handler_registry reg;
-  reg.add(d, "Ok",
-          [](const command&, handler_context&) -> json { return json::null(); });
+  reg.add(d, "Ok", null_result);
   auto w = std::make_shared<std::unique_ptr<worker>>(
     std::make_unique<worker>(make_cfg({d}), std::move(reg)));
   (*w)->start();
@@ -274,8 +250,7 @@ TEST(WorkerShutdown, DestroyingARunningWorkerReturns) {
 TEST(WorkerShutdown, StopWithNothingInFlightReturnsPromptly) {
   auto d = test::unique_name("ws");
   handler_registry reg;
-  reg.add(d, "Ok",
-          [](const command&, handler_context&) -> json { return json::null(); });
+  reg.add(d, "Ok", null_result);
   worker w{make_cfg({d}), std::move(reg)};
   w.start();
   auto stopped = w.stop(60s);
@@ -288,7 +263,7 @@ TEST(WorkerShutdown, StopsRaceFromManyThreadsWithHandlersRunning) {
   // stop(), stop_now() and the destructor, at once and repeated, while
   // handlers block in application code: each returns, and the handlers
   // finish in the background after the worker is gone.
-  env e;
+  bus_env e;
   auto d = test::unique_name("ws");
   send_oks(e, d, 4, "Block");
   auto go = std::make_shared<gate>();
@@ -327,8 +302,7 @@ TEST(WorkerShutdown, StopsRaceFromManyThreadsWithHandlersRunning) {
 TEST(WorkerShutdown, StopFutureOutlivesTheWorker) {
   auto d = test::unique_name("ws");
   handler_registry reg;
-  reg.add(d, "Ok",
-          [](const command&, handler_context&) -> json { return json::null(); });
+  reg.add(d, "Ok", null_result);
   auto w = std::make_unique<worker>(make_cfg({d}), std::move(reg));
   w->start();
   auto stopped = w->stop(5s);

@@ -1,5 +1,6 @@
 #include "tests/support/process.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -145,6 +146,25 @@ process_result run_cmdbus(const std::vector<std::string>& args,
                                      "PGDATABASE="};
   overrides.insert(overrides.end(), env.begin(), env.end());
   return run_process(argv, overrides);
+}
+
+bool crashed(const process_result& r) {
+  return r.exit_code >= 128
+         || r.err.find("terminate called") != std::string::npos
+         || r.err.find("Aborted") != std::string::npos;
+}
+
+size_t line_count(const std::string& text) {
+  return static_cast<size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+
+std::string last_line(const std::string& text) {
+  auto end = text.find_last_not_of('\n');
+  if (end == std::string::npos)
+    return {};
+  auto start = text.rfind('\n', end);
+  start = start == std::string::npos ? 0 : start + 1;
+  return text.substr(start, end + 1 - start);
 }
 
 } // namespace cmdbus::test

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,5 +26,16 @@ process_result run_process(const std::vector<std::string>& argv,
 /// what a test passes counts; `env` ("NAME=value") sets variables on top.
 process_result run_cmdbus(const std::vector<std::string>& args,
                           const std::vector<std::string>& env = {});
+
+/// Whether a child died of a signal or of an uncaught exception instead of
+/// exiting with one of its exit codes.
+bool crashed(const process_result& r);
+
+/// Returns the number of lines (newline characters) of `text`.
+size_t line_count(const std::string& text);
+
+/// Returns the last line of `text` without its newline (trailing empty
+/// lines are skipped).
+std::string last_line(const std::string& text);
 
 } // namespace cmdbus::test

@@ -1,0 +1,124 @@
+// The `cmdbus worker` command line: a tick with the demo handler and its
+// JSON counters, what a tick leaves for later, usage errors and an
+// unreachable database (exit codes 0, 1 and 3, no password in the output).
+// The binary runs as a child process with a clean environment.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+
+#include "tests/support/process.hpp"
+#include "tests/support/worker_env.hpp"
+
+using namespace cmdbus;
+using namespace cmdbus::test;
+using namespace std::chrono_literals;
+
+// -- `cmdbus worker --tick` ---------------------------------------------------
+
+TEST(WorkerCli, TickReportsWhatIsLeftForLater) {
+  // A transient failure whose retry is due in a minute stays in the queue:
+  // the tick ends (exit 0) and says so.
+  bus_env e;
+  auto d = test::unique_name("wkcli");
+  auto req = make_req(d, "Test", R"({"behavior":{"fail_transient_pct":100}})");
+  e.bus.send(req);
+  e.bus.send(make_req(d, "Test"));
+  auto r = test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn",
+                             test::dsn(), "--json", "--backoff", "60"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto line = last_line(r.out);
+  EXPECT_EQ(jget(e.conn, line, "{completed}"), opt_str{"1"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{retried}"), opt_str{"1"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{remaining}"), opt_str{"1"}) << line;
+  r = test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
+                        "--backoff", "60"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("remaining in the queue 1 (not due yet"),
+            std::string::npos)
+    << r.out;
+}
+
+TEST(WorkerCli, TickRunsTheDemoHandlerAndPrintsJsonCounters) {
+  bus_env e;
+  auto d = test::unique_name("wkcli");
+  auto reply_q = d + "__replies";
+  auto ok_req = make_req(d, "Test", R"({"behavior":{"result":{"ok":1}}})");
+  ok_req.reply_to = reply_q;
+  auto ok = e.bus.send(ok_req);
+  auto perm = e.bus.send(
+    make_req(d, "Test", R"({"behavior":{"fail_permanent_pct":100}})"));
+  auto rule_req = make_req(
+    d, "Test",
+    R"({"behavior":{"fail_business_rule_pct":100,"error_code":"LIMIT"}})");
+  rule_req.reply_to = reply_q;
+  auto rule = e.bus.send(rule_req);
+  auto trans_req
+    = make_req(d, "Test", R"({"behavior":{"fail_transient_pct":100}})");
+  trans_req.max_attempts = 2;
+  auto trans = e.bus.send(trans_req);
+  auto r =
+      test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
+                        "--json", "--max-attempts", "3", "--backoff", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The last stdout line is the JSON counters.
+  auto line = last_line(r.out);
+  EXPECT_EQ(jget(e.conn, line, "{received}"), opt_str{"5"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{completed}"), opt_str{"1"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{retried}"), opt_str{"1"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{moved_to_tsq}"), opt_str{"2"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{failed}"), opt_str{"1"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{rejected}"), opt_str{"0"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{in_flight}"), opt_str{"0"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{remaining}"), opt_str{"0"}) << line;
+  EXPECT_EQ(status_of(e.conn, d, ok.command_id), opt_str{"COMPLETED"});
+  EXPECT_EQ(status_of(e.conn, d, perm.command_id),
+            opt_str{"IN_TROUBLESHOOTING_QUEUE"});
+  EXPECT_EQ(column(e.conn, d, perm.command_id, "last_error_code"),
+            opt_str{"DEMO_PERMANENT"});
+  EXPECT_EQ(status_of(e.conn, d, rule.command_id), opt_str{"FAILED"});
+  EXPECT_EQ(column(e.conn, d, rule.command_id, "last_error_code"),
+            opt_str{"LIMIT"});
+  EXPECT_EQ(status_of(e.conn, d, trans.command_id),
+            opt_str{"IN_TROUBLESHOOTING_QUEUE"});
+  EXPECT_EQ(attempts_of(e.conn, d, trans.command_id), 2);
+  EXPECT_EQ(
+    audit_detail(e.conn, d, trans.command_id, "MOVED_TO_TSQ", "{reason}"),
+    opt_str{"EXHAUSTED"});
+  // One reply each; the handlers ran concurrently, so in either order.
+  auto replies = messages(e.conn, reply_q);
+  ASSERT_EQ(replies.size(), 2u);
+  if (jget(e.conn, replies[0], "{outcome}") != opt_str{"SUCCESS"})
+    std::swap(replies[0], replies[1]);
+  EXPECT_EQ(jget(e.conn, replies[0], "{outcome}"), opt_str{"SUCCESS"});
+  EXPECT_EQ(jget(e.conn, replies[0], "{command_id}"),
+            opt_str{ok.command_id.to_string()});
+  EXPECT_TRUE(jeq(e.conn, replies[0], "{result}", R"({"ok":1})"));
+  EXPECT_EQ(jget(e.conn, replies[1], "{outcome}"), opt_str{"FAILED"});
+  EXPECT_EQ(jget(e.conn, replies[1], "{command_id}"),
+            opt_str{rule.command_id.to_string()});
+  EXPECT_EQ(jget(e.conn, replies[1], "{error_code}"), opt_str{"LIMIT"});
+  EXPECT_EQ(queue_rows(e.conn, queue_of(d)), 0);
+}
+
+// -- usage and errors ---------------------------------------------------------
+
+TEST(WorkerCli, HelpUsageAndUnreachableDatabase) {
+  auto r = test::run_cmdbus({"worker", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--tick"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--domain"), std::string::npos);
+
+  r = test::run_cmdbus({"worker", "--domain", "wk_cli", "--bogus-option"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(line_count(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("bogus-option"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+
+  r = test::run_cmdbus({"worker", "--tick", "--domain", "wk_cli", "--dsn",
+                        "host=127.0.0.1 port=1 user=cmdbus password=secret "
+                        "dbname=nowhere connect_timeout=2"});
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(r.err.find("secret"), std::string::npos) << r.err;
+}
