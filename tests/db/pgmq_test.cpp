@@ -1,6 +1,7 @@
 // Tests of the PGMQ layer (sql/pgmq/V001__pgmq.sql, or the pgmq extension
-// where it is installed) against the contract in pgmq-api.md: the scenarios
-// of upstream's base.sql (§6) and its isolation specs, plus edge cases.
+// where it is installed) against PGMQ 1.5's documented behaviour: the
+// scenarios of upstream's test/sql/base.sql and its isolation specs, plus
+// edge cases.
 //
 // Every test uses its own queues (test::unique_name) and drops them at the
 // end, so tests do not depend on each other or on the database's history.
@@ -340,7 +341,7 @@ TEST_F(PgmqCatalog, MetaTableAndPgMonitorGrants) {
 
 // -- queue management ---------------------------------------------------------
 
-// §6.2
+// Upstream's base.sql: create_unlogged
 TEST_F(PgmqCreate, UnloggedQueueSendsAndReadsWithHeaders) {
   auto q = track(test::unique_name("pu"));
   auto r = conn.query("SELECT pgmq.create_unlogged($1::text)", q);
@@ -378,7 +379,7 @@ TEST_F(PgmqCreate, UnloggedOverAnExistingLoggedQueueChangesNothing) {
   EXPECT_FALSE(meta.boolean(0, 0));
 }
 
-// §6.4
+// Upstream's base.sql: idempotent create
 TEST_F(PgmqCreate, SecondCreateIsANoOpWithFourNotices) {
   auto q = new_queue();
   send(q);
@@ -408,7 +409,7 @@ TEST_F(PgmqCreate, CreateNonPartitionedMakesAQueue) {
   EXPECT_EQ(read_ids(q, 0, 1), std::vector<int64_t>{1});
 }
 
-// §6.28
+// Upstream's base.sql: transactional create
 TEST_F(PgmqCreate, CreateInARolledBackTransactionLeavesNothing) {
   auto q = test::unique_name("pt");
   {
@@ -442,7 +443,8 @@ TEST_F(PgmqCreate, CreateAndDropTakeTheQueueAdvisoryLock) {
   EXPECT_EQ(scalar(held, q), 1);
 }
 
-// §6.29 (SQL-only install: detach_archive does nothing)
+// Upstream's base.sql: detach_archive (SQL-only install: detach_archive does
+// nothing)
 TEST_F(PgmqCreate, DetachArchiveIsANoOpAndTheArchiveStays) {
   auto q = new_queue();
   auto r = conn.query("SELECT pgmq.detach_archive($1::text)", q);
@@ -456,7 +458,7 @@ TEST_F(PgmqCreate, DetachArchiveIsANoOpAndTheArchiveStays) {
                   invalid_chars_msg);
 }
 
-// §6.33
+// Upstream's base.sql: hyphens and upper case
 TEST_F(PgmqCreate, HyphenatedAndUpperCaseNamesWork) {
   auto base = test::unique_name("ph");
   for (auto q : {track(base + "-hyphened"), track(base + "_QueueCased")}) {
@@ -499,7 +501,7 @@ TEST_F(PgmqCreate, CaseVariantsShareTablesButNotMetaRows) {
 
 // -- queue names ----------------------------------------------------------------
 
-// §6.3
+// Upstream's base.sql: name length
 TEST_F(PgmqQueueName, AtMost47Characters) {
   auto base = test::unique_name("pln");
   auto name48 = pad_to(base, 48);
@@ -562,7 +564,7 @@ TEST_F(PgmqQueueName, BadNamesGiveTheClearErrorAndCreateNothing) {
   EXPECT_EQ(scalar("SELECT count(*) FROM pg_tables WHERE tablename = 'meta' AND schemaname = 'pgmq'"), 1);
 }
 
-// §6.32
+// Upstream's base.sql: injection attempt
 TEST_F(PgmqQueueName, InjectionAttemptRunsNothing) {
   auto token = test::unique_name("pinj");
   auto evil = "x; CREATE TABLE pgmq." + token + " (id int); --";
@@ -578,7 +580,7 @@ TEST_F(PgmqQueueName, InjectionAttemptRunsNothing) {
   EXPECT_EQ(scalar("SELECT count(*) FROM pg_class WHERE strpos(relname, $1::text) > 0", token), 0);
 }
 
-// §6.34
+// Upstream's base.sql: invalid names on create
 TEST_F(PgmqQueueName, DollarSignOnCreateIsRejected) {
   EXPECT_PG_ERROR(conn.exec("SELECT pgmq.create('dollar$-signed')"), errc::raise_exception, invalid_chars_msg);
   EXPECT_PG_ERROR(conn.exec("SELECT pgmq.create_partitioned('dollar$-signed-part')"), errc::raise_exception,
@@ -586,7 +588,7 @@ TEST_F(PgmqQueueName, DollarSignOnCreateIsRejected) {
   EXPECT_EQ(objects_named_like("dollar$"), 0);
 }
 
-// §6.35
+// Upstream's base.sql: format_table_name, valid names
 TEST_F(PgmqQueueName, FormatTableNameOfValidNames) {
   auto r = conn.exec(
     "SELECT pgmq.format_table_name('cat', 'q'), pgmq.format_table_name('cat-dog', 'a'),"
@@ -599,7 +601,7 @@ TEST_F(PgmqQueueName, FormatTableNameOfValidNames) {
   EXPECT_EQ(r.text(0, 4), "a_");
 }
 
-// §6.36
+// Upstream's base.sql: format_table_name, invalid names
 TEST_F(PgmqQueueName, FormatTableNameOfInvalidNames) {
   for (const char* name : {"dollar$fail", "double--hyphen-fail", "semicolon;fail", "single'quote-fail"}) {
     SCOPED_TRACE(name);
@@ -633,7 +635,9 @@ TEST_F(PgmqQueueName, NullNameFails) {
 
 // -- partitioned queues (no pg_partman here) --------------------------------------
 
-// §6.12, §6.26, §6.27, §6.30, §6.31
+// Upstream's base.sql: create_partitioned variants; partitioned queue without
+// pg_partman; partitioned queue with pg_partman; convert_archive_partitioned,
+// 46-char name; convert_archive_partitioned, 47-char name
 TEST_F(PgmqPartitioned, RequirePgPartman) {
   ASSERT_EQ(conn.exec("SELECT count(*) FROM pg_extension WHERE extname = 'pg_partman'").int64(0, 0), 0);
   auto q = test::unique_name("ppart");
@@ -746,7 +750,7 @@ TEST_F(PgmqSend, NamedNotationLikePgmqRs) {
   EXPECT_TRUE(conn.query("SELECT pgmq.drop_queue(queue_name => $1::text)", q).boolean(0, 0));
 }
 
-// §6.37
+// Upstream's base.sql: NULL message
 TEST_F(PgmqSend, NullMessage) {
   auto q = new_queue();
   EXPECT_EQ(scalar("SELECT * FROM pgmq.send($1::text, NULL::jsonb)", q), 1);
@@ -823,7 +827,7 @@ TEST_F(PgmqSend, UnknownQueueIsUndefinedTable) {
                   "relation \"pgmq.q_" + hyphen + "\" does not exist");
 }
 
-// §6.10
+// Upstream's base.sql: send_batch with headers
 TEST_F(PgmqSendBatch, WithHeaders) {
   auto q = new_queue();
   EXPECT_EQ(ints(conn.query("SELECT * FROM pgmq.send_batch($1::text, ARRAY['{\"hello\": \"world_0\"}', '{\"hello\": \"world_1\"}']::jsonb[],"
@@ -839,7 +843,7 @@ TEST_F(PgmqSendBatch, WithHeaders) {
   EXPECT_EQ(m.text(1, 2), "{\"header\": 2}");
 }
 
-// §6.11
+// Upstream's base.sql: send_batch with a timestamptz delay
 TEST_F(PgmqSendBatch, WithTimestampDelay) {
   auto q = new_queue();
   EXPECT_EQ(ints(conn.query("SELECT * FROM pgmq.send_batch($1::text, ARRAY['1', '2']::jsonb[], CURRENT_TIMESTAMP + interval '5 seconds')", q)),
@@ -902,7 +906,7 @@ TEST_F(PgmqSendBatch, LargeBatchKeepsArrayOrder) {
 
 // -- reading ----------------------------------------------------------------------
 
-// §6.5
+// Upstream's base.sql: read with vt 0
 TEST_F(PgmqRead, VtZeroAndConditional) {
   auto q = new_queue();
   EXPECT_EQ(scalar("SELECT * FROM pgmq.send($1::text, '{\"hello\": \"world\"}'::jsonb)", q), 1);
@@ -927,7 +931,7 @@ TEST_F(PgmqRead, ConditionalFiltersByContainment) {
             (std::vector<int64_t>{1, 2, 3}));
 }
 
-// §6.20
+// Upstream's base.sql: read and qty
 TEST_F(PgmqRead, QtyAndInvisibility) {
   auto q = new_queue();
   EXPECT_EQ(send(q), 1);
@@ -970,7 +974,7 @@ TEST_F(PgmqRead, EmptyQueueReturnsNoRows) {
   EXPECT_EQ(r.columns(), 6);
 }
 
-// §6.6 (shortened: 1 s instead of 5 s)
+// Upstream's base.sql: set_vt and polling (shortened: 1 s instead of 5 s)
 TEST_F(PgmqReadWithPoll, WaitsForSetVtToExpire) {
   auto q = new_queue();
   EXPECT_EQ(send(q, "{\"hello\": \"world\"}"), 1);
@@ -986,7 +990,7 @@ TEST_F(PgmqReadWithPoll, WaitsForSetVtToExpire) {
   EXPECT_LT(waited, 5.0);
 }
 
-// §6.7 (shortened)
+// Upstream's base.sql: polling with a conditional (shortened)
 TEST_F(PgmqReadWithPoll, WithConditional) {
   auto q = new_queue();
   send(q, "{\"hello\": \"world\"}");
@@ -1001,7 +1005,7 @@ TEST_F(PgmqReadWithPoll, WithConditional) {
   EXPECT_GT(seconds_since(start), 0.8);
 }
 
-// §6.9 (shortened)
+// Upstream's base.sql: send with a timestamptz delay (shortened)
 TEST_F(PgmqReadWithPoll, WaitsForTimestampDelay) {
   auto q = new_queue();
   EXPECT_EQ(scalar("SELECT * FROM pgmq.send($1::text, '{\"hello\": \"world\"}'::jsonb, clock_timestamp() + interval '1 second')", q), 1);
@@ -1014,7 +1018,7 @@ TEST_F(PgmqReadWithPoll, WaitsForTimestampDelay) {
   EXPECT_LT(waited, 5.0);
 }
 
-// §6.21 (shortened)
+// Upstream's base.sql: read_with_poll timing (shortened)
 TEST_F(PgmqReadWithPoll, ReturnsOnlyWhatBecameVisible) {
   auto q = new_queue();
   EXPECT_EQ(scalar("SELECT * FROM pgmq.send($1::text, '1'::jsonb, 1)", q), 1);
@@ -1061,7 +1065,7 @@ TEST_F(PgmqReadWithPoll, SeesMessagesCommittedWhilePolling) {
   EXPECT_LT(seconds_since(start), 4.0);
 }
 
-// §6.23
+// Upstream's base.sql: pop
 TEST_F(PgmqPop, DeletesAndReturnsTheOldestVisible) {
   auto q = new_queue();
   auto empty = conn.query("SELECT * FROM pgmq.pop($1::text)", q);
@@ -1087,7 +1091,8 @@ TEST_F(PgmqPop, DeletesAndReturnsTheOldestVisible) {
   EXPECT_EQ(conn.query("SELECT * FROM pgmq.pop($1::text)", q).rows(), 0);
 }
 
-// §6.24, §6.25, §6.8
+// Upstream's base.sql: set_vt on a missing id; set_vt hides and reveals;
+// set_vt(…, 0)
 TEST_F(PgmqSetVt, MissingIdGivesNoRows) {
   auto q = new_queue();
   auto r = conn.query("SELECT * FROM pgmq.set_vt($1::text, 9999, 0)", q);
@@ -1110,7 +1115,8 @@ TEST_F(PgmqSetVt, HidesAndReveals) {
   ASSERT_EQ(m.rows(), 1);
   EXPECT_EQ(m.int64(0, 0), id);
   EXPECT_EQ(m.int64(0, 1), 1);
-  // §6.8: with vt 0 after a read, the next read gets it again.
+  // Upstream's base.sql, set_vt(…, 0): with vt 0 after a read, the next read
+  // gets it again.
   EXPECT_EQ(ints(conn.query("SELECT msg_id FROM pgmq.set_vt($1::text, $2::bigint, 0)", q, id)), std::vector<int64_t>{id});
   EXPECT_EQ(read_ids(q, 0, 1), std::vector<int64_t>{id});
 }
@@ -1134,7 +1140,7 @@ TEST_F(PgmqDelete, SingleAndArray) {
   EXPECT_EQ(conn.query("SELECT * FROM pgmq.delete($1::text, ARRAY[5]::bigint[])", q).column_name(0), "delete");
 }
 
-// §6.18, §6.19
+// Upstream's base.sql: archive with headers; single archive
 TEST_F(PgmqArchive, ArrayThenSingleKeepHeaders) {
   auto q = new_queue();
   EXPECT_EQ(count_rows("q_" + q), 0);
@@ -1176,7 +1182,8 @@ TEST_F(PgmqArchive, CopiesEveryColumn) {
   EXPECT_EQ(after.int64(0, 1), 1);
 }
 
-// §6.27 (the non-partitioned part: {1,2,3,-3} with 3 deleted gives {1,2})
+// Upstream's base.sql: partitioned queue with pg_partman (the non-partitioned
+// part: {1,2,3,-3} with 3 deleted gives {1,2})
 TEST_F(PgmqArchive, ArrayReturnsOnlyMovedIds) {
   auto q = new_queue();
   conn.query("SELECT * FROM pgmq.send_batch($1::text, ARRAY['1', '2', '3']::jsonb[])", q);
@@ -1192,7 +1199,7 @@ TEST_F(PgmqArchive, ArrayReturnsOnlyMovedIds) {
 
 // -- purge / drop ------------------------------------------------------------------
 
-// §6.22
+// Upstream's base.sql: purge
 TEST_F(PgmqPurge, EmptiesTheQueueButNotTheArchiveOrSequence) {
   auto q = new_queue();
   EXPECT_EQ(ints(conn.query("SELECT * FROM pgmq.send_batch($1::text, ARRAY['1', '2', '3', '4', '5', '6']::jsonb[])", q)), range(1, 6));
@@ -1205,7 +1212,7 @@ TEST_F(PgmqPurge, EmptiesTheQueueButNotTheArchiveOrSequence) {
   EXPECT_EQ(scalar("SELECT pgmq.purge_queue($1::text)", q), 0);
 }
 
-// §6.15
+// Upstream's base.sql: drop_queue return values
 TEST_F(PgmqDrop, ReturnValuesAndNotice) {
   auto q = new_queue();
   send(q);
@@ -1219,7 +1226,7 @@ TEST_F(PgmqDrop, ReturnValuesAndNotice) {
   EXPECT_EQ(conn.take_notices(), std::vector<std::string>{"pgmq queue `" + missing + "` does not exist"});
 }
 
-// §6.16, §6.17
+// Upstream's base.sql: dropping partitioned queues; dropping the rest
 TEST_F(PgmqDrop, DeprecatedTwoArgumentFormWarnsAndReturnsTrue) {
   std::vector<std::string> names{new_queue(), new_queue(), new_queue()};
   conn.take_notices();
@@ -1242,7 +1249,8 @@ TEST_F(PgmqDrop, DeprecatedTwoArgumentFormWarnsAndReturnsTrue) {
   EXPECT_EQ(conn.take_notices(), (std::vector<std::string>{warning, "pgmq queue `" + missing + "` does not exist"}));
 }
 
-// §6.16, second half: drop_queue(name) reads the partitioned flag from meta.
+// Upstream's base.sql: dropping partitioned queues, second half:
+// drop_queue(name) reads the partitioned flag from meta.
 // No partitioned queue can exist without pg_partman, so flag a plain one.
 TEST_F(PgmqDrop, QueueFlaggedPartitionedInMetaIsDropped) {
   auto q = new_queue();
@@ -1265,7 +1273,7 @@ TEST_F(PgmqDrop, DropsOnlyTheExactMetaRow) {
 
 // -- introspection -----------------------------------------------------------------
 
-// §6.13
+// Upstream's base.sql: metrics
 TEST_F(PgmqMetrics, CountsAndAges) {
   auto q = new_queue();
   EXPECT_EQ(ints(conn.query("SELECT * FROM pgmq.send_batch($1::text, ARRAY['1', '2', '3', '4', '5']::jsonb[])", q)), range(1, 5));
@@ -1306,7 +1314,8 @@ TEST_F(PgmqMetrics, EmptyQueue) {
   EXPECT_EQ(m.int64(0, 1), 91);
 }
 
-// §6.14, §6.17: on a fresh install, so that the set of queues is known.
+// Upstream's base.sql, metrics_all; dropping the rest: on a fresh install, so
+// that the set of queues is known.
 TEST(PgmqFreshInstall, MetricsAllThenDropEverythingWithTheDeprecatedForm) {
   test::scratch_database scratch;
   auto conn = db::connection::open(scratch.dsn());

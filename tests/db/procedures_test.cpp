@@ -1,6 +1,7 @@
 // Tests of the commandbus stored procedures (sql/commandbus/V002) against a
-// real PostgreSQL: the transitions and audit rows of the reference (rcmd.md
-// §3.3, §4) with the inline batch counters of DECISIONS.md D2/D3.
+// real PostgreSQL: the transitions and audit rows of the reference's
+// procedures with the inline batch counters of its packaged schema (see
+// docs/design.md, "Inline batch counters").
 //
 // Every test works in its own domain, so tests never see each other's rows.
 
@@ -26,7 +27,7 @@ namespace {
 
 using opt_str = std::optional<std::string>;
 
-// -- fixtures ----------------------------------------------------------------
+// -- fixtures -----------------------------------------------------------------
 
 /// A command row to insert; the timestamps lie one hour in the past so that
 /// any update by a procedure is visible in updated_at.
@@ -83,7 +84,7 @@ std::string insert_process(db::connection& conn, const std::string& domain,
   return id;
 }
 
-// -- readers -----------------------------------------------------------------
+// -- readers ------------------------------------------------------------------
 
 struct command_row {
   std::string status;
@@ -128,7 +129,7 @@ struct audit_row {
 };
 
 /// Returns the audit trail of `id` (a command or batch id) in `domain`,
-/// ordered by (ts, audit_id) (D11).
+/// ordered by (ts, audit_id) (docs/design.md, "Audit order").
 std::vector<audit_row> audit_trail(db::connection& conn,
                                    const std::string& domain,
                                    const std::string& id) {
@@ -165,7 +166,7 @@ std::vector<std::string> audit_events(db::connection& conn,
                                        << " != expected " << expected;
 }
 
-// -- procedure calls ---------------------------------------------------------
+// -- procedure calls ----------------------------------------------------------
 
 db::result receive(db::connection& conn, const std::string& domain,
                    const std::string& id, const opt_str& msg_id = std::nullopt,
@@ -265,7 +266,7 @@ void set_command_status(db::connection& conn, const std::string& domain,
 
 } // namespace
 
-// -- schema ------------------------------------------------------------------
+// -- schema -------------------------------------------------------------------
 
 TEST(ProceduresSchema, TablesHaveTheReferenceColumnsInOrder) {
   auto conn = test::connect();
@@ -368,7 +369,7 @@ TEST(ProceduresSchema, ColumnDefaultsMatchTheReference) {
   }
 }
 
-// -- sp_receive_command ------------------------------------------------------
+// -- sp_receive_command -------------------------------------------------------
 
 TEST(ProceduresReceive, ReturnsThePostUpdateRowAndAuditsReceived) {
   auto conn = test::connect();
@@ -489,8 +490,9 @@ TEST(ProceduresReceive, EmptyForUnknownCompletedAndCanceledCommands) {
 }
 
 TEST(ProceduresReceive, ReReceivesFailedAndTroubleshootingRows) {
-  // Reference behaviour (rcmd.md §9.10): only COMPLETED and CANCELED are
-  // guarded here; our workers skip the other terminal states before (D9).
+  // Reference behaviour: sp_receive_command guards only COMPLETED and
+  // CANCELED; our workers skip the other terminal states before it
+  // (docs/design.md, "Receive guard").
   auto conn = test::connect();
   auto domain = test::unique_name("d");
   for (const char* status : {"FAILED", "IN_TROUBLESHOOTING_QUEUE", "PENDING"}) {
@@ -550,7 +552,7 @@ TEST(ProceduresReceive, BatchIdWithoutBatchRowIsNoError) {
   EXPECT_TRUE(audit_trail(conn, domain, *spec.batch_id).empty());
 }
 
-// -- sp_finish_command -------------------------------------------------------
+// -- sp_finish_command --------------------------------------------------------
 
 TEST(ProceduresFinish, UnknownCommandOnlyAuditsAndReturnsFalse) {
   auto conn = test::connect();
@@ -658,7 +660,7 @@ TEST(ProceduresFinish, RefinishWithTheSameStatusOnlyAddsAnAuditRow) {
   EXPECT_EQ(b.status, "IN_PROGRESS");
 }
 
-// -- sp_finish_command: batch counters (D2) ------------------------------------
+// -- sp_finish_command: batch counters ----------------------------------------
 
 TEST(ProceduresFinishBatch, CountsCompletionsAndReturnsTrueWhenTheBatchCompletes) {
   auto conn = test::connect();
@@ -858,7 +860,7 @@ TEST(ProceduresFinishBatch, RedeliveryAndRefinishAreNotCountedTwice) {
                                       "COMPLETED"}));
 }
 
-// -- sp_fail_command ---------------------------------------------------------
+// -- sp_fail_command ----------------------------------------------------------
 
 TEST(ProceduresFail, RecordsTheErrorAndKeepsTheStatus) {
   auto conn = test::connect();
@@ -916,7 +918,7 @@ TEST(ProceduresFail, UnknownCommandReturnsFalseWithoutAudit) {
   EXPECT_TRUE(audit_trail(conn, domain, id).empty());
 }
 
-// -- sp_update_batch_counters ------------------------------------------------
+// -- sp_update_batch_counters -------------------------------------------------
 
 TEST(ProceduresBatchCounters, EachUpdateTypeChangesItsCounters) {
   struct expectation {
@@ -1035,7 +1037,7 @@ TEST(ProceduresBatchCounters, CompletionWithFailuresViaFailedAndViaCanceled) {
                           R"("canceled_count":0,"failed_count":1})"));
 }
 
-// -- sp_start_batch ----------------------------------------------------------
+// -- sp_start_batch -----------------------------------------------------------
 
 TEST(ProceduresStartBatch, MovesPendingToInProgressOnce) {
   auto conn = test::connect();
@@ -1063,7 +1065,7 @@ TEST(ProceduresStartBatch, MovesPendingToInProgressOnce) {
   EXPECT_EQ(count_events(conn, domain, "BATCH_STARTED"), 1);
 }
 
-// -- sp_tsq_* ----------------------------------------------------------------
+// -- sp_tsq_* -----------------------------------------------------------------
 
 TEST(ProceduresTsq, NullBatchReturnsFalse) {
   auto conn = test::connect();
@@ -1113,7 +1115,7 @@ TEST(ProceduresTsq, OperatorCompleteOfTheLastItemCompletesTheBatch) {
             std::vector<std::string>{"BATCH_COMPLETED"});
 }
 
-// -- sp_refresh_batch_stats --------------------------------------------------
+// -- sp_refresh_batch_stats ---------------------------------------------------
 
 namespace {
 

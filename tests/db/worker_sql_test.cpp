@@ -1,10 +1,10 @@
 // Tests of the set-based worker functions (sql/commandbus/V004) against a
-// real PostgreSQL: receive (with the D9 guard), complete, the final failure
-// kinds, transient failure with backoff and the lease heartbeat. They check
-// the rows the reference worker writes (rcmd.md §1.7, §2.3, §3.3, §4): status
-// transitions, attempts, audit rows and their details, queue and archive
-// contents, replies and their NOTIFY (D14), and the inline batch counters
-// (D2, D3) with the batches that just became complete.
+// real PostgreSQL: receive (with the receive guard), complete, the final
+// failure kinds, transient failure with backoff and the lease heartbeat. They
+// check the rows the reference worker writes: status transitions, attempts,
+// audit rows and their details, queue and archive contents, replies and their
+// NOTIFY, and the inline batch counters with the batches that just became
+// complete (see docs/design.md).
 //
 // Commands are sent with `command_bus`; the functions are called with
 // parameterised SQL. Every test works in its own domain (and queues), so
@@ -346,7 +346,7 @@ struct audit_row {
 };
 
 /// The audit trail of `id` (command or batch) in `domain`, ordered by
-/// (ts, audit_id) (D11).
+/// (ts, audit_id).
 std::vector<audit_row> audit_trail(db::connection& c, const std::string& domain,
                                    const std::string& id) {
   auto res = c.query("SELECT event_type, details_json::text"
