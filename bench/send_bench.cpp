@@ -72,12 +72,13 @@ int main(int argc, char** argv) {
                       raw_message());
     return int64_t{1};
   };
-  // What any sender that follows D14 does at least: the send and its
-  // NOTIFY in one transaction. PostgreSQL serialises the commits of
+  // What any sender that notifies its listeners does at least (every send
+  // issues NOTIFY pgmq_notify_{queue}): the send and its NOTIFY in one
+  // transaction. PostgreSQL serialises the commits of
   // transactions that notified, so this is the ceiling for concurrent
   // single sends (printed for reference beside the target's baseline).
   auto raw_send_notify = [&](int threads) {
-    return bench::measure("raw pgmq.send + NOTIFY (D14), "
+    return bench::measure("raw pgmq.send + NOTIFY, "
                               + std::to_string(threads) + " thread(s)",
                           threads, duration, [&](int t) {
                             auto& conn = raw_conn(t);

@@ -19,7 +19,8 @@ struct migration_file {
 enum class pgmq_source {
   /// The real `pgmq` extension (CREATE EXTENSION pgmq).
   extension,
-  /// Our PGMQ-compatible SQL from sql/pgmq (DECISIONS.md D13).
+  /// Our PGMQ-compatible SQL from sql/pgmq, installed when the extension is
+  /// not available (docs/design.md, "PGMQ: extension or compatible SQL").
   compat,
   /// A `pgmq` schema installed by someone else without the extension (e.g.
   /// upstream's SQL-only install); used as is.
@@ -53,5 +54,12 @@ migrate_report migrate(connection& conn,
 
 /// Returns the checksum recorded for a migration text (FNV-1a 64, hex).
 std::string migration_checksum(std::string_view text);
+
+/// Returns whether `checksum` is the checksum of an earlier text of the
+/// migration `component`/`version` that differs from today's text only in
+/// its comments; `migrate` accepts such a recorded checksum like the current
+/// one (see migrate.cpp).
+bool superseded_checksum(std::string_view component, std::string_view version,
+                         std::string_view checksum);
 
 } // namespace cmdbus::db

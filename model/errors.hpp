@@ -87,9 +87,10 @@ public:
 namespace cmdbus {
 
 /// Base of the errors a command handler throws to choose the outcome of a
-/// command (rcmd.md §1.5). `code` and `message` end up in last_error_code /
-/// last_error_msg and the audit trail; `details` (a JSON object) in the
-/// audit details and, for business-rule failures, in the FAILED reply.
+/// command, as the reference's exceptions do. `code` and `message` end up in
+/// last_error_code / last_error_msg and the audit trail; `details` (a JSON
+/// object) in the audit details and, for business-rule failures, in the
+/// FAILED reply.
 class handler_error : public command_bus_error {
 public:
   handler_error(std::string code, std::string message,
@@ -125,7 +126,8 @@ public:
 };
 
 /// A business rule rejected the command: terminal status FAILED and a
-/// FAILED reply to reply_to (DECISIONS.md D5); no retry, no TSQ.
+/// FAILED reply to reply_to (docs/design.md, "Reply format"); no retry, no
+/// TSQ.
 class business_rule_error : public handler_error {
 public:
   using handler_error::handler_error;

@@ -16,12 +16,14 @@ struct received_command {
   int64_t msg_id = 0;
   /// 1-based attempt number of this delivery.
   int attempt = 0;
-  /// The command's own max_attempts (D6).
+  /// The command's own max_attempts, which decides exhaustion (see
+  /// docs/design.md, "Retry exhaustion uses the command's max_attempts").
   int max_attempts = 0;
   std::optional<uuid> batch_id;
 };
 
-/// How a handler run ended (rcmd.md §1.5).
+/// How a handler run ended: the reference's exception kinds (transient,
+/// permanent, business rule) plus success.
 enum class outcome_kind {
   /// The handler returned a result: COMPLETED, SUCCESS reply.
   success,

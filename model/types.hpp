@@ -24,7 +24,7 @@ std::optional<timestamp> parse_timestamp(std::string_view text) noexcept;
 /// Formats as ISO 8601 UTC with microseconds: "2026-11-26T00:23:12.123456Z".
 std::string format_timestamp(timestamp t);
 
-// -- enumerations (stored strings as in the reference, DECISIONS.md D4) ------
+// -- enumerations (stored strings as the reference stores them) ---------------
 
 /// Status of a command row.
 enum class command_status {
@@ -58,7 +58,7 @@ enum class batch_status { pending, in_progress, completed, completed_with_failur
 std::string_view to_string(batch_status x) noexcept;
 std::optional<batch_status> parse_batch_status(std::string_view x) noexcept;
 
-// -- records -----------------------------------------------------------------
+// -- records ------------------------------------------------------------------
 
 /// A command as handlers see it (decoded from the PGMQ message).
 struct command {
@@ -95,7 +95,7 @@ struct command_metadata {
   std::optional<uuid> batch_id;
 };
 
-/// A reply message (rcmd.md §2.3, DECISIONS.md D5).
+/// A reply message (see docs/design.md, "Reply format").
 struct reply {
   uuid command_id;
   std::optional<uuid> correlation_id;
@@ -207,8 +207,9 @@ struct create_batch_result {
   int total_commands = 0;
 };
 
-/// Retry policy (rcmd.md §1.6): exhaustion when attempt >= max_attempts;
-/// backoff from the schedule, clamped to its last entry.
+/// Retry policy (the reference's RetryPolicy): exhaustion when
+/// attempt >= max_attempts; backoff from the schedule, clamped to its last
+/// entry.
 struct retry_policy {
   int max_attempts = 3;
   std::vector<int> backoff_schedule{10, 60, 300};

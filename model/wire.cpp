@@ -301,7 +301,7 @@ reply decode_reply(std::string_view text, const decode_limits& limits) {
   x.error_code = in.optional_string("error_code");
   x.error_message = in.optional_string("error_message");
   x.reason = in.optional_string("reason");
-  // `result`, or jrcmd's alias `data` when `result` is absent or null.
+  // `result`, or the alias `data` (the reference's Java port sends it) when `result` is absent or null.
   auto result = in.find("result");
   if (result == nullptr || result->type == json_type::null)
     if (auto data = in.find("data"))

@@ -11,10 +11,12 @@
 
 namespace cmdbus::wire {
 
-/// Encodes a command as the PGMQ message of rcmd.md §2.2: keys domain,
+/// Encodes a command as the reference's PGMQ message: keys domain,
 /// command_type, command_id, correlation_id (always present), data, and
 /// reply_to only when set. `correlation_id` must be set by the caller (the
-/// bus generates one when absent, D8); an unset one encodes as null.
+/// bus generates one when absent and uses it for the command row too, see
+/// docs/design.md, "Correlation id and batch id on bulk sends"); an unset one
+/// encodes as null.
 /// Output is compact JSON (see wire.cpp). Throws `std::invalid_argument` when
 /// `data` is not an object or a string field is not valid UTF-8.
 std::string encode_command(const command& x);
@@ -40,7 +42,7 @@ std::string encode_sent_details(std::string_view command_type,
 /// last one wins (like Python's json and jsonb).
 command decode_command(std::string_view text, const decode_limits& limits = {});
 
-/// Encodes a reply (rcmd.md §2.3, DECISIONS.md D5): SUCCESS carries
+/// Encodes a reply (docs/design.md, "Reply format"): SUCCESS carries
 /// `result`; FAILED carries `result` {error_code, error_message,
 /// error_details} and the same error_code/error_message at top level;
 /// CANCELED carries `reason` and no `result`.

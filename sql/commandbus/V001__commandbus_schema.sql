@@ -1,8 +1,9 @@
 CREATE SCHEMA IF NOT EXISTS commandbus;
 
--- commandbus schema: the canonical tables of the reference (its Flyway set
--- V001-V004, see DECISIONS.md D1), with the same columns, types, defaults and
--- index names, so that reference clients and workers run against it unchanged.
+-- commandbus schema: the canonical tables of the reference (the complete
+-- schema of its CI migration set, see docs/design.md, "Reference schema kept
+-- whole"), with the same columns, types, defaults and index names, so that
+-- reference clients and workers run against it unchanged.
 --
 -- Run once by the migration runner inside its transaction. Everything is
 -- schema-qualified; nothing here depends on search_path or on pgmq.
@@ -83,7 +84,7 @@ CREATE INDEX IF NOT EXISTS ix_command_batch_status
 -- -- audit ---------------------------------------------------------------------
 
 -- Append-only event log. For BATCH_* events, command_id holds the batch_id.
--- Trails are read ordered by (ts, audit_id) (DECISIONS.md D11).
+-- Trails are read ordered by (ts, audit_id) (docs/design.md, "Audit order").
 CREATE TABLE IF NOT EXISTS commandbus.audit (
     audit_id     BIGSERIAL   PRIMARY KEY,
     domain       TEXT        NOT NULL,
@@ -110,7 +111,8 @@ CREATE TABLE IF NOT EXISTS commandbus.payload_archive (
 -- -- process -------------------------------------------------------------------
 
 -- A process manager (saga) instance. Status strings as the reference stores
--- them, e.g. 'WAITING' for "waiting for reply" (DECISIONS.md D4).
+-- them, e.g. 'WAITING' for "waiting for reply" (docs/design.md, "Status
+-- strings").
 CREATE TABLE IF NOT EXISTS commandbus.process (
     domain        VARCHAR(255) NOT NULL,
     process_id    UUID         NOT NULL,

@@ -1,5 +1,6 @@
--- commandbus stored procedures: the reference's signatures (DECISIONS.md D1)
--- with the packaged "inline counter" batch semantics (D2, D3):
+-- commandbus stored procedures: the reference's signatures with the
+-- "inline counter" batch semantics of its packaged schema (docs/design.md,
+-- "Inline batch counters" and "Exact batch counters and callbacks"):
 -- sp_finish_command counts a command's transition into the batch counters
 -- once, only when its status really changes, and returns whether the batch
 -- just became terminal. sp_refresh_batch_stats (canonical V004 form) is the

@@ -1,11 +1,13 @@
 -- cmdbus's own set-based send functions, added beside the reference
--- procedures (DECISIONS.md D1). Each performs the reference's send
--- transaction body (rcmd.md §2.6) as ONE statement, so that a send costs one
--- round trip and can run inside the caller's own transaction (outbox):
+-- procedures (nothing of the reference changes). Each performs the writes of
+-- the reference's send transaction as ONE statement, so that a send costs
+-- one round trip and can run inside the caller's own transaction (outbox):
 --   [batch exists?] + command exists? + pgmq.send + command row (PENDING) +
---   audit SENT + NOTIFY pgmq_notify_{queue} (delivered at commit, D14).
--- Messages are encoded by the client (the wire format of rcmd.md §2.2); the
--- same correlation id goes into the message and the row (D8).
+--   audit SENT + NOTIFY pgmq_notify_{queue} (delivered at commit; see
+--   docs/design.md, "NOTIFY on every send").
+-- Messages are encoded by the client (the command JSON of docs/design.md,
+-- "Wire compatibility"); the same correlation id goes into the message and
+-- the row (docs/design.md, "Correlation id and batch id on bulk sends").
 --
 -- Errors raised with our own SQLSTATEs:
 --   CB001 duplicate command (cmdbus_send_command; DETAIL: the command_id)

@@ -1,24 +1,28 @@
 -- cmdbus's own set-based worker functions, added beside the reference
--- procedures (DECISIONS.md D1). Each processes a whole read batch with one
--- call, performing for every message exactly the writes of the reference
--- worker's transaction (rcmd.md §1.7, §2.6, §3.3, §4):
+-- procedures (nothing of the reference changes). Each processes a whole read
+-- batch with one call, performing for every message exactly the writes of
+-- the reference worker's transaction (its receive, complete and fail steps,
+-- with the audit rows and statuses of sp_receive_command, sp_finish_command
+-- and sp_fail_command):
 --   cmdbus_receive           pgmq.read + sp_receive_command per message
---                            (+ the D9 receive guard)
+--                            (+ the receive guard, docs/design.md)
 --   cmdbus_complete          pgmq.delete + sp_finish_command(COMPLETED)
 --                            + SUCCESS replies + NOTIFY
 --   cmdbus_fail_final        pgmq.archive + sp_finish_command(
 --                            IN_TROUBLESHOOTING_QUEUE | FAILED)
 --                            + FAILED replies (business rule only)
 --   cmdbus_fail_transient    sp_fail_command + pgmq.set_vt(backoff)
---   cmdbus_extend_visibility pgmq.set_vt (lease heartbeat, D7)
+--   cmdbus_extend_visibility pgmq.set_vt (lease heartbeat, docs/design.md)
 -- with one statement per table and step instead of one call per command.
--- Batch counters follow sp_finish_command / sp_update_batch_counters (D2,
--- D3): a command's transition is counted once, only when its status really
--- changes; the deltas of one call are aggregated per batch and applied with
--- one UPDATE per batch row (cmdbus_apply_batch_deltas).
+-- Batch counters follow sp_finish_command / sp_update_batch_counters
+-- (docs/design.md, "Inline batch counters"): a command's transition is
+-- counted once, only when its status really changes; the deltas of one call
+-- are aggregated per batch and applied with one UPDATE per batch row
+-- (cmdbus_apply_batch_deltas).
 --
--- The receive guard (D9) audits skipped messages with our own event type
--- RECEIVE_SKIPPED {msg_id, reason, status}.
+-- The receive guard (docs/design.md, "Receive guard": unknown and terminal
+-- commands are archived and skipped) audits skipped messages with our own
+-- event type RECEIVE_SKIPPED {msg_id, reason, status}.
 --
 -- Arrays are parallel: element i of every array describes the same message.
 -- p_msg_ids fixes the length n; p_command_ids must have n non-NULL elements;
@@ -32,8 +36,8 @@
 --
 -- Audit timestamps: the rows written here take clock_timestamp(), not the
 -- column default NOW() (the transaction start), so that an audit trail
--- ordered by (ts, audit_id) (D11) follows causality even when a receive
--- statement starts before the retry that makes its message visible commits.
+-- ordered by (ts, audit_id) follows causality even when a receive statement
+-- starts before the retry that makes its message visible commits.
 --
 -- Plans: the statements must not depend on planner statistics, which are
 -- stale after any burst on a new domain (`domain = 'x'` is then estimated at
@@ -59,10 +63,10 @@
 --
 -- Errors raised with SQLSTATE 22023 (invalid_parameter_value): arrays of
 -- different lengths, NULL command ids, an unknown cmdbus_fail_final kind, an
--- invalid reply queue name (D10 rule: 1-47 letters, digits, underscores) or
--- a reply_to without a reply. Callers validate reply_to beforehand
--- (db::validate_queue_name) and pass NULL for a command without a usable one;
--- otherwise the whole call rolls back.
+-- invalid reply queue name (PGMQ's rule: 1-47 letters, digits,
+-- underscores) or a reply_to without a reply. Callers validate reply_to
+-- beforehand (db::validate_queue_name) and pass NULL for a command without a
+-- usable one; otherwise the whole call rolls back.
 
 -- -- helpers -----------------------------------------------------------------
 
@@ -221,7 +225,7 @@ $$;
 --    in input order (also for unknown commands and non-transitions);
 -- 5. replies: per distinct non-empty reply_to (sorted) the queue is created
 --    if missing, one pgmq.send_batch of its replies (input order) and one
---    NOTIFY pgmq_notify_{queue} (D14); p_reply_tos NULL sends nothing;
+--    NOTIFY pgmq_notify_{queue}; p_reply_tos NULL sends nothing;
 -- 6. batch deltas of the real transitions (the rules of sp_finish_command),
 --    aggregated per batch of the command row and applied by
 --    cmdbus_apply_batch_deltas:
@@ -414,8 +418,8 @@ $$;
 --   missing, not a string or not a UUID (checked with a regex mirroring
 --   PostgreSQL's uuid input, so no cast can fail). Archived; no audit (there
 --   is no command id). All command columns NULL.
--- - 'SKIPPED' (D9): archived, audit RECEIVE_SKIPPED (command_id = the
---   message's id) {msg_id, reason, status}, reason
+-- - 'SKIPPED' (the receive guard): archived, audit RECEIVE_SKIPPED
+--   (command_id = the message's id) {msg_id, reason, status}, reason
 --     'UNKNOWN_COMMAND'   no command (p_domain, command_id); status null;
 --     'TERMINAL_STATUS'   the command is COMPLETED, CANCELED, FAILED or
 --                         IN_TROUBLESHOOTING_QUEUE; status = that status;
@@ -671,11 +675,12 @@ $$;
 
 -- -- cmdbus_complete ---------------------------------------------------------
 
--- The success path of many commands (rcmd.md `complete`): pgmq.delete of the
+-- The success path of many commands (the reference worker's `complete`):
+-- pgmq.delete of the
 -- messages; status COMPLETED for the commands whose status really changes;
 -- audit COMPLETED {msg_id, reply_to, has_result} for every element (also
 -- idempotent re-completes and unknown commands, as sp_finish_command);
--- p_replies[i] (the SUCCESS reply JSON built by the caller, D5) sent to
+-- p_replies[i] (the SUCCESS reply JSON built by the caller) sent to
 -- p_reply_tos[i] when that is not NULL (queue created if missing, one
 -- send_batch and one NOTIFY per queue); batch counters: complete
 -- (from IN_PROGRESS) and tsq_complete (from IN_TROUBLESHOOTING_QUEUE).
@@ -740,7 +745,7 @@ $$;
 --   'BUSINESS_RULE' -> FAILED, last_error_type BUSINESS_RULE, audit
 --                      BUSINESS_RULE_FAILED {msg_id, attempt, error_code,
 --                      error_msg, error_details}; p_replies[i] (the FAILED
---                      reply built by the caller, D5) sent to p_reply_tos[i]
+--                      reply built by the caller) sent to p_reply_tos[i]
 --                      as in cmdbus_complete.
 -- For PERMANENT and BUSINESS_RULE p_error_types is ignored; for PERMANENT and
 -- EXHAUSTED p_reply_tos/p_replies are ignored. error_details NULL is
@@ -963,7 +968,8 @@ $$;
 
 -- -- cmdbus_extend_visibility ------------------------------------------------
 
--- Lease heartbeat (D7): vt = clock_timestamp() + p_seconds for the given
+-- Lease heartbeat (docs/design.md, "Visibility extension and lease
+-- heartbeat"): vt = clock_timestamp() + p_seconds for the given
 -- messages, visible or not, with one UPDATE. Returns how many exist.
 CREATE FUNCTION commandbus.cmdbus_extend_visibility(
     p_queue_name TEXT,

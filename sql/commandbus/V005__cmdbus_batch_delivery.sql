@@ -1,7 +1,8 @@
--- Durable delivery of batch-completion callbacks (DECISIONS.md D3): "the
--- completion callback of a batch runs once when the batch becomes terminal,
--- and again after a crash only if it had not been recorded as delivered".
--- Added beside the reference schema (D1); nothing of the reference changes.
+-- Durable delivery of batch-completion callbacks (docs/design.md, "Exact
+-- batch counters and callbacks"): the completion callback of a batch runs
+-- once when the batch becomes terminal, and again after a crash only if it
+-- had not been recorded as delivered.
+-- Added beside the reference schema; nothing of the reference changes.
 --
 -- A worker with callbacks records every batch that becomes terminal through
 -- its writes in the same transaction as the transition (INSERT ... ON

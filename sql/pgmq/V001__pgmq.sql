@@ -1,9 +1,10 @@
 -- cmdbus: PGMQ 1.5 compatible SQL-only install (clean-room implementation).
 --
--- Written from the API fact sheet (shared/reference/pgmq-api.md), not from
--- upstream code. Provides schema `pgmq` with the same objects, function
--- names, parameter names, overload sets, return shapes, table layouts, index
--- names and error texts as the PGMQ 1.5 extension (HEAD behaviour: 47-char
+-- Written from PGMQ's documented API (function signatures, return shapes,
+-- error texts, behaviour), not from upstream code. Provides schema `pgmq`
+-- with the same objects, function names, parameter names, overload sets,
+-- return shapes, table layouts, index names and error texts as the PGMQ 1.5
+-- extension (HEAD behaviour: 47-char
 -- name limit, drop_queue of a missing queue gives a NOTICE and returns false,
 -- advisory lock in create_* and drop_queue).
 --

@@ -1,6 +1,7 @@
-// Durable batch-callback delivery (sql/commandbus/V005, DECISIONS.md D3):
-// recording through worker_store::finish, claiming with a lease, marking
-// delivered, and what a crashed deliverer leaves behind.
+// Durable batch-callback delivery (sql/commandbus/V005; docs/design.md, "Exact
+// batch counters and callbacks"): recording through worker_store::finish,
+// claiming with a lease, marking delivered, and what a crashed deliverer
+// leaves behind.
 
 #include <gtest/gtest.h>
 

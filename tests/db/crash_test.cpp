@@ -167,7 +167,7 @@ INSTANTIATE_TEST_SUITE_P(
     return point + "_" + scenarios[std::get<1>(info.param)].name;
   });
 
-// -- batch callbacks (DECISIONS.md D3) -----------------------------------------
+// -- batch callbacks (delivered again after a crash unless recorded) ----------
 
 namespace {
 

@@ -161,3 +161,49 @@ TEST(Migrate, ChecksumIsStable) {
   EXPECT_EQ(db::migration_checksum(""), "cbf29ce484222325");
   EXPECT_NE(db::migration_checksum("a"), db::migration_checksum("b"));
 }
+
+// The comments of applied migrations were rewritten once (comment-only
+// edits); a database migrated with the earlier texts recorded their
+// checksums, and migrate accepts those for exactly their own version.
+TEST(Migrate, AcceptsTheChecksumOfACommentOnlyEarlierText) {
+  test::scratch_database scratch;
+  auto conn = db::connection::open(scratch.dsn());
+  migrate_bundled(conn);
+  // The checksum of sql/commandbus/V004__cmdbus_worker.sql before its
+  // comments were rewritten (FNV-1a of `git show main:...` at the time).
+  const std::string earlier = "1e808726c07f6c3e";
+  ASSERT_TRUE(db::superseded_checksum("commandbus", "V004", earlier));
+  for (auto& f : sql::commandbus_files())
+    if (f.version == "V004") {
+      ASSERT_NE(db::migration_checksum(f.text), earlier);
+    }
+  conn.query("UPDATE commandbus.cmdbus_migrations SET checksum = $1"
+             " WHERE component = 'commandbus' AND version = 'V004'",
+             earlier);
+  auto report = migrate_bundled(conn);
+  EXPECT_TRUE(report.applied.empty());
+  // Verifying again (a second run) accepts it as well.
+  EXPECT_TRUE(migrate_bundled(conn).applied.empty());
+  // Only for its own version: the same checksum recorded for V003 is a
+  // changed file.
+  EXPECT_FALSE(db::superseded_checksum("commandbus", "V003", earlier));
+  EXPECT_FALSE(db::superseded_checksum("pgmq", "V004", earlier));
+}
+
+TEST(Migrate, RefusesAChecksumThatIsNeitherCurrentNorSuperseded) {
+  test::scratch_database scratch;
+  auto conn = db::connection::open(scratch.dsn());
+  migrate_bundled(conn);
+  conn.exec("UPDATE commandbus.cmdbus_migrations SET checksum ="
+            " '0123456789abcdef' WHERE component = 'commandbus'"
+            " AND version = 'V004'");
+  try {
+    migrate_bundled(conn);
+    FAIL() << "expected a checksum mismatch";
+  } catch (const db::error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("commandbus/V004"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("was changed after it was applied"), std::string::npos)
+      << msg;
+  }
+}

@@ -170,7 +170,7 @@ TEST(enums, reject_lower_case_and_unknown_strings) {
   EXPECT_FALSE(parse_batch_status("FAILED"));
 }
 
-// -- retry policy (rcmd.md §1.6) ---------------------------------------------
+// -- retry policy (the reference's defaults: 3 attempts, 10/60/300 s) ---------
 
 TEST(retry_policy, defaults_match_the_reference) {
   retry_policy p;

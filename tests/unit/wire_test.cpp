@@ -68,7 +68,8 @@ TEST(wire_command, encodes_unset_correlation_id_as_null) {
 }
 
 TEST(wire_command, encodes_a_generated_correlation_id) {
-  // The bus generates the id (D8); the message carries exactly that id.
+  // The bus generates the id (and stores the same in the command row); the
+  // message carries exactly that id.
   auto generated = uuid::random();
   auto x = debit(R"({"amount":1})");
   x.correlation_id = generated;
@@ -260,7 +261,7 @@ TEST(wire_reply, decodes_what_the_reference_sends) {
   EXPECT_TRUE(null_result.result.is_null());
   EXPECT_FALSE(null_result.correlation_id);
 
-  // The reference nests the error fields in `result` only (rcmd.md §2.3).
+  // The reference nests the error fields in `result` only.
   auto failed = wire::decode_reply(wire_fixture("python_reply_failed.json"));
   EXPECT_EQ(failed, failed_reply());
   EXPECT_EQ(wire::encode_reply(failed), wire_fixture("reply_failed.json"));
@@ -273,12 +274,12 @@ TEST(wire_reply, decodes_what_the_reference_sends) {
   EXPECT_EQ(wire::encode_reply(canceled), wire_fixture("reply_canceled.json"));
 }
 
-TEST(wire_reply, decodes_what_jrcmd_sends) {
+TEST(wire_reply, decodes_what_the_java_port_sends) {
   // `data` instead of `result`, error fields at top level.
-  auto success = wire::decode_reply(wire_fixture("jrcmd_reply_success.json"));
+  auto success = wire::decode_reply(wire_fixture("java_reply_success.json"));
   EXPECT_EQ(success.result.text(), R"({"balance":"89.50","ledger_entry":42})");
   EXPECT_EQ(wire::encode_reply(success), wire_fixture("reply_success.json"));
-  auto failed = wire::decode_reply(wire_fixture("jrcmd_reply_failed.json"));
+  auto failed = wire::decode_reply(wire_fixture("java_reply_failed.json"));
   EXPECT_EQ(failed, failed_reply());
   EXPECT_EQ(wire::encode_reply(failed), wire_fixture("reply_failed.json"));
 }
