@@ -1,5 +1,7 @@
 // The help text of `cmdbus worker`: its options, environment variables and
-// an example config file.
+// an example config file. --log-level is listed here but read by the cmdbus
+// tool before these options (cli::take_log_level in apps/cli.hpp), since
+// every command takes it.
 
 #include "config/worker_config.hpp"
 
@@ -37,6 +39,9 @@ Options:
   --jitter X               random fraction 0..1 of each delay (0)
   --tick                   drain every domain once, then exit
   --dump-config            print the effective configuration and exit
+  --log-level LEVEL        trace, debug, info, warn, error, critical or off
+                           (info: start, stop, outages and recoveries,
+                           completed batches; warn hides them)
   -h, --help               show this help
 
 Durations are an integer with a unit: ms, s, min or h (250ms, 30s, 1min).
@@ -47,7 +52,8 @@ Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DOMAINS (a,b),
   CMDBUS_POLL_INTERVAL, CMDBUS_USE_NOTIFY (true/false/1/0),
   CMDBUS_STATEMENT_TIMEOUT,
   CMDBUS_SHUTDOWN_TIMEOUT, CMDBUS_FLUSH_INTERVAL, CMDBUS_MAX_ATTEMPTS,
-  CMDBUS_BACKOFF (10,60,300), CMDBUS_BACKOFF_JITTER.
+  CMDBUS_BACKOFF (10,60,300), CMDBUS_BACKOFF_JITTER; the log level:
+  CMDBUS_LOG_LEVEL, else SPDLOG_LEVEL, else info.
 
 Config file (CAF INI; ';' starts a comment):
   dsn = "host=db dbname=app"
