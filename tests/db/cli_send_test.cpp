@@ -250,7 +250,8 @@ TEST(CliSend, DefaultsAndJsonOutput) {
   EXPECT_EQ(row.text(0, 1), *corr);
   EXPECT_EQ(row.int64(0, 2), 3);
   EXPECT_EQ(row.text(0, 3), "");
-  // The generated correlation id is also the message's (D8); data is {}.
+  // A generated correlation id is the same in the message and in the
+  // command row; data is {}.
   auto msg = conn.query("SELECT message->>'correlation_id', "
                         "message->'data' = '{}'::jsonb, message ? 'reply_to' "
                         "FROM pgmq.q_" + d + "__commands WHERE msg_id = $1::bigint",
