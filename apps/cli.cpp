@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
+
+#include "model/log.hpp"
 
 namespace cmdbus::cli {
 
@@ -39,7 +42,8 @@ args::args(const std::vector<std::string>& argv,
       }
       values_[name] = *value;
     } else {
-      throw usage_error{"unknown argument '" + a + "'"};
+      // The name only: a mistyped --dsn=... may carry a password.
+      throw usage_error{"unknown argument '" + name + "'"};
     }
   }
 }
@@ -83,6 +87,46 @@ std::string args::dsn() const {
   if (const char* env = std::getenv("CMDBUS_DSN"))
     return env;
   return {};
+}
+
+std::optional<std::string> take_log_level(std::vector<std::string>& argv) {
+  constexpr std::string_view option = "--log-level";
+  std::optional<std::string> given;
+  for (size_t i = 0; i < argv.size();) {
+    std::string_view arg = argv[i];
+    auto at = argv.begin() + static_cast<std::ptrdiff_t>(i);
+    if (arg == option) {
+      if (i + 1 >= argv.size())
+        throw usage_error{"--log-level needs a value (trace, debug, info, "
+                          "warn, error, critical or off)"};
+      given = argv[i + 1];
+      argv.erase(at, at + 2);
+    } else if (arg.substr(0, option.size() + 1) == "--log-level=") {
+      given = std::string{arg.substr(option.size() + 1)};
+      argv.erase(at);
+    } else {
+      ++i;
+    }
+  }
+  return given;
+}
+
+void set_log_level(const std::string& command,
+                   const std::optional<std::string>& given) {
+  auto level = command == "worker" ? spdlog::level::info : spdlog::level::warn;
+  try {
+    level = log::level_from_env(level);
+  } catch (const std::invalid_argument& e) {
+    throw usage_error{std::string{"CMDBUS_LOG_LEVEL: "} + e.what()};
+  }
+  if (given) {
+    try {
+      level = log::parse_level(*given);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error{std::string{"--log-level: "} + e.what()};
+    }
+  }
+  log::set_level(level);
 }
 
 std::string json_string(const std::string& s) {

@@ -65,6 +65,21 @@ private:
   std::vector<std::string> flags_;
 };
 
+// -- log level ---------------------------------------------------------------
+
+/// Removes every `--log-level LEVEL` or `--log-level=LEVEL` from `argv`, a
+/// global option that may stand before or after the command's name, and
+/// returns the last LEVEL. Throws usage_error for a missing value.
+std::optional<std::string> take_log_level(std::vector<std::string>& argv);
+
+/// Sets the level of the "cmdbus" logger for `command`: `given` (from
+/// --log-level), else $CMDBUS_LOG_LEVEL, else $SPDLOG_LEVEL, else info for
+/// `worker` (its start, stop, recovery and batch lines show) and warn for the
+/// other commands. Throws usage_error, naming the choices, for an unknown
+/// level from the command line or the environment.
+void set_log_level(const std::string& command,
+                   const std::optional<std::string>& given);
+
 /// Escapes a string for JSON output.
 std::string json_string(const std::string& s);
 

@@ -1,17 +1,16 @@
 #include <iostream>
 
-#include <spdlog/spdlog.h>
-
 #include "apps/cli.hpp"
 #include "db/connection.hpp"
 #include "db/migrate.hpp"
+#include "model/log.hpp"
 #include "sql/bundle.hpp"
 
 namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* help = R"(usage: cmdbus migrate [--dsn DSN] [--verbose] [--json]
+constexpr const char* help = R"(usage: cmdbus migrate [--dsn DSN] [--verbose] [--json] [--log-level LEVEL]
 
 Creates or upgrades the cmdbus database objects:
   * PGMQ: the real `pgmq` extension when CREATE EXTENSION pgmq works,
@@ -23,7 +22,7 @@ concurrent runs wait for each other (advisory lock).
 
 Options:
   --dsn DSN       connection string (default: $CMDBUS_DSN, then libpq env)
-  -v, --verbose   log each step to stderr
+  -v, --verbose   log each step to stderr (at least --log-level info)
   --json          print the result as JSON
   -h, --help      show this help
 
@@ -39,8 +38,9 @@ int run_migrate(const std::vector<std::string>& argv) {
     return exit_ok;
   }
   a.expect_positional(0, "no positional arguments");
-  if (a.flag("--verbose"))
-    spdlog::set_level(spdlog::level::info);
+  // --verbose shows at least the info lines, whatever the level otherwise.
+  if (a.flag("--verbose") && log::logger()->level() > spdlog::level::info)
+    log::set_level(spdlog::level::info);
   auto conn = db::connection::open(a.dsn());
   auto report = db::migrate(conn, sql::pgmq_files(), sql::commandbus_files());
   if (a.flag("--json")) {

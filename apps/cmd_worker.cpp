@@ -5,7 +5,6 @@
 #include <thread>
 
 #include <pthread.h>
-#include <spdlog/spdlog.h>
 
 #include "actors/worker.hpp"
 #include "apps/cli.hpp"
@@ -13,6 +12,7 @@
 #include "config/worker_config.hpp"
 #include "db/connection.hpp"
 #include "db/queue_name.hpp"
+#include "model/log.hpp"
 
 namespace cmdbus::cli {
 
@@ -60,7 +60,8 @@ std::optional<int64_t> remaining_messages(const config::worker_config& cfg) {
              .int64(0, 0);
     return n;
   } catch (const std::exception& e) {
-    spdlog::warn("tick: could not count the messages left: {}", e.what());
+    log::warn("tick: could not count the messages left: {}",
+              log::one_line(e.what()));
     return std::nullopt;
   }
 }
@@ -107,7 +108,7 @@ int run_worker(const std::vector<std::string>& argv) {
   // Operators see batch completions in the log. Having a callback also
   // makes the worker record them for durable delivery (V005).
   w.on_batch_complete([](const std::string& domain, const uuid& batch_id) {
-    spdlog::info("batch {} of domain {} is complete", batch_id.to_string(),
+    log::info("batch {} of domain {} is complete", batch_id.to_string(),
                  domain);
   });
   if (tick) {
@@ -115,9 +116,6 @@ int run_worker(const std::vector<std::string>& argv) {
     print_stats(stats, json, remaining_messages(cfg));
     return exit_ok;
   }
-  // A long-running worker logs what operators need to follow: outages and
-  // recoveries, domain restarts, completed batches, the stop.
-  spdlog::set_level(spdlog::level::info);
   // Block SIGINT/SIGTERM in every thread; this one waits for them.
   sigset_t sigs;
   sigemptyset(&sigs);
@@ -140,8 +138,8 @@ int run_worker(const std::vector<std::string>& argv) {
     });
   int sig = 0;
   sigwait(&sigs, &sig);
-  spdlog::info("signal {}: stopping (up to {} ms)", sig,
-               shutdown_timeout.count());
+  log::info("signal {}: stopping (up to {} ms)", sig,
+            shutdown_timeout.count());
   w.stop(shutdown_timeout).get();
   done = true;
   if (progress.joinable())

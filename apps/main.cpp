@@ -5,12 +5,10 @@
 #include <string>
 #include <vector>
 
-#include <spdlog/sinks/stdout_color_sinks.h>
-#include <spdlog/spdlog.h>
-
 #include "apps/cli.hpp"
 #include "db/error.hpp"
 #include "model/errors.hpp"
+#include "model/log.hpp"
 
 namespace {
 
@@ -27,8 +25,12 @@ Commands:
                or once with --tick)
 
 Options:
-  -h, --help     show this help (also after a command)
-  --version      print the version
+  -h, --help         show this help (also after a command)
+  --version          print the version
+  --log-level LEVEL  trace, debug, info, warn, error, critical or off, before
+                     or after any command (default: $CMDBUS_LOG_LEVEL, else
+                     $SPDLOG_LEVEL, else info for worker and warn for the
+                     others); the log goes to stderr
 
 Connection: --dsn DSN, else $CMDBUS_DSN, else the standard libpq environment
 (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, ...). DSN is a libpq
@@ -45,17 +47,22 @@ using namespace cmdbus;
 } // namespace
 
 int main(int argc, char** argv) {
-  auto logger = spdlog::stderr_color_mt("cmdbus");
-  spdlog::set_default_logger(logger);
-  spdlog::set_level(spdlog::level::warn);
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty()) {
-    std::cerr << main_help;
-    return cli::exit_usage;
-  }
-  auto command = args.front();
-  args.erase(args.begin());
+  std::string command;
   try {
+    auto level = cli::take_log_level(args);
+    if (!args.empty()) {
+      command = args.front();
+      args.erase(args.begin());
+    }
+    cli::set_log_level(command, level);
+    // The parts of the library that log through spdlog's default logger
+    // write to the "cmdbus" logger as well, with its level.
+    spdlog::set_default_logger(log::logger());
+    if (command.empty()) {
+      std::cerr << main_help;
+      return cli::exit_usage;
+    }
     if (command == "-h" || command == "--help" || command == "help") {
       std::cout << main_help;
       return cli::exit_ok;
@@ -81,7 +88,7 @@ int main(int argc, char** argv) {
     throw cli::usage_error{"unknown command '" + command + "'"};
   } catch (const cli::usage_error& e) {
     std::cerr << "cmdbus: " << e.message << " (see `cmdbus "
-              << (command.rfind('-', 0) == 0 ? "" : command + " ")
+              << (command.empty() || command[0] == '-' ? "" : command + " ")
               << "--help`)\n";
     return cli::exit_usage;
   } catch (const cli::not_found& e) {

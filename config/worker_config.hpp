@@ -50,7 +50,8 @@
 
 namespace cmdbus::config {
 
-/// How failed commands are retried (rcmd.md §1.6).
+/// How failed commands are retried. The defaults (3 attempts, 10 s and then
+/// 60 s apart) are the reference library's.
 struct retry_config {
   /// Total attempts including the first one; >= 1.
   int max_attempts = 3;
@@ -165,13 +166,9 @@ worker_config load(const std::vector<std::string>& args,
 /// Returns the help text for `cmdbus worker`.
 const char* worker_help();
 
-/// Returns `dsn` with the password of a key/value string (`password=...`) or
-/// of a postgresql:// URI (userinfo or `?password=` parameter) replaced by
-/// `***`.
-std::string mask_dsn(std::string_view dsn);
-
 /// Renders the effective configuration as a CAF-INI text that apply_ini()
-/// accepts (the DSN password masked), for logs and --dump-config.
+/// accepts (the DSN's secrets masked by db::mask_dsn), for logs and
+/// --dump-config.
 std::string describe(const worker_config& cfg);
 
 } // namespace cmdbus::config

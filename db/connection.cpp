@@ -248,43 +248,6 @@ struct connection::impl {
   }
 };
 
-std::string describe_target(const std::string& dsn) {
-  char* err = nullptr;
-  PQconninfoOption* opts = PQconninfoParse(dsn.c_str(), &err);
-  if (opts == nullptr) {
-    PQfreemem(err);
-    return "(invalid connection string)";
-  }
-  auto get = [&](const char* key) -> std::string {
-    for (auto* o = opts; o->keyword != nullptr; ++o)
-      if (std::string_view{o->keyword} == key && o->val != nullptr)
-        return o->val;
-    return {};
-  };
-  auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v ? v : "";
-  };
-  auto pick = [&](const char* key, const char* env_name, const char* dflt) {
-    auto v = get(key);
-    if (v.empty())
-      v = env(env_name);
-    return v.empty() ? std::string{dflt} : v;
-  };
-  auto host = get("host");
-  if (host.empty())
-    host = get("hostaddr");
-  if (host.empty())
-    host = env("PGHOST");
-  if (host.empty())
-    host = "(default socket)";
-  auto user = pick("user", "PGUSER", "(default user)");
-  auto port = pick("port", "PGPORT", "5432");
-  auto dbname = pick("dbname", "PGDATABASE", "(default db)");
-  PQconninfoFree(opts);
-  return user + "@" + host + ":" + port + "/" + dbname;
-}
-
 connection::connection(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
   // nop
 }

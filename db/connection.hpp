@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "db/dsn.hpp"
 #include "db/error.hpp"
 
 struct pg_conn;
@@ -119,10 +120,6 @@ struct connection_options {
   /// Upper bound for establishing the connection.
   std::chrono::seconds connect_timeout{10};
 };
-
-/// Returns a description of the DSN's target, "user@host:port/dbname",
-/// without the password or other secrets; safe to log.
-std::string describe_target(const std::string& dsn);
 
 /// An owned libpq connection. Not thread-safe: one owner at a time.
 /// All statements with values use parameters (extended protocol).

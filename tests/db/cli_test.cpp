@@ -36,6 +36,14 @@ TEST(CliMigrate, UsageErrorsExitOne) {
   EXPECT_EQ(r.exit_code, 1);
 }
 
+TEST(CliMigrate, UnknownOptionIsShownWithoutItsValue) {
+  // A mistyped --dsn=... may carry a password.
+  auto r = test::run_cmdbus({"migrate", "--dns=host=x password=hunter2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("unknown argument '--dns'"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("hunter2"), std::string::npos) << r.err;
+}
+
 TEST(CliMigrate, MigratesWithDsnAndIsIdempotent) {
   test::scratch_database scratch;
   auto r = test::run_cmdbus({"migrate", "--dsn", scratch.dsn()});

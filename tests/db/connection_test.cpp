@@ -116,14 +116,6 @@ TEST(DbConnection, MalformedDsnIsRejectedWithoutEchoingIt) {
   }
 }
 
-TEST(DbConnection, DescribeTargetNeverShowsPassword) {
-  EXPECT_EQ(db::describe_target(
-              "host=db.example port=6543 dbname=orders user=app password=pw"),
-            "app@db.example:6543/orders");
-  EXPECT_EQ(db::describe_target("postgresql://app:pw@db.example:6543/orders"),
-            "app@db.example:6543/orders");
-}
-
 TEST(DbConnection, ApplicationNameAndStatementTimeoutArePerConnection) {
   db::connection_options opts;
   opts.application_name = "cmdbus-test-app";

@@ -628,24 +628,7 @@ TEST(ConfigLoad, without_any_file_uses_env_and_cli) {
   EXPECT_TRUE(cfg.dump_config);
 }
 
-// -- passwords and describe() ------------------------------------------------
-
-TEST(ConfigMask, masks_passwords) {
-  EXPECT_EQ(mask_dsn("host=db password=secret dbname=x"),
-            "host=db password=*** dbname=x");
-  EXPECT_EQ(mask_dsn("password = 'se cr\\'et' host=db"),
-            "password = *** host=db");
-  EXPECT_EQ(mask_dsn("postgresql://user:secret@db:5432/app"),
-            "postgresql://user:***@db:5432/app");
-  EXPECT_EQ(mask_dsn("postgres://u:p@ss@db/app?sslmode=off"),
-            "postgres://u:***@db/app?sslmode=off");
-  EXPECT_EQ(mask_dsn("postgresql://db/app?user=u&password=secret&x=1"),
-            "postgresql://db/app?user=u&password=***&x=1");
-  EXPECT_EQ(mask_dsn("postgresql://user@db:5432/app"),
-            "postgresql://user@db:5432/app");
-  EXPECT_EQ(mask_dsn("host=db passwordfile=x"), "host=db passwordfile=x");
-  EXPECT_EQ(mask_dsn(""), "");
-}
+// -- describe() and passwords ----------------------------------------------
 
 TEST(ConfigDescribe, masks_the_password) {
   auto cfg = valid();

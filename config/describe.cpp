@@ -1,0 +1,44 @@
+// The effective configuration as a config file: what --dump-config prints
+// and what a log may show. The DSN's secrets are masked.
+
+#include "config/values.hpp"
+#include "config/worker_config.hpp"
+#include "db/dsn.hpp"
+
+namespace cmdbus::config {
+
+std::string describe(const worker_config& cfg) {
+  using namespace detail;
+  using std::chrono::milliseconds;
+  std::string out;
+  out += "dsn = " + ini_string(db::mask_dsn(cfg.dsn)) + "\n";
+  out += "[worker]\n";
+  out += "domains = [";
+  for (size_t i = 0; i < cfg.domains.size(); ++i)
+    out += (i == 0 ? "" : ", ") + ini_string(cfg.domains[i]);
+  out += "]\n";
+  out += "concurrency = " + std::to_string(cfg.concurrency) + "\n";
+  out += "prefetch = " + std::to_string(cfg.prefetch) + "\n";
+  out += "visibility-timeout = "
+         + duration_text(std::chrono::duration_cast<milliseconds>(
+           cfg.visibility_timeout))
+         + "\n";
+  out += "poll-interval = " + duration_text(cfg.poll_interval) + "\n";
+  out += std::string{"use-notify = "} + (cfg.use_notify ? "true" : "false")
+         + "\n";
+  out += "statement-timeout = " + duration_text(cfg.statement_timeout) + "\n";
+  out += "shutdown-timeout = " + duration_text(cfg.shutdown_timeout) + "\n";
+  out += "flush-interval = " + duration_text(cfg.flush_interval) + "\n";
+  out += std::string{"tick = "} + (cfg.tick ? "true" : "false") + "\n";
+  out += "[retry]\n";
+  out += "max-attempts = " + std::to_string(cfg.retry.max_attempts) + "\n";
+  out += "backoff = [";
+  for (size_t i = 0; i < cfg.retry.backoff_seconds.size(); ++i)
+    out += (i == 0 ? "" : ", ")
+           + std::to_string(cfg.retry.backoff_seconds[i]);
+  out += "]\n";
+  out += "jitter = " + real_text(cfg.retry.jitter) + "\n";
+  return out;
+}
+
+} // namespace cmdbus::config

@@ -1,0 +1,77 @@
+// The help text of `cmdbus worker`: its options, environment variables and
+// an example config file. --log-level is listed here but read by the cmdbus
+// tool before these options (cli::take_log_level in apps/cli.hpp), since
+// every command takes it.
+
+#include "config/worker_config.hpp"
+
+namespace cmdbus::config {
+
+const char* help_requested::what() const noexcept {
+  return worker_help();
+}
+
+const char* worker_help() {
+  return R"(Usage: cmdbus worker [options]
+
+Runs the command handlers of the configured domains until stopped (SIGINT or
+SIGTERM), or drains every domain once with --tick.
+
+Options:
+  --config FILE            CAF-INI config file (else $CMDBUS_CONFIG, else none)
+  --dsn DSN                libpq connection string or URI (default: the libpq
+                           environment)
+  --domain D               domain to serve; repeat for several; replaces the
+                           domains of the file and of $CMDBUS_DOMAINS
+  --concurrency N          handler slots per domain, 1..4096 (16)
+  --prefetch N             messages read ahead of free handler slots per
+                           domain, 0..4096 (0)
+  --visibility-timeout S   seconds or a duration, >= 1s (30s)
+  --poll-interval DUR      poll period, 10ms..1h (1s)
+  --no-notify              poll only, without LISTEN/NOTIFY
+  --statement-timeout DUR  > 0 and below the visibility timeout (25s)
+  --shutdown-timeout DUR   how long a stop waits for in-flight commands (30s)
+  --flush-interval DUR     batching delay of side effects and of freed
+                           handler slots, 0..1000ms (2ms)
+  --max-attempts N         attempts per command, >= 1 (3)
+  --backoff LIST           retry delays in seconds (10,60,300); an empty
+                           list (--backoff=) means 30s after every attempt
+  --jitter X               random fraction 0..1 of each delay (0)
+  --tick                   drain every domain once, then exit
+  --dump-config            print the effective configuration and exit
+  --log-level LEVEL        trace, debug, info, warn, error, critical or off
+                           (info: start, stop, outages and recoveries,
+                           completed batches; warn hides them)
+  -h, --help               show this help
+
+Durations are an integer with a unit: ms, s, min or h (250ms, 30s, 1min).
+Precedence: defaults < config file < environment < command line.
+
+Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DOMAINS (a,b),
+  CMDBUS_CONCURRENCY, CMDBUS_PREFETCH, CMDBUS_VISIBILITY_TIMEOUT,
+  CMDBUS_POLL_INTERVAL, CMDBUS_USE_NOTIFY (true/false/1/0),
+  CMDBUS_STATEMENT_TIMEOUT,
+  CMDBUS_SHUTDOWN_TIMEOUT, CMDBUS_FLUSH_INTERVAL, CMDBUS_MAX_ATTEMPTS,
+  CMDBUS_BACKOFF (10,60,300), CMDBUS_BACKOFF_JITTER; the log level:
+  CMDBUS_LOG_LEVEL, else SPDLOG_LEVEL, else info.
+
+Config file (CAF INI; ';' starts a comment):
+  dsn = "host=db dbname=app"
+  [worker]
+  domains = ["payments", "reports"]
+  concurrency = 16
+  prefetch = 0
+  visibility-timeout = 30s
+  poll-interval = 1s
+  use-notify = true
+  statement-timeout = 25s
+  shutdown-timeout = 30s
+  flush-interval = 2ms
+  [retry]
+  max-attempts = 3
+  backoff = [10, 60, 300]
+  jitter = 0.1
+)";
+}
+
+} // namespace cmdbus::config

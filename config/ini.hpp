@@ -1,0 +1,107 @@
+#pragma once
+
+// The config file: the subset of CAF's INI format that the worker reads.
+//
+//   ; a comment                      top-level keys, or [global]
+//   dsn = "host=db dbname=app"
+//   [worker]                         [worker] and [retry] only
+//   domains = ["payments",           lists may span lines
+//              "reports"]
+//   visibility-timeout = 30s
+//
+// Strings are quoted ("..." or '...', with the escapes \\ \" \' \n \t
+// \r); lists are [a, b]; other values are bare. Dotted keys
+// (`worker.concurrency`), `key { ... }` blocks, unknown sections or keys,
+// duplicate keys and values of the wrong type are errors naming `file:line`,
+// with a hint for a misspelt or misplaced key. Internal to cmdbus_config;
+// the public entry is apply_ini().
+
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "config/values.hpp"
+#include "config/worker_config.hpp"
+
+namespace cmdbus::config::detail {
+
+/// Parses a config file and applies each entry onto a worker_config as it
+/// goes; the first problem throws config_error with `file:line`.
+class ini_parser {
+public:
+  /// Reads `text` into `cfg`; `file_name` is used in messages. Keeps
+  /// references to all three.
+  ini_parser(worker_config& cfg, std::string_view text,
+             const std::string& file_name)
+    : cfg_(cfg), text_(text), file_name_(file_name) {
+    // nop
+  }
+
+  /// Parses the whole text. Throws config_error.
+  void run();
+
+private:
+  // -- reading -------------------------------------------------------------
+
+  /// Throws config_error for `line`.
+  [[noreturn]] void fail(int line, const std::string& message) const;
+
+  bool at_end() const noexcept {
+    return pos_ >= text_.size();
+  }
+
+  char peek() const noexcept {
+    return at_end() ? '\0' : text_[pos_];
+  }
+
+  void next_line() {
+    ++pos_;
+    ++line_;
+  }
+
+  /// Skips spaces, tabs and carriage returns.
+  void skip_blanks();
+
+  /// Skips a `;` comment up to the end of the line.
+  void skip_comment();
+
+  /// Skips blanks, newlines and comments (inside lists).
+  void skip_space();
+
+  /// Expects the end of the line, allowing a trailing comment.
+  void end_of_line(const std::string& after);
+
+  /// Returns whether `c` may appear in a key or section name.
+  static bool is_key_char(char c);
+
+  // -- grammar -------------------------------------------------------------
+
+  /// Reads `[name]`: `global` is the top level.
+  void parse_section();
+
+  /// Reads `key = value` and applies it.
+  void parse_entry();
+
+  /// Reads a quoted string, a list (only at the `top`) or a bare value.
+  raw_value parse_value(const std::string& key, bool top);
+
+  /// Reads a quoted string with its escapes.
+  std::string parse_string();
+
+  /// Reads `[a, b, ...]`, which may span lines.
+  raw_value parse_list(const std::string& key);
+
+  // -- state ---------------------------------------------------------------
+
+  worker_config& cfg_;
+  std::string_view text_;
+  const std::string& file_name_;
+  size_t pos_ = 0;
+  int line_ = 1;
+  /// The current section; "" is the top level.
+  std::string section_;
+  /// Keys set so far ("section key" -> line).
+  std::map<std::string, int> seen_;
+};
+
+} // namespace cmdbus::config::detail

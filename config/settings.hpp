@@ -1,0 +1,108 @@
+#pragma once
+
+// The worker's settings: one table naming each setting in the config file,
+// the environment and on the command line, and the lookups that the INI
+// parser, apply_env() and apply_args() share. Internal to cmdbus_config.
+
+#include <string>
+#include <string_view>
+
+namespace cmdbus::config::detail {
+
+// -- the settings ------------------------------------------------------------
+
+/// How a setting's value is written.
+enum class kind {
+  string,
+  string_list,
+  integer,
+  integer_list,
+  real,
+  boolean,
+  /// An integer with a unit (ms, s, min, h).
+  duration,
+  /// Like `duration`, but a bare integer means seconds; whole seconds only.
+  seconds_duration,
+};
+
+/// Names a setting; assign() stores a value by it.
+enum class setting_id {
+  dsn,
+  domains,
+  concurrency,
+  prefetch,
+  visibility_timeout,
+  poll_interval,
+  use_notify,
+  statement_timeout,
+  shutdown_timeout,
+  flush_interval,
+  tick,
+  max_attempts,
+  backoff,
+  jitter,
+};
+
+/// One setting and its names in the file, the environment and the CLI.
+struct setting {
+  setting_id id;
+  kind type;
+  /// Section in the file; "" is the top level.
+  std::string_view section;
+  std::string_view key;
+  /// Environment variable, or nullptr.
+  const char* env;
+  /// Command-line option taking a value, or "".
+  std::string_view option;
+};
+
+/// Every setting, in the order describe() and the help list them.
+inline constexpr setting settings[] = {
+    {setting_id::dsn, kind::string, "", "dsn", "CMDBUS_DSN", "--dsn"},
+    {setting_id::domains, kind::string_list, "worker", "domains",
+     "CMDBUS_DOMAINS", ""},
+    {setting_id::concurrency, kind::integer, "worker", "concurrency",
+     "CMDBUS_CONCURRENCY", "--concurrency"},
+    {setting_id::prefetch, kind::integer, "worker", "prefetch",
+     "CMDBUS_PREFETCH", "--prefetch"},
+    {setting_id::visibility_timeout, kind::seconds_duration, "worker",
+     "visibility-timeout", "CMDBUS_VISIBILITY_TIMEOUT", "--visibility-timeout"},
+    {setting_id::poll_interval, kind::duration, "worker", "poll-interval",
+     "CMDBUS_POLL_INTERVAL", "--poll-interval"},
+    {setting_id::use_notify, kind::boolean, "worker", "use-notify",
+     "CMDBUS_USE_NOTIFY", ""},
+    {setting_id::statement_timeout, kind::duration, "worker",
+     "statement-timeout", "CMDBUS_STATEMENT_TIMEOUT", "--statement-timeout"},
+    {setting_id::shutdown_timeout, kind::duration, "worker", "shutdown-timeout",
+     "CMDBUS_SHUTDOWN_TIMEOUT", "--shutdown-timeout"},
+    {setting_id::flush_interval, kind::duration, "worker", "flush-interval",
+     "CMDBUS_FLUSH_INTERVAL", "--flush-interval"},
+    {setting_id::tick, kind::boolean, "worker", "tick", nullptr, ""},
+    {setting_id::max_attempts, kind::integer, "retry", "max-attempts",
+     "CMDBUS_MAX_ATTEMPTS", "--max-attempts"},
+    {setting_id::backoff, kind::integer_list, "retry", "backoff",
+     "CMDBUS_BACKOFF", "--backoff"},
+    {setting_id::jitter, kind::real, "retry", "jitter", "CMDBUS_BACKOFF_JITTER",
+     "--jitter"},
+};
+
+// -- lookups -----------------------------------------------------------------
+
+/// Returns the setting of `key` in `section` ("" is the top level), or
+/// nullptr.
+const setting* find_setting(std::string_view section, std::string_view key);
+
+/// Returns the setting of a command-line option taking a value (`--dsn`), or
+/// nullptr.
+const setting* find_option(std::string_view option);
+
+/// Returns where an entry is, for messages: "at the top level" or
+/// "in section [worker]".
+std::string section_label(std::string_view section);
+
+/// Returns a hint for an unknown key, with a leading space: the section the
+/// key belongs in (" ('concurrency' belongs in section [worker])"), else the
+/// closest key of the section (" (did you mean 'concurrency'?)"), else "".
+std::string key_hint(std::string_view section, std::string_view key);
+
+} // namespace cmdbus::config::detail

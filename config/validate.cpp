@@ -1,0 +1,75 @@
+// The rules a worker_config must meet, each checked on its own so that one
+// run reports every problem.
+
+#include <set>
+
+#include "config/values.hpp"
+#include "config/worker_config.hpp"
+#include "db/error.hpp"
+#include "db/queue_name.hpp"
+
+namespace cmdbus::config {
+
+std::vector<std::string> validate(const worker_config& cfg) {
+  using namespace detail;
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  std::vector<std::string> problems;
+  auto report = [&](std::string text) { problems.push_back(std::move(text)); };
+  if (cfg.domains.empty())
+    report("no domains configured: set domains in [worker], CMDBUS_DOMAINS "
+           "or --domain");
+  std::set<std::string> seen;
+  for (const auto& domain : cfg.domains) {
+    try {
+      db::validate_domain(domain);
+    } catch (const db::invalid_argument& e) {
+      report(std::string{"domains: "} + e.what());
+      continue;
+    }
+    if (!seen.insert(domain).second)
+      report("domains: " + db::printable(domain) + " is listed twice");
+  }
+  if (cfg.concurrency < 1 || cfg.concurrency > 4096)
+    report("concurrency (" + std::to_string(cfg.concurrency)
+           + ") must be between 1 and 4096");
+  if (cfg.prefetch < 0 || cfg.prefetch > 4096)
+    report("prefetch (" + std::to_string(cfg.prefetch)
+           + ") must be between 0 and 4096");
+  if (cfg.visibility_timeout < seconds{1})
+    report("visibility-timeout (" + s_text(cfg.visibility_timeout)
+           + ") must be at least 1s");
+  if (cfg.poll_interval < milliseconds{10}
+      || cfg.poll_interval > std::chrono::hours{1})
+    report("poll-interval (" + ms_text(cfg.poll_interval)
+           + ") must be between 10ms and 1h");
+  if (cfg.retry.max_attempts < 1)
+    report("max-attempts (" + std::to_string(cfg.retry.max_attempts)
+           + ") must be at least 1");
+  for (size_t i = 0; i < cfg.retry.backoff_seconds.size(); ++i)
+    if (cfg.retry.backoff_seconds[i] < 0)
+      report("backoff entry " + std::to_string(i + 1) + " ("
+             + std::to_string(cfg.retry.backoff_seconds[i])
+             + "s) must not be negative");
+  if (!(cfg.retry.jitter >= 0.0 && cfg.retry.jitter <= 1.0))
+    report("jitter (" + real_text(cfg.retry.jitter)
+           + ") must be between 0 and 1");
+  if (cfg.statement_timeout <= milliseconds{0})
+    report("statement-timeout (" + ms_text(cfg.statement_timeout)
+           + ") must be above 0ms");
+  else if (cfg.visibility_timeout >= seconds{1}
+           && cfg.statement_timeout >= cfg.visibility_timeout)
+    report("statement-timeout (" + ms_text(cfg.statement_timeout)
+           + ") must be below visibility-timeout ("
+           + s_text(cfg.visibility_timeout) + ")");
+  if (cfg.shutdown_timeout < milliseconds{0})
+    report("shutdown-timeout (" + ms_text(cfg.shutdown_timeout)
+           + ") must not be negative");
+  if (cfg.flush_interval < milliseconds{0}
+      || cfg.flush_interval > milliseconds{1000})
+    report("flush-interval (" + ms_text(cfg.flush_interval)
+           + ") must be between 0ms and 1000ms");
+  return problems;
+}
+
+} // namespace cmdbus::config
