@@ -5,15 +5,6 @@
 
 using namespace cmdbus;
 
-namespace {
-
-bool looks_like_crash(const test::process_result& r) {
-  return r.exit_code >= 128 || r.err.find("terminate called") != std::string::npos
-         || r.err.find("Aborted") != std::string::npos;
-}
-
-} // namespace
-
 TEST(CliMigrate, HelpExitsZero) {
   auto r = test::run_cmdbus({"--help"});
   EXPECT_EQ(r.exit_code, 0);
@@ -81,7 +72,7 @@ TEST(CliMigrate, UnreachableServerExitsThreeWithClearMessage) {
                              "host=127.0.0.1 port=1 dbname=x user=u "
                              "password=hunter2 connect_timeout=3"});
   EXPECT_EQ(r.exit_code, 3);
-  EXPECT_FALSE(looks_like_crash(r)) << r.err;
+  EXPECT_FALSE(test::crashed(r)) << r.err;
   EXPECT_NE(r.err.find("cannot connect to u@127.0.0.1:1/x"), std::string::npos)
     << r.err;
   EXPECT_EQ(r.err.find("hunter2"), std::string::npos);
@@ -92,7 +83,7 @@ TEST(CliMigrate, WrongCredentialsExitThreeWithoutPassword) {
   auto dsn = test::with_dbname(test::dsn(), "postgres") + " password=not-the-pw";
   auto r = test::run_cmdbus({"migrate", "--dsn", dsn});
   EXPECT_EQ(r.exit_code, 3);
-  EXPECT_FALSE(looks_like_crash(r)) << r.err;
+  EXPECT_FALSE(test::crashed(r)) << r.err;
   EXPECT_NE(r.err.find("password authentication failed"), std::string::npos)
     << r.err;
   EXPECT_EQ(r.err.find("not-the-pw"), std::string::npos);

@@ -19,6 +19,7 @@
 #include "config/worker_config.hpp"
 #include "db/command_bus.hpp"
 #include "db/pool.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -208,9 +209,7 @@ std::shared_ptr<callback_log> run_until_delivered(const std::string& domain,
   w.on_batch_complete(
     [log](const std::string&, const uuid& id) { log->add(id); });
   w.start();
-  auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (log->count(marker) == 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(10ms);
+  test::eventually([&] { return log->count(marker) != 0; }, 20s);
   w.stop(10s).get();
   return log;
 }

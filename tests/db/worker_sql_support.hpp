@@ -28,6 +28,7 @@
 #include "model/types.hpp"
 #include "model/uuid.hpp"
 #include "tests/db/audit_support.hpp"
+#include "tests/support/bus_env.hpp"
 #include "tests/support/rows.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -39,18 +40,11 @@ using opt_str = std::optional<std::string>;
 
 // -- setup -------------------------------------------------------------------
 
-inline db::pool_options pool_options() {
-  db::pool_options opts;
-  opts.dsn = test::dsn();
-  opts.max_size = 2;
-  return opts;
-}
-
 /// A pool, a bus on it, a connection for the calls under test and checks,
 /// and a fresh domain with its command queue.
 struct env {
   env()
-    : pool(pool_options()), bus(pool), conn(test::connect()),
+    : pool(test::pool_options(2)), bus(pool), conn(test::connect()),
       domain(test::unique_name("w")), queue(domain + "__commands") {
     bus.ensure_queue(queue);
   }
@@ -61,14 +55,12 @@ struct env {
   std::string queue;
 };
 
+/// A request for a DebitAccount command of `domain` with a correlation id
+/// and optionally a reply queue and its own attempt limit.
 inline send_request make_req(const std::string& domain,
                              const opt_str& reply_to = std::nullopt,
                              std::optional<int> max_attempts = std::nullopt) {
-  send_request req;
-  req.domain = domain;
-  req.command_type = "DebitAccount";
-  req.command_id = uuid::random();
-  req.data = json::parse(R"({"amount":100})");
+  auto req = test::make_req(domain, "DebitAccount", R"({"amount":100})");
   req.correlation_id = uuid::random();
   req.reply_to = reply_to;
   req.max_attempts = max_attempts;
