@@ -33,7 +33,9 @@ Options:
   --shutdown-timeout DUR   how long a stop waits for in-flight commands (30s)
   --flush-interval DUR     batching delay of side effects and of freed
                            handler slots, 0..1000ms (2ms)
-  --max-attempts N         attempts per command, >= 1 (3)
+  --max-attempts N         >= 1 (3); read for compatibility only: each
+                           command's own max_attempts, set when it is sent,
+                           decides when its retries run out
   --backoff LIST           retry delays in seconds (10,60,300); an empty
                            list (--backoff=) means 30s after every attempt
   --jitter X               random fraction 0..1 of each delay (0)

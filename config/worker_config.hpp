@@ -53,7 +53,11 @@ namespace cmdbus::config {
 /// How failed commands are retried. The defaults (3 attempts, 10 s and then
 /// 60 s apart) are the reference library's.
 struct retry_config {
-  /// Total attempts including the first one; >= 1.
+  /// Total attempts including the first one; >= 1. Read and validated so
+  /// that the reference library's configuration files load, but not used:
+  /// a command's own max_attempts (set when it is sent) decides when its
+  /// retries run out (docs/design.md, "Retry exhaustion uses the command's
+  /// max_attempts").
   int max_attempts = 3;
 
   /// Delay in seconds after attempt N (clamped to the last entry); each
