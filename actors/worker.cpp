@@ -3,12 +3,12 @@
 #include <mutex>
 #include <stdexcept>
 
-#include <spdlog/spdlog.h>
-
-#include "actors/runtime.hpp"
+#include "actors/batch_counter.hpp"
 #include "actors/shutdown.hpp"
+#include "actors/spawn.hpp"
 #include "db/connection.hpp"
 #include "db/queue_name.hpp"
+#include "model/log.hpp"
 
 namespace cmdbus {
 
@@ -82,8 +82,8 @@ struct worker::impl {
     rt = actors::runtime::start(std::move(domains), callbacks,
                                 std::move(delivery), counters);
     running = true;
-    spdlog::info("worker started for {} domain(s), concurrency {}",
-                 cfg.domains.size(), cfg.concurrency);
+    log::info("worker started for {} domain(s), concurrency {}",
+              cfg.domains.size(), cfg.concurrency);
   }
 
   // Returns the running actors, if any, leaving them in place.
@@ -112,9 +112,9 @@ struct worker::impl {
     cancelled->store(true);
     auto drained = mine->drain(timeout);
     if (!drained)
-      spdlog::warn("{}: in-flight commands did not finish within {} ms; they "
-                   "reappear after their visibility timeout",
-                   what, timeout.count());
+      log::warn("{}: in-flight commands did not finish within {} ms; they "
+                "reappear after their visibility timeout",
+                what, timeout.count());
     if (!take(mine))
       return; // stop_now() took over meanwhile
     mine->stop(caf::exit_reason::user_shutdown);
@@ -122,9 +122,9 @@ struct worker::impl {
       deadline - std::chrono::steady_clock::now());
     auto grace = std::max(left, std::chrono::milliseconds{stop_now_grace});
     if (!actors::retire(std::move(mine), grace))
-      spdlog::warn("{}: some actors did not end within {} ms (a handler still "
-                   "runs); they end in the background",
-                   what, grace.count());
+      log::warn("{}: some actors did not end within {} ms (a handler still "
+                "runs); they end in the background",
+                what, grace.count());
   }
 
   void stop_now() {

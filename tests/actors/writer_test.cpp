@@ -5,7 +5,8 @@
 // recording fakes through spawn_completion_writer / spawn_retry_writer.
 
 #define CAF_SUITE actors.writers
-#include "actors/runtime.hpp"
+#include "actors/completion.hpp"
+#include "actors/retry_scheduler.hpp"
 
 #include <caf/test/dsl.hpp>
 
@@ -16,11 +17,12 @@ using namespace cmdbus::actors;
 
 namespace {
 
-// Takes what the writers report, adding up the done counts.
-caf::behavior parent_sink(caf::event_based_actor*,
-                          std::shared_ptr<int64_t> done_total) {
+// Takes what the writers report, adding up the committed counts.
+writer_parent_actor::behavior_type
+parent_sink(writer_parent_actor::pointer,
+            std::shared_ptr<int64_t> done_total) {
   return {
-    [done_total](atom::done, int64_t n) { *done_total += n; },
+    [done_total](atom::committed, int64_t n) { *done_total += n; },
     [](atom::batches, const std::string&, const std::vector<uuid>&) {},
     [](atom::unavailable) {},
   };
@@ -90,7 +92,8 @@ struct fixture : test_coordinator_fixture<> {
   std::shared_ptr<writes> log = std::make_shared<writes>();
   std::shared_ptr<int64_t> done_total = std::make_shared<int64_t>(0);
   domain_settings settings;
-  caf::actor parent;
+  writer_parent_actor parent;
+  /// The writer under test (completion or retry scheduler).
   caf::actor writer;
 
   fixture() {
@@ -102,22 +105,22 @@ struct fixture : test_coordinator_fixture<> {
   }
 
   ~fixture() {
-    for (auto* a : {&writer, &parent})
-      if (*a)
-        caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+    if (writer)
+      caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(parent, caf::exit_reason::user_shutdown);
     sched.run();
   }
 
   void spawn_completion() {
     auto l = log;
-    writer = spawn_completion_writer(
+    writer = caf::actor_cast<caf::actor>(spawn_completion_writer(
       sys, settings, parent,
       [l](const std::vector<db::finished_command>& xs) {
         l->record(xs);
         return db::finish_result{l->completed_batches,
                                  std::exchange(l->stale, {})};
       },
-      false);
+      false));
     sched.run();
   }
 
@@ -136,7 +139,7 @@ struct fixture : test_coordinator_fixture<> {
 
   void spawn_retry() {
     auto l = log;
-    writer = spawn_retry_writer(
+    writer = caf::actor_cast<caf::actor>(spawn_retry_writer(
       sys, settings, parent,
       [l](const std::vector<db::retry_command>& xs) {
         l->record(xs);
@@ -145,7 +148,7 @@ struct fixture : test_coordinator_fixture<> {
       [](const std::vector<int64_t>& ids, int, bool) {
         return static_cast<int>(ids.size());
       },
-      false);
+      false));
     sched.run();
   }
 };
@@ -165,7 +168,7 @@ CAF_TEST(items queued in the mailbox are written as one transaction) {
   CAF_CHECK_EQUAL(settings.counters->completed.load(), 5);
 }
 
-CAF_TEST(completed batches and then the done count go to the parent) {
+CAF_TEST(completed batches and then the committed count go to the parent) {
   settings.flush_interval = std::chrono::milliseconds{0};
   auto batch = uuid::random();
   log->completed_batches = {batch};
@@ -176,7 +179,7 @@ CAF_TEST(completed batches and then the done count go to the parent) {
   expect((atom::finish, db::finished_command), from(self).to(writer));
   expect((atom::batches, std::string, std::vector<uuid>),
          from(writer).to(parent).with(_, "d", std::vector<uuid>{batch}));
-  expect((atom::done, int64_t), from(writer).to(parent).with(_, 2));
+  expect((atom::committed, int64_t), from(writer).to(parent).with(_, 2));
 }
 
 CAF_TEST(stale outcomes count as done but not as completed) {
@@ -237,7 +240,7 @@ CAF_TEST(a flush request writes at once) {
   CAF_CHECK(log->calls.empty());
   expect((atom::flush), from(self).to(writer));
   CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
-  expect((atom::done, int64_t), from(writer).to(parent).with(_, 1));
+  expect((atom::committed, int64_t), from(writer).to(parent).with(_, 1));
 }
 
 CAF_TEST(the completion writer writes its buffer on exit) {

@@ -1,0 +1,97 @@
+#pragma once
+
+// Spawning and wiring the worker's actors: what the actors of one domain
+// know (domain_settings), how a supervisor spawns its children (spawners;
+// tests replace them with scheduled fakes), and the numbers derived from
+// the settings that more than one actor uses.
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "actors/db_session.hpp"
+#include "actors/handler_registry.hpp"
+#include "actors/interfaces.hpp"
+#include "actors/worker.hpp"
+#include "config/worker_config.hpp"
+
+namespace cmdbus::actors {
+
+/// Everything the actors of one domain need to know.
+struct domain_settings {
+  std::string dsn;
+  std::string domain;
+  int concurrency = 16;
+  /// Messages read beyond the handler slots (worker_config::prefetch).
+  int prefetch = 0;
+  std::chrono::seconds visibility_timeout{30};
+  std::chrono::milliseconds poll_interval{1000};
+  bool use_notify = true;
+  std::chrono::milliseconds statement_timeout{25000};
+  std::chrono::milliseconds flush_interval{2};
+  /// A writer that holds side effects and made no progress for this long,
+  /// without reporting the database unavailable, is stuck: its domain is
+  /// restarted.
+  std::chrono::milliseconds stuck_after{75000};
+  config::retry_config retry;
+  bool tick = false;
+  std::shared_ptr<worker_counters> counters;
+  std::shared_ptr<const handler_registry> registry;
+  std::shared_ptr<std::atomic<bool>> cancelled;
+  /// The completion writer records the batches it completes for durable
+  /// callback delivery (set when batch callbacks are registered).
+  bool record_batches = false;
+  /// This domain's share of counters->in_flight, so that the root can
+  /// correct the total when the domain's supervisor dies.
+  std::shared_ptr<std::atomic<int64_t>> domain_in_flight;
+};
+
+/// Returns the options of a database session of `settings`.
+session_options session_for(const domain_settings& settings,
+                            const char* application_name);
+
+/// Returns the most messages a domain holds without committed side effects:
+/// four times its slots (concurrency + prefetch), so that reads and commits
+/// overlap under load (twice measured 20-50 % slower without a prefetch);
+/// beyond it the poller gets no credits, so that an outage of the writers
+/// cannot turn into messages read again and again.
+int64_t hold_limit(const domain_settings& settings);
+
+/// Returns the backoff in seconds after failed attempt `attempt` under
+/// `retry` (its schedule, clamped to the last entry; 30 s when empty), with
+/// +/- `retry.jitter` applied using `rng`.
+int backoff_seconds(const config::retry_config& retry, int attempt,
+                    std::mt19937_64& rng);
+
+/// Spawn functions of a supervisor's children; tests replace them with
+/// scheduled fakes. Each gets the spawning supervisor and links the child
+/// to it.
+struct spawners {
+  std::function<poller_actor(supervisor_actor::pointer,
+                             const domain_settings&)>
+    poller;
+  std::function<completion_actor(supervisor_actor::pointer,
+                                 const domain_settings&)>
+    completion;
+  /// Spawns a handler actor for handlers of the given mode (it sends
+  /// visibility extensions to the spawning supervisor).
+  std::function<handler_actor(supervisor_actor::pointer,
+                              const domain_settings&, handler_mode)>
+    handler;
+  std::function<retry_scheduler_actor(supervisor_actor::pointer,
+                                      const domain_settings&)>
+    retry;
+};
+
+/// Returns the production spawners (detached actors on real connections,
+/// each linked to the spawning supervisor).
+spawners default_spawners();
+
+/// Spawns the production supervisor of `settings`, linked to `root`.
+supervisor_actor spawn_supervisor(root_actor::pointer root,
+                                  const domain_settings& settings);
+
+} // namespace cmdbus::actors
