@@ -77,7 +77,7 @@ void deliver(counter_ptr self, const std::string& domain,
 void sweep(counter_ptr self) {
   auto& st = self->state;
   st.next_sweep = clock::now() + st.settings.sweep_interval;
-  for (auto& d : st.settings.domains)
+  for (auto& d : st.settings.cfg->domains)
     deliver(self, d, nullptr);
 }
 
@@ -126,8 +126,8 @@ batch_counter(batch_counter_actor::stateful_pointer<batch_counter_state> self,
   st.callbacks = std::move(callbacks);
   st.settings = std::move(settings);
   session_options opts;
-  opts.dsn = st.settings.dsn;
-  opts.statement_timeout = st.settings.statement_timeout;
+  opts.dsn = st.settings.cfg->dsn;
+  opts.statement_timeout = st.settings.cfg->statement_timeout;
   opts.application_name = "cmdbus-batches";
   st.session = std::make_unique<db_session>("batch-counter", std::move(opts),
                                             std::move(counters));

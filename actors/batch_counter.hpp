@@ -8,18 +8,19 @@
 #include <string>
 #include <vector>
 
+#include "actors/counters.hpp"
 #include "actors/db_session.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/worker.hpp"
+#include "config/worker_config.hpp"
 
 namespace cmdbus::actors {
 
 /// Where and how the batch counter delivers recorded batch completions
 /// (claim with a lease, run the callbacks, mark delivered).
 struct batch_delivery_settings {
-  std::string dsn;
-  std::vector<std::string> domains;
-  std::chrono::milliseconds statement_timeout{25000};
+  /// The worker's configuration (where, which domains, statement timeout).
+  std::shared_ptr<const config::worker_config> cfg;
   /// How long a claimed delivery is reserved for this process; after a
   /// crash, the batch is delivered again once it expired.
   std::chrono::seconds lease{60};

@@ -1,6 +1,6 @@
 #include "actors/db_session.hpp"
 
-#include "actors/worker.hpp"
+#include "actors/counters.hpp"
 #include "db/error.hpp"
 #include "db/pool.hpp"
 #include "model/log.hpp"

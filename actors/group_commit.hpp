@@ -187,7 +187,7 @@ std::optional<std::chrono::milliseconds> wanted_timeout(const State& st) {
     return st.retry_in;
   if (st.buffer.empty())
     return std::nullopt;
-  return std::max(std::chrono::milliseconds{1}, st.settings.flush_interval);
+  return std::max(std::chrono::milliseconds{1}, st.settings.cfg->flush_interval);
 }
 
 template <class State, class... Extra>
@@ -224,7 +224,7 @@ writer_behavior_type<State> writer_behavior(writer_pointer<State> self,
       // oldest came a flush_interval after it (waiting would only add
       // latency). Under load, items queue while a write runs and the
       // batches grow by themselves.
-      auto interval = st.settings.flush_interval;
+      auto interval = st.settings.cfg->flush_interval;
       auto waited = std::chrono::steady_clock::now() - st.oldest;
       auto quiet = st.last_size <= 1 || st.oldest - st.last_write >= interval;
       if (st.buffer.size() >= max_flush

@@ -113,7 +113,7 @@ void read(self_ptr self) {
   try {
     auto qty = static_cast<int>(st.credits);
     auto res
-      = st.receive(static_cast<int>(st.settings.visibility_timeout.count()),
+      = st.receive(static_cast<int>(st.settings.cfg->visibility_timeout.count()),
                    qty);
     st.session->succeeded();
     if (res.read > 0)
@@ -152,9 +152,9 @@ void read(self_ptr self) {
         st.empty_reads = 0;
       }
       if (!st.settings.tick)
-        arm_timer(self, res.read == 0 ? idle_delay(st.settings.poll_interval,
+        arm_timer(self, res.read == 0 ? idle_delay(st.settings.cfg->poll_interval,
                                                    st.empty_reads, st.rng)
-                                      : st.settings.poll_interval);
+                                      : st.settings.cfg->poll_interval);
     }
   } catch (const std::exception& e) {
     arm_timer(self, st.session->failed(e));
@@ -211,10 +211,10 @@ poller(poller_actor::stateful_pointer<poller_state> self,
       return store.receive(vt, qty);
     };
   }
-  st.credits = st.settings.concurrency + st.settings.prefetch;
-  if (st.settings.use_notify && !st.settings.tick)
+  st.credits = st.settings.cfg->concurrency + st.settings.cfg->prefetch;
+  if (st.settings.cfg->use_notify && !st.settings.tick)
     st.listen = std::make_unique<listener>(
-      poller_actor{self}, st.settings.dsn,
+      poller_actor{self}, st.settings.cfg->dsn,
       db::notify_channel(db::command_queue(st.settings.domain)));
   self->set_exit_handler([self](caf::exit_msg& em) {
     self->state.listen.reset();
@@ -222,7 +222,7 @@ poller(poller_actor::stateful_pointer<poller_state> self,
     self->quit(em.reason);
   });
   if (!st.settings.tick)
-    st.next_poll = st.settings.poll_interval;
+    st.next_poll = st.settings.cfg->poll_interval;
   schedule_read(self);
   return poller_behavior(self);
 }

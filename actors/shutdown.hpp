@@ -52,6 +52,7 @@
 #include <caf/exit_reason.hpp>
 #include <caf/fwd.hpp>
 
+#include "actors/counters.hpp"
 #include "actors/worker.hpp"
 
 namespace cmdbus::actors {

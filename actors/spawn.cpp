@@ -17,14 +17,18 @@ namespace cmdbus::actors {
 session_options session_for(const domain_settings& settings,
                             const char* application_name) {
   session_options opts;
-  opts.dsn = settings.dsn;
-  opts.statement_timeout = settings.statement_timeout;
+  opts.dsn = settings.cfg->dsn;
+  opts.statement_timeout = settings.cfg->statement_timeout;
   opts.application_name = application_name;
   return opts;
 }
 
+std::chrono::milliseconds stuck_after(const domain_settings& settings) {
+  return 3 * settings.cfg->statement_timeout;
+}
+
 int64_t hold_limit(const domain_settings& settings) {
-  return 4 * static_cast<int64_t>(settings.concurrency + settings.prefetch);
+  return 4 * static_cast<int64_t>(settings.cfg->concurrency + settings.cfg->prefetch);
 }
 
 int backoff_seconds(const config::retry_config& retry, int attempt,

@@ -12,6 +12,7 @@
 #include <random>
 #include <string>
 
+#include "actors/counters.hpp"
 #include "actors/db_session.hpp"
 #include "actors/handler_registry.hpp"
 #include "actors/interfaces.hpp"
@@ -20,34 +21,34 @@
 
 namespace cmdbus::actors {
 
-/// Everything the actors of one domain need to know.
+/// Everything the actors of one domain need to know: the worker's
+/// configuration (values; a new setting touches config/ and the actor that
+/// uses it only) and the links of the running worker (wiring).
 struct domain_settings {
-  std::string dsn;
+  /// The domain these actors serve.
   std::string domain;
-  int concurrency = 16;
-  /// Messages read beyond the handler slots (worker_config::prefetch).
-  int prefetch = 0;
-  std::chrono::seconds visibility_timeout{30};
-  std::chrono::milliseconds poll_interval{1000};
-  bool use_notify = true;
-  std::chrono::milliseconds statement_timeout{25000};
-  std::chrono::milliseconds flush_interval{2};
-  /// A writer that holds side effects and made no progress for this long,
-  /// without reporting the database unavailable, is stuck: its domain is
-  /// restarted.
-  std::chrono::milliseconds stuck_after{75000};
-  config::retry_config retry;
+  /// The worker's configuration, shared by every domain (read-only).
+  std::shared_ptr<const config::worker_config> cfg;
+  /// Tick mode (worker::run_tick): process what is due now, then drain.
   bool tick = false;
-  std::shared_ptr<worker_counters> counters;
-  std::shared_ptr<const handler_registry> registry;
-  std::shared_ptr<std::atomic<bool>> cancelled;
   /// The completion writer records the batches it completes for durable
   /// callback delivery (set when batch callbacks are registered).
   bool record_batches = false;
+
+  // -- links of the running worker -------------------------------------------
+
+  std::shared_ptr<worker_counters> counters;
+  std::shared_ptr<const handler_registry> registry;
+  std::shared_ptr<std::atomic<bool>> cancelled;
   /// This domain's share of counters->in_flight, so that the root can
   /// correct the total when the domain's supervisor dies.
   std::shared_ptr<std::atomic<int64_t>> domain_in_flight;
 };
+
+/// Returns how long a writer that holds side effects may make no progress,
+/// without reporting the database unavailable, before it counts as stuck
+/// and its domain is restarted: three statement timeouts.
+std::chrono::milliseconds stuck_after(const domain_settings& settings);
 
 /// Returns the options of a database session of `settings`.
 session_options session_for(const domain_settings& settings,

@@ -51,7 +51,7 @@ void route(self_ptr self, const received_command& rc, outcome out) {
   auto& st = self->state;
   if (out.kind == outcome_kind::transient && rc.attempt < rc.max_attempts) {
     db::retry_command x{rc, std::move(out),
-                        backoff_seconds(st.settings.retry, rc.attempt,
+                        backoff_seconds(st.settings.cfg->retry, rc.attempt,
                                         st.rng)};
     hand_over(self, st.retry, st.retry_log, atom::retry::value, std::move(x));
   } else {
@@ -164,7 +164,7 @@ void handler_freed(self_ptr self, int64_t n) {
   if (st.running.empty() && st.backlog.empty()) {
     flush_credit(self);
   } else if (first) {
-    self->delayed_send(self, st.settings.flush_interval,
+    self->delayed_send(self, st.settings.cfg->flush_interval,
                        atom::credit_due::value, st.credit_epoch);
   }
 }
@@ -203,7 +203,7 @@ std::chrono::milliseconds heartbeat_period(std::chrono::seconds vt) {
 // they were read, whether their handler runs or they still wait for one.
 void extend_leases(self_ptr self) {
   auto& st = self->state;
-  auto vt = st.settings.visibility_timeout;
+  auto vt = st.settings.cfg->visibility_timeout;
   auto now = self->clock().now();
   std::vector<int64_t> due;
   for (auto& [delivery, run] : st.running)
@@ -232,7 +232,7 @@ bool stuck(const supervisor_state& st,
   if (wl.pending.empty())
     return false;
   auto last = std::max(wl.last_progress, wl.last_unavailable);
-  return now - last > st.settings.stuck_after;
+  return now - last > stuck_after(st.settings);
 }
 
 // Restarts the domain (through the root) when a writer is stuck: its
@@ -333,9 +333,9 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
   st.retry = st.spawn.retry(self, st.settings);
   for (auto mode : {handler_mode::blocking, handler_mode::non_blocking})
     if (st.settings.registry->uses(st.settings.domain, mode))
-      for (int i = 0; i < st.settings.concurrency; ++i)
+      for (int i = 0; i < st.settings.cfg->concurrency; ++i)
         add_handler(self, mode);
-  st.granted = st.settings.concurrency + st.settings.prefetch;
+  st.granted = st.settings.cfg->concurrency + st.settings.cfg->prefetch;
   st.poller = st.spawn.poller(self, st.settings);
   // Children are linked: their exit messages arrive here. A dead handler or
   // writer is replaced; anything else (the root stopping us, the poller
@@ -352,7 +352,7 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
       return; // a normal exit of an actor we no longer track
     self->quit(em.reason);
   });
-  self->delayed_send(self, heartbeat_period(st.settings.visibility_timeout),
+  self->delayed_send(self, heartbeat_period(st.settings.cfg->visibility_timeout),
                      atom::heartbeat::value);
   return {
     // -- from the poller -----------------------------------------------------
@@ -447,7 +447,7 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
       auto& st = self->state;
       if (!check_writers(self))
         return;
-      self->delayed_send(self, heartbeat_period(st.settings.visibility_timeout),
+      self->delayed_send(self, heartbeat_period(st.settings.cfg->visibility_timeout),
                          atom::heartbeat::value);
       extend_leases(self);
     },

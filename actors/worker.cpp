@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "actors/batch_counter.hpp"
+#include "actors/counters.hpp"
 #include "actors/shutdown.hpp"
 #include "actors/spawn.hpp"
 #include "db/connection.hpp"
@@ -36,25 +37,17 @@ struct worker::impl {
   std::mutex mtx;
   std::shared_ptr<actors::runtime> rt;
 
-  actors::domain_settings settings_for(const std::string& domain,
-                                       bool tick) const {
+  actors::domain_settings
+  settings_for(const std::string& domain, bool tick,
+               std::shared_ptr<const config::worker_config> shared) const {
     actors::domain_settings s;
-    s.dsn = cfg.dsn;
     s.domain = domain;
-    s.concurrency = cfg.concurrency;
-    s.prefetch = cfg.prefetch;
-    s.visibility_timeout = cfg.visibility_timeout;
-    s.poll_interval = cfg.poll_interval;
-    s.use_notify = cfg.use_notify;
-    s.statement_timeout = cfg.statement_timeout;
-    s.flush_interval = cfg.flush_interval;
-    s.stuck_after = 3 * cfg.statement_timeout;
-    s.retry = cfg.retry;
+    s.cfg = std::move(shared);
     s.tick = tick;
+    s.record_batches = !callbacks.empty();
     s.counters = counters;
     s.registry = registry;
     s.cancelled = cancelled;
-    s.record_batches = !callbacks.empty();
     s.domain_in_flight = std::make_shared<std::atomic<int64_t>>(0);
     return s;
   }
@@ -72,13 +65,12 @@ struct worker::impl {
         conn.query("SELECT pgmq.create($1)", db::command_queue(d));
     }
     cancelled->store(false);
+    auto shared = std::make_shared<const config::worker_config>(cfg);
     actors::batch_delivery_settings delivery;
-    delivery.dsn = cfg.dsn;
-    delivery.domains = cfg.domains;
-    delivery.statement_timeout = cfg.statement_timeout;
+    delivery.cfg = shared;
     std::vector<actors::domain_settings> domains;
     for (auto& d : cfg.domains)
-      domains.push_back(settings_for(d, tick));
+      domains.push_back(settings_for(d, tick, shared));
     rt = actors::runtime::start(std::move(domains), callbacks,
                                 std::move(delivery), counters);
     running = true;

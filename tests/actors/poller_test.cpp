@@ -10,6 +10,7 @@
 #include <caf/test/dsl.hpp>
 
 #include "db/error.hpp"
+#include "tests/actors/settings.hpp"
 
 using namespace cmdbus;
 using namespace cmdbus::actors;
@@ -68,16 +69,17 @@ parent_sink(poller_parent_actor::pointer, std::shared_ptr<parent_log> log) {
 struct fixture : test_coordinator_fixture<> {
   std::shared_ptr<fake_queue> queue = std::make_shared<fake_queue>();
   std::shared_ptr<parent_log> got = std::make_shared<parent_log>();
-  domain_settings settings;
+  /// The configuration the poller gets when started.
+  config::worker_config cfg;
+  domain_settings settings = test::make_settings(cfg);
   poller_parent_actor parent;
   poller_actor aut;
 
   fixture() {
-    settings.domain = "d";
-    settings.concurrency = 2;
-    settings.poll_interval = 1000ms;
-    settings.use_notify = false;
-    settings.counters = std::make_shared<worker_counters>();
+    cfg.concurrency = 2;
+    cfg.prefetch = 0;
+    cfg.poll_interval = 1000ms;
+    cfg.use_notify = false;
     parent = sys.spawn(parent_sink, got);
     sched.run();
   }
@@ -91,6 +93,7 @@ struct fixture : test_coordinator_fixture<> {
 
   // Spawns the poller; it reads once at start.
   void start() {
+    settings.cfg = std::make_shared<const config::worker_config>(cfg);
     auto q = queue;
     aut = sys.spawn(poller, settings, parent,
                     receive_fn{[q](int vt, int qty) {

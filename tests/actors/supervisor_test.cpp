@@ -7,6 +7,8 @@
 #define CAF_SUITE actors.supervisor
 #include "actors/supervisor.hpp"
 
+#include "tests/actors/settings.hpp"
+
 #include <caf/test/dsl.hpp>
 
 using namespace cmdbus;
@@ -104,12 +106,11 @@ struct fixture : test_coordinator_fixture<> {
 
   explicit fixture(std::shared_ptr<const handler_registry> registry =
                        std::make_shared<const handler_registry>()) {
-    settings.domain = "d";
-    settings.concurrency = 2;
-    settings.counters = std::make_shared<worker_counters>();
-    settings.registry = std::move(registry);
-    settings.cancelled = std::make_shared<std::atomic<bool>>(false);
-    settings.retry.backoff_seconds = {7};
+    config::worker_config cfg;
+    cfg.concurrency = 2;
+    cfg.prefetch = 0;
+    cfg.retry.backoff_seconds = {7};
+    settings = test::make_settings(cfg, "d", std::move(registry));
     spawners sp;
     auto k = kids;
     sp.poller = [k](supervisor_actor::pointer self, const domain_settings&) {
@@ -299,7 +300,9 @@ CAF_TEST(the lease heartbeat covers commands that wait for a handler) {
   run_oks(3);
   CAF_REQUIRE_EQUAL(st().running.size(), 2u);
   CAF_REQUIRE_EQUAL(st().backlog.size(), 1u);
-  st().settings.visibility_timeout = std::chrono::seconds{0};
+  test::retune(st().settings, [](config::worker_config& c) {
+    c.visibility_timeout = std::chrono::seconds{0};
+  });
   self->send(sup, atom::heartbeat::value);
   expect((atom::heartbeat), from(self).to(sup));
   expect((atom::extend, std::vector<int64_t>, int, bool),
@@ -389,7 +392,9 @@ CAF_TEST(a message read again while its first delivery runs is tracked twice) {
   expect((outcome), from(kids->handlers[0]).to(sup).with(_));
   CAF_REQUIRE_EQUAL(st().running.size(), 1u);
   CAF_CHECK_EQUAL(st().running.begin()->second.rc->attempt, 2);
-  st().settings.visibility_timeout = std::chrono::seconds{0};
+  test::retune(st().settings, [](config::worker_config& c) {
+    c.visibility_timeout = std::chrono::seconds{0};
+  });
   self->send(sup, atom::heartbeat::value);
   expect((atom::heartbeat), from(self).to(sup));
   expect((atom::extend, std::vector<int64_t>, int, bool),
@@ -416,7 +421,10 @@ CAF_TEST(a dead writer is replaced and what it held is released) {
 }
 
 CAF_TEST(a writer stuck while the database answers ends the domain) {
-  st().settings.stuck_after = std::chrono::seconds{10};
+  // Stuck after three statement timeouts: just over 10 s.
+  test::retune(st().settings, [](config::worker_config& c) {
+    c.statement_timeout = std::chrono::milliseconds{3334};
+  });
   self->monitor(sup);
   run_oks(1);
   sched.run();
