@@ -86,6 +86,7 @@ db::connection& db_session::get() {
     db::connection_options o;
     o.application_name = opts_.application_name;
     o.statement_timeout = opts_.statement_timeout;
+    o.connect_timeout = opts_.connect_timeout;
     conn_ = std::make_unique<db::connection>(db::connection::open(opts_.dsn, o));
   }
   return *conn_;

@@ -187,7 +187,8 @@ std::optional<std::chrono::milliseconds> wanted_timeout(const State& st) {
     return st.retry_in;
   if (st.buffer.empty())
     return std::nullopt;
-  return std::max(std::chrono::milliseconds{1}, st.settings.cfg->flush_interval);
+  return std::max(std::chrono::milliseconds{1},
+                  st.settings.cfg->flush_interval);
 }
 
 template <class State, class... Extra>

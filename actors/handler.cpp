@@ -64,7 +64,8 @@ handler(handler_actor::stateful_pointer<handler_state> self,
       auto& st = self->state;
       // A blocking extension waits at most for one statement of the retry
       // scheduler, plus its own queueing.
-      auto timeout = st.settings.cfg->statement_timeout + std::chrono::seconds{5};
+      auto timeout
+        = st.settings.cfg->statement_timeout + std::chrono::seconds{5};
       auto live = std::make_shared<std::atomic<bool>>(true);
       handler_context ctx{rc,
                           make_extender(&self->system(), st.supervisor,

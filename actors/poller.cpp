@@ -12,15 +12,16 @@
 namespace cmdbus::actors {
 
 /// Bridges LISTEN/NOTIFY into the actor world: a thread blocks on its own
-/// connection and sends (atom::wakeup) to the poller for every burst of
-/// notifications. It reconnects with backoff (logging the outage and the
-/// recovery once each); stopping joins the thread.
+/// connection (a db_session, which reconnects with backoff and logs the
+/// outage and the recovery once each) and sends (atom::wakeup) to the
+/// poller for every burst of notifications; stopping joins the thread. Its
+/// failures are not counted as the worker's database errors (they never
+/// were: only the actors' round trips count).
 class listener {
 public:
   listener(poller_actor target, std::string dsn, std::string channel)
-    : target_(std::move(target)), dsn_(std::move(dsn)),
-      channel_(std::move(channel)),
-      outage_("listener on " + channel_, std::chrono::milliseconds{5000}),
+    : target_(std::move(target)), channel_(std::move(channel)),
+      session_("listener on " + channel_, options(std::move(dsn)), nullptr),
       thread_([this] { loop(); }) {
     // nop
   }
@@ -31,15 +32,22 @@ public:
   }
 
 private:
+  static session_options options(std::string dsn) {
+    session_options opts;
+    opts.dsn = std::move(dsn);
+    opts.statement_timeout = std::nullopt;
+    opts.connect_timeout = std::chrono::seconds{5};
+    opts.application_name = "cmdbus-listener";
+    opts.max_backoff = std::chrono::milliseconds{5000};
+    return opts;
+  }
+
   void loop() {
     while (!stop_) {
       try {
-        db::connection_options opts;
-        opts.application_name = "cmdbus-listener";
-        opts.connect_timeout = std::chrono::seconds{5};
-        auto conn = db::connection::open(dsn_, opts);
+        auto& conn = session_.get();
         conn.listen(channel_);
-        outage_.succeeded();
+        session_.succeeded();
         // Anything sent while we were not listening is picked up here.
         caf::anon_send(target_, atom::wakeup::value);
         while (!stop_) {
@@ -48,19 +56,22 @@ private:
             caf::anon_send(target_, atom::wakeup::value);
         }
       } catch (const std::exception& e) {
-        auto delay = outage_.failed(e);
+        // A new connection after any failure: a LISTEN is not kept across
+        // a broken session.
+        auto delay = session_.failed(e);
+        session_.close();
         auto until = std::chrono::steady_clock::now() + delay;
         // Stay responsive to stop while backing off.
         while (!stop_ && std::chrono::steady_clock::now() < until)
           std::this_thread::sleep_for(std::chrono::milliseconds{50});
       }
     }
+    session_.close();
   }
 
   poller_actor target_;
-  std::string dsn_;
   std::string channel_;
-  outage_tracker outage_;
+  db_session session_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
@@ -112,9 +123,8 @@ void read(self_ptr self) {
   }
   try {
     auto qty = static_cast<int>(st.credits);
-    auto res
-      = st.receive(static_cast<int>(st.settings.cfg->visibility_timeout.count()),
-                   qty);
+    auto vt = static_cast<int>(st.settings.cfg->visibility_timeout.count());
+    auto res = st.receive(vt, qty);
     st.session->succeeded();
     if (res.read > 0)
       maybe_crash(fault_point::after_receive);
@@ -152,9 +162,10 @@ void read(self_ptr self) {
         st.empty_reads = 0;
       }
       if (!st.settings.tick)
-        arm_timer(self, res.read == 0 ? idle_delay(st.settings.cfg->poll_interval,
-                                                   st.empty_reads, st.rng)
-                                      : st.settings.cfg->poll_interval);
+        arm_timer(self, res.read == 0
+                          ? idle_delay(st.settings.cfg->poll_interval,
+                                       st.empty_reads, st.rng)
+                          : st.settings.cfg->poll_interval);
     }
   } catch (const std::exception& e) {
     arm_timer(self, st.session->failed(e));

@@ -28,7 +28,8 @@ std::chrono::milliseconds stuck_after(const domain_settings& settings) {
 }
 
 int64_t hold_limit(const domain_settings& settings) {
-  return 4 * static_cast<int64_t>(settings.cfg->concurrency + settings.cfg->prefetch);
+  return 4 * static_cast<int64_t>(settings.cfg->concurrency
+                                  + settings.cfg->prefetch);
 }
 
 int backoff_seconds(const config::retry_config& retry, int attempt,

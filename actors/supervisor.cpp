@@ -352,7 +352,8 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
       return; // a normal exit of an actor we no longer track
     self->quit(em.reason);
   });
-  self->delayed_send(self, heartbeat_period(st.settings.cfg->visibility_timeout),
+  self->delayed_send(self,
+                     heartbeat_period(st.settings.cfg->visibility_timeout),
                      atom::heartbeat::value);
   return {
     // -- from the poller -----------------------------------------------------
@@ -447,7 +448,8 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
       auto& st = self->state;
       if (!check_writers(self))
         return;
-      self->delayed_send(self, heartbeat_period(st.settings.cfg->visibility_timeout),
+      self->delayed_send(self,
+                         heartbeat_period(st.settings.cfg->visibility_timeout),
                          atom::heartbeat::value);
       extend_leases(self);
     },
