@@ -2,6 +2,9 @@
 
 #include <caf/all.hpp>
 
+#include "actors/errors.hpp"
+#include "actors/shutdown.hpp"
+
 namespace cmdbus {
 
 void add_actor_handler(handler_registry& registry, const std::string& domain,
@@ -18,19 +21,20 @@ void add_actor_handler(handler_registry& registry, const std::string& domain,
       rc.max_attempts = ctx.max_attempts();
       rc.msg_id = ctx.msg_id();
       outcome out;
-      std::optional<std::string> failure;
+      caf::error failure;
       {
         caf::scoped_actor self{*system};
         self->request(hdl, timeout, atom::handle::value, rc)
           .receive([&](outcome& x) { out = std::move(x); },
-                   [&](caf::error& err) { failure = to_string(err); });
+                   [&](caf::error& err) {
+                     failure = caf::make_error(actors::ec::handler_failed,
+                                               actors::describe(err));
+                   });
       }
       // The handler thread keeps no reference to the system's logger.
-      caf::logger::set_current_actor_system(nullptr);
+      actors::release_thread_logger();
       if (failure)
-        throw transient_command_error("HANDLER_ACTOR_UNAVAILABLE",
-                                      "the handler actor did not answer: "
-                                        + *failure);
+        actors::throw_error(failure, "the handler actor did not answer");
       switch (out.kind) {
         case outcome_kind::success:
           return out.result;

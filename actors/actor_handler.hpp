@@ -11,7 +11,7 @@
 #include <caf/typed_actor.hpp>
 
 #include "actors/handler_registry.hpp"
-#include "actors/messages.hpp"
+#include "actors/atoms.hpp"
 
 namespace cmdbus {
 

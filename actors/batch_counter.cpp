@@ -1,10 +1,12 @@
 // The process-wide batch counter: delivers batch-completion callbacks from
 // the records the completion writers commit with each completed batch.
 
-#include "actors/runtime.hpp"
+#include "actors/batch_counter.hpp"
 
 #include <caf/all.hpp>
-#include <spdlog/spdlog.h>
+
+#include "db/worker_store.hpp"
+#include "model/log.hpp"
 
 namespace cmdbus::actors {
 
@@ -13,10 +15,11 @@ namespace {
 /// Most recorded completions claimed per statement.
 constexpr int delivery_chunk = 100;
 
-using counter_ptr = caf::stateful_actor<batch_counter_state>*;
+using counter_ptr
+  = batch_counter_actor::stateful_pointer<batch_counter_state>;
 using clock = std::chrono::steady_clock;
 
-caf::behavior counter_behavior(counter_ptr self);
+batch_counter_actor::behavior_type counter_behavior(counter_ptr self);
 
 // Runs the callbacks of one batch; a throwing callback is logged and
 // swallowed and does not stop the others.
@@ -26,12 +29,12 @@ void run_callbacks(counter_ptr self, const std::string& domain,
     try {
       cb(domain, id);
     } catch (const std::exception& e) {
-      spdlog::warn("batch callback for {} failed: {}", id.to_string(),
-                   e.what());
+      log::warn("{}: a batch callback for {} failed: {}", self->state.name,
+                id.to_string(), log::one_line(e.what()));
     } catch (...) {
-      spdlog::warn("batch callback for {} failed with a non-standard "
-                   "exception",
-                   id.to_string());
+      log::warn("{}: a batch callback for {} failed with a non-standard "
+                "exception",
+                self->state.name, id.to_string());
     }
   }
 }
@@ -74,7 +77,7 @@ void deliver(counter_ptr self, const std::string& domain,
 void sweep(counter_ptr self) {
   auto& st = self->state;
   st.next_sweep = clock::now() + st.settings.sweep_interval;
-  for (auto& d : st.settings.domains)
+  for (auto& d : st.settings.cfg->domains)
     deliver(self, d, nullptr);
 }
 
@@ -92,7 +95,7 @@ void after_message(counter_ptr self) {
     self->become(counter_behavior(self));
 }
 
-caf::behavior counter_behavior(counter_ptr self) {
+batch_counter_actor::behavior_type counter_behavior(counter_ptr self) {
   auto& st = self->state;
   st.armed = std::max(std::chrono::milliseconds{1},
                       std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -114,16 +117,17 @@ caf::behavior counter_behavior(counter_ptr self) {
 
 } // namespace
 
-caf::behavior batch_counter(caf::stateful_actor<batch_counter_state>* self,
-                            std::vector<batch_callback> callbacks,
-                            batch_delivery_settings settings,
-                            std::shared_ptr<worker_counters> counters) {
+batch_counter_actor::behavior_type
+batch_counter(batch_counter_actor::stateful_pointer<batch_counter_state> self,
+              std::vector<batch_callback> callbacks,
+              batch_delivery_settings settings,
+              std::shared_ptr<worker_counters> counters) {
   auto& st = self->state;
   st.callbacks = std::move(callbacks);
   st.settings = std::move(settings);
   session_options opts;
-  opts.dsn = st.settings.dsn;
-  opts.statement_timeout = st.settings.statement_timeout;
+  opts.dsn = st.settings.cfg->dsn;
+  opts.statement_timeout = st.settings.cfg->statement_timeout;
   opts.application_name = "cmdbus-batches";
   st.session = std::make_unique<db_session>("batch-counter", std::move(opts),
                                             std::move(counters));
@@ -137,12 +141,23 @@ caf::behavior batch_counter(caf::stateful_actor<batch_counter_state>* self,
     return {
       [](atom::batches, const std::string&, const std::vector<uuid>&) {},
       [](atom::drain) { return atom::done::value; },
+      [](atom::sweep) {},
     };
   // The first sweep at once: completions recorded by a worker that died
   // before delivering them.
   st.next_sweep = clock::now();
   self->send(self, atom::sweep::value);
   return counter_behavior(self);
+}
+
+batch_counter_actor spawn_batch_counter(root_actor::pointer root,
+                                        std::vector<batch_callback> callbacks,
+                                        batch_delivery_settings settings,
+                                        std::shared_ptr<worker_counters>
+                                          counters) {
+  return root->spawn<caf::detached + caf::linked>(
+    batch_counter, std::move(callbacks), std::move(settings),
+    std::move(counters));
 }
 
 } // namespace cmdbus::actors

@@ -1,10 +1,9 @@
 #include "actors/db_session.hpp"
 
-#include <spdlog/spdlog.h>
-
-#include "actors/worker.hpp"
+#include "actors/counters.hpp"
 #include "db/error.hpp"
 #include "db/pool.hpp"
+#include "model/log.hpp"
 
 namespace cmdbus::actors {
 
@@ -41,19 +40,19 @@ std::chrono::milliseconds outage_tracker::failed(const std::exception& e) {
   if (failures_++ == 0) {
     since_ = now;
     reminded_ = now;
-    spdlog::warn("{} cannot use the database ({}); retrying with backoff, "
-                 "nothing is dropped",
-                 who_, e.what());
+    log::warn("{} cannot use the database ({}); retrying with backoff, "
+              "nothing is dropped",
+              who_, log::one_line(e.what()));
   } else if (now - reminded_ >= reminder_period) {
     reminded_ = now;
-    spdlog::warn("{} still cannot use the database after {} attempts in {} "
-                 "s ({})",
-                 who_, failures_,
-                 std::chrono::duration_cast<std::chrono::seconds>(now - since_)
-                   .count(),
-                 e.what());
+    log::warn("{} still cannot use the database after {} attempts in {} s "
+              "({})",
+              who_, failures_,
+              std::chrono::duration_cast<std::chrono::seconds>(now - since_)
+                .count(),
+              log::one_line(e.what()));
   } else {
-    spdlog::debug("{} failed again ({})", who_, e.what());
+    log::debug("{} failed again ({})", who_, log::one_line(e.what()));
   }
   auto delay = db::jittered_backoff(failures_, std::chrono::milliseconds{100},
                                     2.0, max_backoff_, rng_);
@@ -64,9 +63,8 @@ std::chrono::milliseconds outage_tracker::failed(const std::exception& e) {
 void outage_tracker::succeeded() {
   if (failures_ == 0)
     return;
-  spdlog::info("{} uses the database again after {} failed attempt(s) in {} "
-               "ms",
-               who_, failures_, millis(now_() - since_));
+  log::info("{} uses the database again after {} failed attempt(s) in {} ms",
+            who_, failures_, millis(now_() - since_));
   failures_ = 0;
   retry_at_ = {};
 }
@@ -88,6 +86,7 @@ db::connection& db_session::get() {
     db::connection_options o;
     o.application_name = opts_.application_name;
     o.statement_timeout = opts_.statement_timeout;
+    o.connect_timeout = opts_.connect_timeout;
     conn_ = std::make_unique<db::connection>(db::connection::open(opts_.dsn, o));
   }
   return *conn_;

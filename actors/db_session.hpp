@@ -76,10 +76,15 @@ private:
   std::mt19937_64 rng_{std::random_device{}()};
 };
 
-/// Where and how an actor connects.
+/// Where and how an actor (or the listener thread) connects.
 struct session_options {
   std::string dsn;
-  std::chrono::milliseconds statement_timeout{25000};
+  /// Server-side statement timeout; unset keeps the server default (the
+  /// listener, which only waits for notifications).
+  std::optional<std::chrono::milliseconds> statement_timeout
+    = std::chrono::milliseconds{25000};
+  /// Upper bound for establishing the connection.
+  std::chrono::seconds connect_timeout{10};
   /// Shown in pg_stat_activity.
   std::string application_name = "cmdbus-worker";
   /// Longest backoff between attempts.
@@ -90,6 +95,7 @@ struct session_options {
 /// outage_tracker. Not thread-safe: one owner.
 class db_session {
 public:
+  /// `counters` (may be null) count the failed round trips.
   db_session(std::string who, session_options opts,
              std::shared_ptr<worker_counters> counters, now_fn now = {});
 
@@ -108,6 +114,9 @@ public:
   void close() noexcept { conn_.reset(); }
 
   const outage_tracker& outage() const noexcept { return outage_; }
+
+  /// Returns the name used in log lines.
+  const std::string& who() const noexcept { return outage_.who(); }
 
 private:
   session_options opts_;

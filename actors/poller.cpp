@@ -1,27 +1,27 @@
-#include "actors/runtime.hpp"
+#include "actors/poller.hpp"
 
 #include <thread>
 
 #include <caf/all.hpp>
-#include <spdlog/spdlog.h>
 
 #include "actors/fault.hpp"
 #include "db/queue_name.hpp"
+#include "model/backoff.hpp"
+#include "model/log.hpp"
 
 namespace cmdbus::actors {
 
-namespace {
-
 /// Bridges LISTEN/NOTIFY into the actor world: a thread blocks on its own
-/// connection and sends (atom::wakeup) to the poller for every burst of
-/// notifications. It reconnects with backoff (logging the outage and the
-/// recovery once each); stopping joins the thread.
+/// connection (a db_session, which reconnects with backoff and logs the
+/// outage and the recovery once each) and sends (atom::wakeup) to the
+/// poller for every burst of notifications; stopping joins the thread. Its
+/// failures are not counted as the worker's database errors (they never
+/// were: only the actors' round trips count).
 class listener {
 public:
-  listener(caf::actor target, std::string dsn, std::string channel)
-    : target_(std::move(target)), dsn_(std::move(dsn)),
-      channel_(std::move(channel)),
-      outage_("listener on " + channel_, std::chrono::milliseconds{5000}),
+  listener(poller_actor target, std::string dsn, std::string channel)
+    : target_(std::move(target)), channel_(std::move(channel)),
+      session_("listener on " + channel_, options(std::move(dsn)), nullptr),
       thread_([this] { loop(); }) {
     // nop
   }
@@ -32,15 +32,22 @@ public:
   }
 
 private:
+  static session_options options(std::string dsn) {
+    session_options opts;
+    opts.dsn = std::move(dsn);
+    opts.statement_timeout = std::nullopt;
+    opts.connect_timeout = std::chrono::seconds{5};
+    opts.application_name = "cmdbus-listener";
+    opts.max_backoff = std::chrono::milliseconds{5000};
+    return opts;
+  }
+
   void loop() {
     while (!stop_) {
       try {
-        db::connection_options opts;
-        opts.application_name = "cmdbus-listener";
-        opts.connect_timeout = std::chrono::seconds{5};
-        auto conn = db::connection::open(dsn_, opts);
+        auto& conn = session_.get();
         conn.listen(channel_);
-        outage_.succeeded();
+        session_.succeeded();
         // Anything sent while we were not listening is picked up here.
         caf::anon_send(target_, atom::wakeup::value);
         while (!stop_) {
@@ -49,51 +56,49 @@ private:
             caf::anon_send(target_, atom::wakeup::value);
         }
       } catch (const std::exception& e) {
-        auto delay = outage_.failed(e);
+        // A new connection after any failure: a LISTEN is not kept across
+        // a broken session.
+        auto delay = session_.failed(e);
+        session_.close();
         auto until = std::chrono::steady_clock::now() + delay;
         // Stay responsive to stop while backing off.
         while (!stop_ && std::chrono::steady_clock::now() < until)
           std::this_thread::sleep_for(std::chrono::milliseconds{50});
       }
     }
+    session_.close();
   }
 
-  caf::actor target_;
-  std::string dsn_;
+  poller_actor target_;
   std::string channel_;
-  outage_tracker outage_;
+  db_session session_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 
-struct poller_state {
-  domain_settings settings;
-  caf::actor parent;
-  std::unique_ptr<db_session> session;
-  std::unique_ptr<listener> listen;
-  /// Free message slots: the poller never holds more than it can run.
-  int64_t credits = 0;
-  /// Credit messages received (echoed in atom::idle).
-  int64_t credits_seen = 0;
-  /// When to read again if nothing else happens (poll interval, idle
-  /// backoff or error backoff); unset in tick mode.
-  std::optional<std::chrono::milliseconds> next_poll;
-  /// Consecutive empty reads (idle backoff).
-  int empty_reads = 0;
-  /// A wakeup to ourselves is in the mailbox: credits that arrive before
-  /// it are read together (one large read instead of several small ones).
-  bool read_scheduled = false;
-  std::mt19937_64 rng{std::random_device{}()};
-  /// "poller/<domain>".
-  std::string name;
-};
+poller_state::poller_state() = default;
 
-using self_ptr = caf::stateful_actor<poller_state>*;
+poller_state::~poller_state() = default;
 
-caf::behavior poller_behavior(self_ptr self);
+std::chrono::milliseconds idle_delay(std::chrono::milliseconds poll_interval,
+                                     int empty_reads, std::mt19937_64& rng) {
+  auto base = static_cast<double>(poll_interval.count());
+  auto ms = std::max<int64_t>(
+    1, static_cast<int64_t>(backoff::exponential(std::max(empty_reads, 1),
+                                                 base / 4, 2.0, base)));
+  auto jittered = backoff::jitter(static_cast<double>(ms), 0.8, 1.2, rng);
+  return std::chrono::milliseconds{
+    std::max<int64_t>(1, static_cast<int64_t>(jittered))};
+}
+
+namespace {
+
+using self_ptr = poller_actor::stateful_pointer<poller_state>;
+
+poller_actor::behavior_type poller_behavior(self_ptr self);
 void schedule_read(self_ptr self);
 
-// Re-arms the poll timeout. It is the behavior's idle timeout (caf::after),
+// Re-arms the poll timeout. It is the behaviour's idle timeout (caf::after),
 // not a delayed_send: a message pending in CAF's clock keeps a detached
 // actor alive at shutdown.
 void arm_timer(self_ptr self, std::chrono::milliseconds delay) {
@@ -104,18 +109,6 @@ void arm_timer(self_ptr self, std::chrono::milliseconds delay) {
   self->become(poller_behavior(self));
 }
 
-// Idle backoff: 1/8 of the poll interval after the first empty read,
-// doubling per empty read up to the poll interval, +/- 20 % jitter.
-std::chrono::milliseconds idle_delay(self_ptr self) {
-  auto& st = self->state;
-  auto base = st.settings.poll_interval.count();
-  auto shift = std::min(st.empty_reads, 3);
-  auto ms = std::max<int64_t>(1, (base >> (3 - shift)));
-  std::uniform_real_distribution<double> j{0.8, 1.2};
-  return std::chrono::milliseconds{
-    std::max<int64_t>(1, static_cast<int64_t>(ms * j(st.rng)))};
-}
-
 void read(self_ptr self) {
   auto& st = self->state;
   if (st.credits <= 0)
@@ -124,15 +117,14 @@ void read(self_ptr self) {
     // A credit or a NOTIFY arrived during the error backoff: read when it
     // ends, not before.
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      st.session->outage().retry_at() - std::chrono::steady_clock::now());
+      st.session->outage().retry_at() - self->clock().now());
     arm_timer(self, std::max(std::chrono::milliseconds{1}, left));
     return;
   }
   try {
-    db::worker_store store{st.session->get(), st.settings.domain};
     auto qty = static_cast<int>(st.credits);
-    auto res = store.receive(
-      static_cast<int>(st.settings.visibility_timeout.count()), qty);
+    auto vt = static_cast<int>(st.settings.cfg->visibility_timeout.count());
+    auto res = st.receive(vt, qty);
     st.session->succeeded();
     if (res.read > 0)
       maybe_crash(fault_point::after_receive);
@@ -149,8 +141,9 @@ void read(self_ptr self) {
                    db::finished_command{*r.claimed, std::move(out), false});
       } else {
         st.settings.counters->rejected += 1;
-        spdlog::warn("{} archived message {} of {}: {}", st.name, r.msg_id,
-                     store.queue(), r.reason);
+        log::warn("{} archived message {} of {}: {}", st.name, r.msg_id,
+                  db::command_queue(st.settings.domain),
+                  log::one_line(r.reason));
       }
     }
     if (!runnable.empty()) {
@@ -169,8 +162,10 @@ void read(self_ptr self) {
         st.empty_reads = 0;
       }
       if (!st.settings.tick)
-        arm_timer(self, res.read == 0 ? idle_delay(self)
-                                      : st.settings.poll_interval);
+        arm_timer(self, res.read == 0
+                          ? idle_delay(st.settings.cfg->poll_interval,
+                                       st.empty_reads, st.rng)
+                          : st.settings.cfg->poll_interval);
     }
   } catch (const std::exception& e) {
     arm_timer(self, st.session->failed(e));
@@ -187,36 +182,50 @@ void schedule_read(self_ptr self) {
   self->send(self, atom::wakeup::value);
 }
 
-caf::behavior poller_behavior(self_ptr self) {
-  auto on_wakeup = [self](atom::wakeup) {
-    self->state.read_scheduled = false;
-    read(self);
-  };
+poller_actor::behavior_type poller_behavior(self_ptr self) {
   auto on_credit = [self](atom::credit, int64_t n) {
     self->state.credits += n;
     ++self->state.credits_seen;
     schedule_read(self);
   };
+  auto on_wakeup = [self](atom::wakeup) {
+    self->state.read_scheduled = false;
+    read(self);
+  };
   if (!self->state.next_poll)
-    return {on_wakeup, on_credit};
-  return {on_wakeup, on_credit,
+    return {on_credit, on_wakeup};
+  return {on_credit, on_wakeup,
           caf::after(*self->state.next_poll) >> [self] { read(self); }};
 }
 
-caf::behavior poller(self_ptr self, domain_settings settings,
-                     caf::actor parent) {
+} // namespace
+
+poller_actor::behavior_type
+poller(poller_actor::stateful_pointer<poller_state> self,
+       domain_settings settings, poller_parent_actor parent,
+       receive_fn receive) {
   auto& st = self->state;
   st.settings = std::move(settings);
   st.parent = std::move(parent);
   st.name = "poller/" + st.settings.domain;
   auto opts = session_for(st.settings, "cmdbus-poller");
   opts.max_backoff = std::chrono::milliseconds{5000};
-  st.session = std::make_unique<db_session>(st.name, std::move(opts),
-                                            st.settings.counters);
-  st.credits = st.settings.concurrency + st.settings.prefetch;
-  if (st.settings.use_notify && !st.settings.tick)
+  st.session = std::make_unique<db_session>(
+    st.name, std::move(opts), st.settings.counters,
+    [self] { return self->clock().now(); });
+  if (receive) {
+    st.receive = std::move(receive);
+  } else {
+    st.receive = [self](int vt, int qty) {
+      auto& st = self->state;
+      db::worker_store store{st.session->get(), st.settings.domain};
+      return store.receive(vt, qty);
+    };
+  }
+  st.credits = st.settings.cfg->concurrency + st.settings.cfg->prefetch;
+  if (st.settings.cfg->use_notify && !st.settings.tick)
     st.listen = std::make_unique<listener>(
-      caf::actor_cast<caf::actor>(self), st.settings.dsn,
+      poller_actor{self}, st.settings.cfg->dsn,
       db::notify_channel(db::command_queue(st.settings.domain)));
   self->set_exit_handler([self](caf::exit_msg& em) {
     self->state.listen.reset();
@@ -224,17 +233,16 @@ caf::behavior poller(self_ptr self, domain_settings settings,
     self->quit(em.reason);
   });
   if (!st.settings.tick)
-    st.next_poll = st.settings.poll_interval;
+    st.next_poll = st.settings.cfg->poll_interval;
   schedule_read(self);
   return poller_behavior(self);
 }
 
-} // namespace
-
-caf::actor spawn_poller(caf::event_based_actor* parent,
-                        const domain_settings& settings) {
+poller_actor spawn_poller(supervisor_actor::pointer parent,
+                          const domain_settings& settings) {
   return parent->spawn<caf::detached + caf::linked>(
-    poller, settings, caf::actor_cast<caf::actor>(parent));
+    poller, settings, poller_parent_actor{supervisor_actor{parent}},
+    receive_fn{});
 }
 
 } // namespace cmdbus::actors

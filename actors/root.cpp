@@ -1,20 +1,20 @@
-#include "actors/runtime.hpp"
+#include "actors/root.hpp"
 
 #include <caf/all.hpp>
-#include <spdlog/spdlog.h>
 
-#include "db/pool.hpp"
+#include "model/backoff.hpp"
+#include "model/log.hpp"
 
 namespace cmdbus::actors {
 
 std::chrono::milliseconds restart_delay(int restarts) {
-  return db::backoff_delay(std::max(restarts, 1), std::chrono::seconds{1}, 2.0,
-                           std::chrono::seconds{60});
+  auto ms = backoff::exponential(std::max(restarts, 1), 1000, 2.0, 60000);
+  return std::chrono::milliseconds{static_cast<int64_t>(ms)};
 }
 
 namespace {
 
-using self_ptr = caf::stateful_actor<root_state>*;
+using self_ptr = root_actor::stateful_pointer<root_state>;
 
 void start_domain(self_ptr self, size_t i) {
   auto& st = self->state;
@@ -27,7 +27,7 @@ void start_domain(self_ptr self, size_t i) {
 // after a backoff.
 void domain_stopped(self_ptr self, size_t i, const caf::error& reason) {
   auto& st = self->state;
-  st.supervisors[i] = caf::actor{};
+  st.supervisors[i] = nullptr;
   auto& d = st.domains[i];
   if (d.domain_in_flight)
     d.counters->in_flight -= d.domain_in_flight->exchange(0);
@@ -37,15 +37,17 @@ void domain_stopped(self_ptr self, size_t i, const caf::error& reason) {
       > std::chrono::minutes{1})
     st.restarts[i] = 0;
   auto delay = restart_delay(++st.restarts[i]);
-  spdlog::error("worker-root: domain {} stopped ({}); restarting in {} ms",
-                d.domain, to_string(reason), delay.count());
+  log::error("worker-root: domain {} stopped ({}); restarting in {} ms",
+             d.domain, to_string(reason), delay.count());
   self->delayed_send(self, delay, atom::restart::value, i);
 }
 
 } // namespace
 
-caf::behavior root(self_ptr self, std::vector<domain_settings> domains,
-                   domain_spawner spawn, counter_spawner spawn_counter) {
+root_actor::behavior_type root(self_ptr self,
+                               std::vector<domain_settings> domains,
+                               domain_spawner spawn,
+                               counter_spawner spawn_counter) {
   auto& st = self->state;
   st.domains = std::move(domains);
   st.spawn = std::move(spawn);
@@ -69,12 +71,12 @@ caf::behavior root(self_ptr self, std::vector<domain_settings> domains,
       }
     }
     if (st.counter && st.counter.address() == em.source) {
-      st.counter = caf::actor{};
+      st.counter = nullptr;
       if (!st.stopping) {
-        spdlog::error("worker-root: the batch counter died ({}); replacing "
-                      "it (recorded completions are delivered by its first "
-                      "sweep)",
-                      to_string(em.reason));
+        log::error("worker-root: the batch counter died ({}); replacing "
+                   "it (recorded completions are delivered by its first "
+                   "sweep)",
+                   to_string(em.reason));
         st.counter = st.spawn_counter(self);
       }
       return;

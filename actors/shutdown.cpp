@@ -4,9 +4,12 @@
 #include <thread>
 
 #include <caf/all.hpp>
-#include <spdlog/spdlog.h>
 
-#include "actors/runtime.hpp"
+#include "actors/batch_counter.hpp"
+#include "actors/errors.hpp"
+#include "actors/root.hpp"
+#include "actors/spawn.hpp"
+#include "model/log.hpp"
 
 namespace cmdbus::actors {
 
@@ -14,17 +17,12 @@ void release_thread_logger() noexcept {
   caf::logger::set_current_actor_system(nullptr);
 }
 
-void stop_domain(caf::stateful_actor<supervisor_state>* self,
-                 const caf::error& reason) {
-  self->quit(reason);
-}
-
 struct runtime::impl {
   /// Owned apart from the system: the system refers to it until its
   /// destruction ends.
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
-  caf::actor root;
+  root_actor root;
   std::atomic<bool> stopped{false};
   std::promise<void> done;
   std::shared_future<void> gone = done.get_future().share();
@@ -48,18 +46,13 @@ runtime::start(std::vector<domain_settings> domains,
   // under load, measured).
   ptr->cfg->set("scheduler.max-threads", 2);
   ptr->cfg->set("scheduler.policy", caf::atom("sharing"));
+  add_error_category(*ptr->cfg);
   ptr->sys = std::make_unique<caf::actor_system>(*ptr->cfg);
-  auto children = default_spawners();
   ptr->root = ptr->sys->spawn(
-    root, std::move(domains),
-    [children](caf::event_based_actor* parent, const domain_settings& s) {
-      return parent->spawn<caf::linked>(supervisor, s, children,
-                                        caf::actor_cast<caf::actor>(parent));
-    },
+    root, std::move(domains), spawn_supervisor,
     [callbacks = std::move(callbacks), delivery = std::move(delivery),
-     counters = std::move(counters)](caf::event_based_actor* parent) {
-      return parent->spawn<caf::detached + caf::linked>(
-        batch_counter, callbacks, delivery, counters);
+     counters = std::move(counters)](root_actor::pointer parent) {
+      return spawn_batch_counter(parent, callbacks, delivery, counters);
     });
   release_thread_logger();
   return std::shared_ptr<runtime>{new runtime(std::move(ptr))};
@@ -68,7 +61,7 @@ runtime::start(std::vector<domain_settings> domains,
 runtime::~runtime() {
   stop(caf::exit_reason::user_shutdown);
   auto ptr = std::move(impl_);
-  ptr->root = caf::actor{};
+  ptr->root = nullptr;
   // ~actor_system waits for every actor to end, which a handler stuck in
   // application code can delay for good: never on the caller's thread.
   std::thread([ptr = std::move(ptr)]() mutable {
@@ -86,7 +79,7 @@ bool runtime::drain(std::chrono::milliseconds timeout) {
       .receive([](atom::done) {},
                [&](caf::error& err) {
                  all = false;
-                 spdlog::warn("worker drain incomplete: {}", to_string(err));
+                 log::warn("worker drain incomplete: {}", describe(err));
                });
   }
   release_thread_logger();

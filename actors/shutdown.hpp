@@ -52,22 +52,17 @@
 #include <caf/exit_reason.hpp>
 #include <caf/fwd.hpp>
 
+#include "actors/counters.hpp"
 #include "actors/worker.hpp"
 
 namespace cmdbus::actors {
 
 struct domain_settings;
 struct batch_delivery_settings;
-struct supervisor_state;
 
 /// Drops this thread's reference to the logger of the actor system it
 /// touched last (see the top of this file).
 void release_thread_logger() noexcept;
-
-/// Ends a domain supervisor with `reason`; its links end its poller,
-/// handlers and writers with the same reason.
-void stop_domain(caf::stateful_actor<supervisor_state>* self,
-                 const caf::error& reason);
 
 /// One running actor system of a worker, with its root. Thread-safe.
 /// Destroying the last handle ends the root (if nobody stopped it) and hands

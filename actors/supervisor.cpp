@@ -1,46 +1,17 @@
-#include "actors/runtime.hpp"
+#include "actors/supervisor.hpp"
 
 #include <caf/all.hpp>
 
+#include "actors/errors.hpp"
 #include "actors/fault.hpp"
 #include "actors/shutdown.hpp"
-#include <spdlog/spdlog.h>
+#include "model/log.hpp"
 
 namespace cmdbus::actors {
 
-session_options session_for(const domain_settings& settings,
-                            const char* application_name) {
-  session_options opts;
-  opts.dsn = settings.dsn;
-  opts.statement_timeout = settings.statement_timeout;
-  opts.application_name = application_name;
-  return opts;
-}
-
-int64_t hold_limit(const domain_settings& settings) {
-  return 4 * static_cast<int64_t>(settings.concurrency + settings.prefetch);
-}
-
-int backoff_seconds(const config::retry_config& retry, int attempt,
-                    std::mt19937_64& rng) {
-  retry_policy policy;
-  policy.backoff_schedule = retry.backoff_seconds;
-  // The command's own max_attempts decides exhaustion; the schedule gives
-  // the delay, clamped to its last entry.
-  if (policy.backoff_schedule.empty())
-    policy.backoff_schedule = {30};
-  policy.max_attempts = std::max(attempt + 1, 1);
-  auto base = policy.backoff(attempt);
-  if (retry.jitter <= 0 || base <= 0)
-    return base;
-  std::uniform_real_distribution<double> d{-retry.jitter, retry.jitter};
-  auto value = static_cast<int>(std::lround(base * (1.0 + d(rng))));
-  return std::max(0, value);
-}
-
 namespace {
 
-using self_ptr = caf::stateful_actor<supervisor_state>*;
+using self_ptr = supervisor_actor::stateful_pointer<supervisor_state>;
 using clock = std::chrono::steady_clock;
 
 void handler_freed(self_ptr self, int64_t n);
@@ -65,13 +36,13 @@ supervisor_state::pool& pool_for(supervisor_state& st,
 }
 
 // Hands `x` to a writer and remembers when, for the writer's watchdog.
-template <class Atom, class Item>
-void hand_over(self_ptr self, const caf::actor& writer,
-               supervisor_state::writer_log& log, Atom atom, Item&& x) {
+template <class Writer, class Atom, class Item>
+void hand_over(self_ptr self, const Writer& writer,
+               supervisor_state::writer_log& wl, Atom atom, Item&& x) {
   auto now = self->clock().now();
-  if (log.pending.empty())
-    log.last_progress = now;
-  log.pending.push_back(now);
+  if (wl.pending.empty())
+    wl.last_progress = now;
+  wl.pending.push_back(now);
   self->send(writer, atom, std::forward<Item>(x));
 }
 
@@ -80,7 +51,7 @@ void route(self_ptr self, const received_command& rc, outcome out) {
   auto& st = self->state;
   if (out.kind == outcome_kind::transient && rc.attempt < rc.max_attempts) {
     db::retry_command x{rc, std::move(out),
-                        backoff_seconds(st.settings.retry, rc.attempt,
+                        backoff_seconds(st.settings.cfg->retry, rc.attempt,
                                         st.rng)};
     hand_over(self, st.retry, st.retry_log, atom::retry::value, std::move(x));
   } else {
@@ -130,8 +101,8 @@ void dispatch(self_ptr self) {
           auto i = st.running.find(delivery);
           if (i == st.running.end())
             return;
-          spdlog::warn("{} lost command msg_id {}: {}", st.name,
-                       i->second.rc->msg_id, to_string(err));
+          log::warn("{} lost command msg_id {}: {}", st.name,
+                    i->second.rc->msg_id, describe(err));
           st.running.erase(i);
           handler_freed(self, 1);
           progress(self);
@@ -193,7 +164,7 @@ void handler_freed(self_ptr self, int64_t n) {
   if (st.running.empty() && st.backlog.empty()) {
     flush_credit(self);
   } else if (first) {
-    self->delayed_send(self, st.settings.flush_interval,
+    self->delayed_send(self, st.settings.cfg->flush_interval,
                        atom::credit_due::value, st.credit_epoch);
   }
 }
@@ -206,14 +177,14 @@ void progress(self_ptr self) {
   maybe_finish_drain(self);
 }
 
-// The side effects of `n` commands handed to the writer behind `log` are
+// The side effects of `n` commands handed to the writer behind `wl` are
 // committed (or dropped as stale). In tick mode the poller reads once more,
 // since a retry may have become due.
-void committed(self_ptr self, supervisor_state::writer_log& log, int64_t n) {
+void committed(self_ptr self, supervisor_state::writer_log& wl, int64_t n) {
   auto& st = self->state;
-  for (int64_t i = 0; i < n && !log.pending.empty(); ++i)
-    log.pending.pop_front();
-  log.last_progress = self->clock().now();
+  for (int64_t i = 0; i < n && !wl.pending.empty(); ++i)
+    wl.pending.pop_front();
+  wl.last_progress = self->clock().now();
   if (st.settings.tick)
     give_credit(self, 0);
   progress(self);
@@ -232,7 +203,7 @@ std::chrono::milliseconds heartbeat_period(std::chrono::seconds vt) {
 // they were read, whether their handler runs or they still wait for one.
 void extend_leases(self_ptr self) {
   auto& st = self->state;
-  auto vt = st.settings.visibility_timeout;
+  auto vt = st.settings.cfg->visibility_timeout;
   auto now = self->clock().now();
   std::vector<int64_t> due;
   for (auto& [delivery, run] : st.running)
@@ -249,19 +220,19 @@ void extend_leases(self_ptr self) {
               static_cast<int>(vt.count()), true)
     .then([](int) {},
           [self](caf::error& err) {
-            spdlog::debug("{} lease heartbeat failed: {}", self->state.name,
-                          to_string(err));
+            log::debug("{} lease heartbeat failed: {}", self->state.name,
+                       describe(err));
           });
 }
 
-// Returns whether the writer behind `log` holds side effects and made no
+// Returns whether the writer behind `wl` holds side effects and made no
 // progress for stuck_after without reporting the database unavailable.
 bool stuck(const supervisor_state& st,
-           const supervisor_state::writer_log& log, clock::time_point now) {
-  if (log.pending.empty())
+           const supervisor_state::writer_log& wl, clock::time_point now) {
+  if (wl.pending.empty())
     return false;
-  auto last = std::max(log.last_progress, log.last_unavailable);
-  return now - last > st.settings.stuck_after;
+  auto last = std::max(wl.last_progress, wl.last_unavailable);
+  return now - last > stuck_after(st.settings);
 }
 
 // Restarts the domain (through the root) when a writer is stuck: its
@@ -270,19 +241,19 @@ bool stuck(const supervisor_state& st,
 bool check_writers(self_ptr self) {
   auto& st = self->state;
   auto now = self->clock().now();
-  for (auto* log : {&st.completion_log, &st.retry_log}) {
-    if (!stuck(st, *log, now))
+  for (auto* wl : {&st.completion_log, &st.retry_log}) {
+    if (!stuck(st, *wl, now))
       continue;
     auto secs = std::chrono::duration_cast<std::chrono::seconds>(
-                  now - log->last_progress)
+                  now - wl->last_progress)
                   .count();
-    spdlog::error("{}: the {} holds {} side effect(s) and made no progress "
-                  "for {} s while the database answers; restarting the "
-                  "domain",
-                  st.name,
-                  log == &st.completion_log ? "completion writer"
+    log::error("{}: the {} holds {} side effect(s) and made no progress "
+               "for {} s while the database answers; restarting the "
+               "domain",
+               st.name,
+               wl == &st.completion_log ? "completion writer"
                                             : "retry scheduler",
-                  log->pending.size(), secs);
+               wl->pending.size(), secs);
     self->quit(caf::make_error(caf::sec::runtime_error, "writer stuck"));
     return false;
   }
@@ -300,7 +271,9 @@ void add_handler(self_ptr self, handler_mode mode) {
 bool replace_handler(self_ptr self, const caf::actor_addr& source,
                      const caf::error& reason) {
   auto& st = self->state;
-  auto is_src = [&](const caf::actor& a) { return a.address() == source; };
+  auto is_src = [&](const handler_actor& a) {
+    return a.address() == source;
+  };
   for (auto mode : {handler_mode::blocking, handler_mode::non_blocking}) {
     auto& p = pool_of(st, mode);
     auto it = std::find_if(p.all.begin(), p.all.end(), is_src);
@@ -310,8 +283,8 @@ bool replace_handler(self_ptr self, const caf::actor_addr& source,
     p.idle.erase(std::remove_if(p.idle.begin(), p.idle.end(), is_src),
                  p.idle.end());
     st.settings.counters->handler_restarts += 1;
-    spdlog::warn("{} handler died ({}); replacing it", st.name,
-                 to_string(reason));
+    log::warn("{} handler died ({}); replacing it", st.name,
+              to_string(reason));
     if (!st.draining)
       add_handler(self, mode);
     dispatch(self);
@@ -330,13 +303,13 @@ bool replace_writer(self_ptr self, const caf::actor_addr& source,
   bool is_retry = st.retry && st.retry.address() == source;
   if (!is_completion && !is_retry)
     return false;
-  auto& log = is_completion ? st.completion_log : st.retry_log;
-  spdlog::error("{}: the {} died ({}); {} side effect(s) are lost with it and "
-                "their messages reappear after the visibility timeout; "
-                "replacing it",
-                st.name, is_completion ? "completion writer" : "retry scheduler",
-                to_string(reason), log.pending.size());
-  log.pending.clear();
+  auto& wl = is_completion ? st.completion_log : st.retry_log;
+  log::error("{}: the {} died ({}); {} side effect(s) are lost with it and "
+             "their messages reappear after the visibility timeout; "
+             "replacing it",
+             st.name, is_completion ? "completion writer" : "retry scheduler",
+             to_string(reason), wl.pending.size());
+  wl.pending.clear();
   if (is_completion)
     st.completion = st.spawn.completion(self, st.settings);
   else
@@ -347,9 +320,10 @@ bool replace_writer(self_ptr self, const caf::actor_addr& source,
 
 } // namespace
 
-caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
-                         domain_settings settings, spawners spawn,
-                         caf::actor parent) {
+supervisor_actor::behavior_type
+supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
+           domain_settings settings, spawners spawn,
+           batch_listener_actor parent) {
   auto& st = self->state;
   st.settings = std::move(settings);
   st.spawn = std::move(spawn);
@@ -359,9 +333,9 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
   st.retry = st.spawn.retry(self, st.settings);
   for (auto mode : {handler_mode::blocking, handler_mode::non_blocking})
     if (st.settings.registry->uses(st.settings.domain, mode))
-      for (int i = 0; i < st.settings.concurrency; ++i)
+      for (int i = 0; i < st.settings.cfg->concurrency; ++i)
         add_handler(self, mode);
-  st.granted = st.settings.concurrency + st.settings.prefetch;
+  st.granted = st.settings.cfg->concurrency + st.settings.cfg->prefetch;
   st.poller = st.spawn.poller(self, st.settings);
   // Children are linked: their exit messages arrive here. A dead handler or
   // writer is replaced; anything else (the root stopping us, the poller
@@ -372,13 +346,14 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
         || replace_writer(self, em.source, em.reason))
       return;
     if (st.poller && em.source == st.poller.address())
-      spdlog::error("{}: the poller died ({}); restarting the domain",
-                    st.name, to_string(em.reason));
+      log::error("{}: the poller died ({}); restarting the domain",
+                 st.name, to_string(em.reason));
     else if (!em.reason)
       return; // a normal exit of an actor we no longer track
-    stop_domain(self, em.reason);
+    self->quit(em.reason);
   });
-  self->delayed_send(self, heartbeat_period(st.settings.visibility_timeout),
+  self->delayed_send(self,
+                     heartbeat_period(st.settings.cfg->visibility_timeout),
                      atom::heartbeat::value);
   return {
     // -- from the poller -----------------------------------------------------
@@ -416,7 +391,7 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
       maybe_finish_drain(self);
     },
     // -- from the writers ----------------------------------------------------
-    [self](atom::done, int64_t n) {
+    [self](atom::committed, int64_t n) {
       auto& st = self->state;
       auto sender = self->current_sender();
       if (st.completion && sender == st.completion.address())
@@ -427,10 +402,10 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
     [self](atom::unavailable) {
       auto& st = self->state;
       auto sender = self->current_sender();
-      auto& log = st.completion && sender == st.completion.address()
+      auto& wl = st.completion && sender == st.completion.address()
                     ? st.completion_log
                     : st.retry_log;
-      log.last_unavailable = self->clock().now();
+      wl.last_unavailable = self->clock().now();
     },
     [self](atom::batches, std::string& domain, std::vector<uuid>& ids) {
       auto& st = self->state;
@@ -452,7 +427,7 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
         if (st.poller) {
           self->unlink_from(st.poller);
           self->send_exit(st.poller, caf::exit_reason::user_shutdown);
-          st.poller = caf::actor{};
+          st.poller = nullptr;
         }
         self->send(st.completion, atom::flush::value);
         self->send(st.retry, atom::flush::value);
@@ -473,7 +448,8 @@ caf::behavior supervisor(caf::stateful_actor<supervisor_state>* self,
       auto& st = self->state;
       if (!check_writers(self))
         return;
-      self->delayed_send(self, heartbeat_period(st.settings.visibility_timeout),
+      self->delayed_send(self,
+                         heartbeat_period(st.settings.cfg->visibility_timeout),
                          atom::heartbeat::value);
       extend_leases(self);
     },

@@ -3,12 +3,13 @@
 #include <mutex>
 #include <stdexcept>
 
-#include <spdlog/spdlog.h>
-
-#include "actors/runtime.hpp"
+#include "actors/batch_counter.hpp"
+#include "actors/counters.hpp"
 #include "actors/shutdown.hpp"
+#include "actors/spawn.hpp"
 #include "db/connection.hpp"
 #include "db/queue_name.hpp"
+#include "model/log.hpp"
 
 namespace cmdbus {
 
@@ -36,25 +37,17 @@ struct worker::impl {
   std::mutex mtx;
   std::shared_ptr<actors::runtime> rt;
 
-  actors::domain_settings settings_for(const std::string& domain,
-                                       bool tick) const {
+  actors::domain_settings
+  settings_for(const std::string& domain, bool tick,
+               std::shared_ptr<const config::worker_config> shared) const {
     actors::domain_settings s;
-    s.dsn = cfg.dsn;
     s.domain = domain;
-    s.concurrency = cfg.concurrency;
-    s.prefetch = cfg.prefetch;
-    s.visibility_timeout = cfg.visibility_timeout;
-    s.poll_interval = cfg.poll_interval;
-    s.use_notify = cfg.use_notify;
-    s.statement_timeout = cfg.statement_timeout;
-    s.flush_interval = cfg.flush_interval;
-    s.stuck_after = 3 * cfg.statement_timeout;
-    s.retry = cfg.retry;
+    s.cfg = std::move(shared);
     s.tick = tick;
+    s.record_batches = !callbacks.empty();
     s.counters = counters;
     s.registry = registry;
     s.cancelled = cancelled;
-    s.record_batches = !callbacks.empty();
     s.domain_in_flight = std::make_shared<std::atomic<int64_t>>(0);
     return s;
   }
@@ -72,18 +65,17 @@ struct worker::impl {
         conn.query("SELECT pgmq.create($1)", db::command_queue(d));
     }
     cancelled->store(false);
+    auto shared = std::make_shared<const config::worker_config>(cfg);
     actors::batch_delivery_settings delivery;
-    delivery.dsn = cfg.dsn;
-    delivery.domains = cfg.domains;
-    delivery.statement_timeout = cfg.statement_timeout;
+    delivery.cfg = shared;
     std::vector<actors::domain_settings> domains;
     for (auto& d : cfg.domains)
-      domains.push_back(settings_for(d, tick));
+      domains.push_back(settings_for(d, tick, shared));
     rt = actors::runtime::start(std::move(domains), callbacks,
                                 std::move(delivery), counters);
     running = true;
-    spdlog::info("worker started for {} domain(s), concurrency {}",
-                 cfg.domains.size(), cfg.concurrency);
+    log::info("worker started for {} domain(s), concurrency {}",
+              cfg.domains.size(), cfg.concurrency);
   }
 
   // Returns the running actors, if any, leaving them in place.
@@ -112,9 +104,9 @@ struct worker::impl {
     cancelled->store(true);
     auto drained = mine->drain(timeout);
     if (!drained)
-      spdlog::warn("{}: in-flight commands did not finish within {} ms; they "
-                   "reappear after their visibility timeout",
-                   what, timeout.count());
+      log::warn("{}: in-flight commands did not finish within {} ms; they "
+                "reappear after their visibility timeout",
+                what, timeout.count());
     if (!take(mine))
       return; // stop_now() took over meanwhile
     mine->stop(caf::exit_reason::user_shutdown);
@@ -122,9 +114,9 @@ struct worker::impl {
       deadline - std::chrono::steady_clock::now());
     auto grace = std::max(left, std::chrono::milliseconds{stop_now_grace});
     if (!actors::retire(std::move(mine), grace))
-      spdlog::warn("{}: some actors did not end within {} ms (a handler still "
-                   "runs); they end in the background",
-                   what, grace.count());
+      log::warn("{}: some actors did not end within {} ms (a handler still "
+                "runs); they end in the background",
+                what, grace.count());
   }
 
   void stop_now() {

@@ -17,28 +17,7 @@
 
 namespace cmdbus {
 
-/// Counters of a running worker (all domains), updated by its actors.
-struct worker_counters {
-  /// Commands read and not yet handled (running in a handler or waiting
-  /// for one); never more than the concurrency per domain.
-  std::atomic<int64_t> in_flight{0};
-  std::atomic<int64_t> received{0};
-  std::atomic<int64_t> completed{0};
-  std::atomic<int64_t> retried{0};
-  std::atomic<int64_t> moved_to_tsq{0};
-  std::atomic<int64_t> failed{0};
-  /// Messages archived on receive (invalid, unknown or terminal command).
-  std::atomic<int64_t> rejected{0};
-  /// Handler actors that died and were replaced.
-  std::atomic<int64_t> handler_restarts{0};
-  /// Failed database round trips (each retried with backoff).
-  std::atomic<int64_t> db_errors{0};
-  /// Outcomes not written because another delivery took their message
-  /// over meanwhile (its visibility timeout had expired).
-  std::atomic<int64_t> stale{0};
-};
-
-/// A snapshot of `worker_counters`.
+/// A snapshot of the worker's counters (actors/counters.hpp).
 struct worker_stats {
   int64_t in_flight = 0;
   int64_t received = 0;

@@ -6,17 +6,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include "model/backoff.hpp"
+
 namespace cmdbus::db {
 
 std::chrono::milliseconds backoff_delay(int failures,
                                         std::chrono::milliseconds initial,
                                         double multiplier,
                                         std::chrono::milliseconds max) {
-  if (failures <= 0)
-    return std::chrono::milliseconds{0};
-  double ms = static_cast<double>(initial.count())
-              * std::pow(multiplier, failures - 1);
-  ms = std::min(ms, static_cast<double>(max.count()));
+  auto ms = backoff::exponential(failures,
+                                 static_cast<double>(initial.count()),
+                                 multiplier, static_cast<double>(max.count()));
   return std::chrono::milliseconds{static_cast<int64_t>(ms)};
 }
 
@@ -26,9 +26,8 @@ std::chrono::milliseconds jittered_backoff(int failures,
                                            std::chrono::milliseconds max,
                                            std::mt19937_64& rng) {
   auto delay = backoff_delay(failures, initial, multiplier, max);
-  std::uniform_int_distribution<int64_t> jitter{delay.count() / 2,
-                                                delay.count()};
-  return std::chrono::milliseconds{jitter(rng)};
+  auto ms = backoff::jitter(static_cast<double>(delay.count()), 0.5, 1.0, rng);
+  return std::chrono::milliseconds{static_cast<int64_t>(ms)};
 }
 
 pool::pool(pool_options opts)

@@ -1,5 +1,7 @@
 #include "model/types.hpp"
 
+#include "model/backoff.hpp"
+
 #include <array>
 #include <cstdio>
 #include <utility>
@@ -310,14 +312,7 @@ bool operator!=(const reply& a, const reply& b) noexcept {
 int retry_policy::backoff(int attempt) const noexcept {
   if (attempt >= max_attempts)
     return 0;
-  if (backoff_schedule.empty())
-    return 30;
-  if (attempt <= 0)
-    return backoff_schedule.front();
-  auto index = static_cast<size_t>(attempt - 1);
-  if (index >= backoff_schedule.size())
-    return backoff_schedule.back();
-  return backoff_schedule[index];
+  return backoff::from_schedule(backoff_schedule, attempt, 30);
 }
 
 } // namespace cmdbus

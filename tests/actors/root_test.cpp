@@ -5,7 +5,7 @@
 // domain (links).
 
 #define CAF_SUITE actors.root
-#include "actors/runtime.hpp"
+#include "actors/root.hpp"
 
 #include <caf/test/dsl.hpp>
 
@@ -15,6 +15,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// A domain supervisor that only drains (untyped: the root uses one message
+// of its interface; the test casts its handle).
 caf::behavior fake_domain(caf::event_based_actor*) {
   return {
     [](atom::drain) { return atom::done::value; },
@@ -22,13 +24,15 @@ caf::behavior fake_domain(caf::event_based_actor*) {
 }
 
 // A batch counter that records the batches it got.
-caf::behavior fake_counter(caf::event_based_actor*,
-                           std::shared_ptr<std::vector<uuid>> got) {
+batch_counter_actor::behavior_type
+fake_counter(batch_counter_actor::pointer,
+             std::shared_ptr<std::vector<uuid>> got) {
   return {
     [got](atom::batches, const std::string&, const std::vector<uuid>& ids) {
       got->insert(got->end(), ids.begin(), ids.end());
     },
     [](atom::drain) { return atom::done::value; },
+    [](atom::sweep) {},
   };
 }
 
@@ -36,15 +40,16 @@ caf::behavior fake_counter(caf::event_based_actor*,
 constexpr auto crashed = caf::exit_reason::unhandled_exception;
 
 struct fixture : test_coordinator_fixture<> {
-  std::shared_ptr<std::vector<std::pair<std::string, caf::actor>>> spawned
-    = std::make_shared<std::vector<std::pair<std::string, caf::actor>>>();
+  std::shared_ptr<std::vector<std::pair<std::string, supervisor_actor>>>
+    spawned = std::make_shared<
+      std::vector<std::pair<std::string, supervisor_actor>>>();
   std::shared_ptr<worker_counters> counters
     = std::make_shared<worker_counters>();
-  std::shared_ptr<std::vector<caf::actor>> counters_spawned
-    = std::make_shared<std::vector<caf::actor>>();
+  std::shared_ptr<std::vector<batch_counter_actor>> counters_spawned
+    = std::make_shared<std::vector<batch_counter_actor>>();
   std::shared_ptr<std::vector<uuid>> delivered
     = std::make_shared<std::vector<uuid>>();
-  caf::actor aut;
+  root_actor aut;
 
   fixture() {
     std::vector<domain_settings> domains(2);
@@ -59,12 +64,13 @@ struct fixture : test_coordinator_fixture<> {
     auto got = delivered;
     aut = sys.spawn(
       root, domains,
-      [log](caf::event_based_actor* self, const domain_settings& s) {
-        auto a = self->spawn<caf::linked>(fake_domain);
+      [log](root_actor::pointer self, const domain_settings& s) {
+        auto a = caf::actor_cast<supervisor_actor>(
+          self->spawn<caf::linked>(fake_domain));
         log->emplace_back(s.domain, a);
         return a;
       },
-      [clog, got](caf::event_based_actor* self) {
+      [clog, got](root_actor::pointer self) {
         auto c = self->spawn<caf::linked>(fake_counter, got);
         clog->push_back(c);
         return c;
@@ -77,7 +83,7 @@ struct fixture : test_coordinator_fixture<> {
   }
 
   root_state& st() {
-    return deref<caf::stateful_actor<root_state>>(aut).state;
+    return deref<root_actor::stateful_base<root_state>>(aut).state;
   }
 };
 

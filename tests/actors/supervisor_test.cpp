@@ -5,7 +5,9 @@
 // deterministic scheduler.
 
 #define CAF_SUITE actors.supervisor
-#include "actors/runtime.hpp"
+#include "actors/supervisor.hpp"
+
+#include "tests/actors/settings.hpp"
 
 #include <caf/test/dsl.hpp>
 
@@ -16,19 +18,19 @@ namespace {
 
 // The children the supervisor spawned, for the test to address them.
 struct children {
-  caf::actor poller;
-  caf::actor completion;
-  caf::actor retry;
+  poller_actor poller;
+  completion_actor completion;
+  retry_scheduler_actor retry;
   /// Every completion writer spawned (a dead one is replaced).
-  std::vector<caf::actor> completions;
-  std::vector<caf::actor> handlers;
+  std::vector<completion_actor> completions;
+  std::vector<handler_actor> handlers;
   /// The mode each of `handlers` was spawned for.
   std::vector<handler_mode> modes;
 };
 
 // A handler that decides the outcome by command type: "ok", "transient",
 // "permanent", "business", or "crash" (throws: the actor dies).
-caf::behavior fake_handler(caf::event_based_actor*) {
+handler_actor::behavior_type fake_handler(handler_actor::pointer) {
   return {
     [](atom::handle, const command_ptr& rc) -> outcome {
       outcome out;
@@ -48,20 +50,33 @@ caf::behavior fake_handler(caf::event_based_actor*) {
 }
 
 // Writers and poller that just take messages (checked with expect()).
-caf::behavior sink(caf::event_based_actor*) {
+poller_actor::behavior_type poller_sink(poller_actor::pointer) {
   return {
-      [](atom::finish, const db::finished_command&) {},
-      [](atom::retry, const db::retry_command&) {},
-      [](atom::flush) {},
-      [](atom::credit, int64_t) {},
-      [](atom::wakeup) {},
-      [](atom::extend, const std::vector<int64_t>&, int, bool) { return 0; },
+    [](atom::credit, int64_t) {},
+    [](atom::wakeup) {},
+  };
+}
+
+completion_actor::behavior_type completion_sink(completion_actor::pointer) {
+  return {
+    [](atom::finish, const db::finished_command&) {},
+    [](atom::flush) {},
+  };
+}
+
+retry_scheduler_actor::behavior_type
+retry_sink(retry_scheduler_actor::pointer) {
+  return {
+    [](atom::retry, const db::retry_command&) {},
+    [](atom::flush) {},
+    [](atom::extend, const std::vector<int64_t>&, int, bool) { return 0; },
   };
 }
 
 // The root's part: takes the batches the supervisor forwards.
-caf::behavior parent_sink(caf::event_based_actor*,
-                          std::shared_ptr<std::vector<uuid>> seen) {
+batch_listener_actor::behavior_type
+parent_sink(batch_listener_actor::pointer,
+            std::shared_ptr<std::vector<uuid>> seen) {
   return {
     [seen](atom::batches, const std::string&, const std::vector<uuid>& ids) {
       seen->insert(seen->end(), ids.begin(), ids.end());
@@ -86,34 +101,33 @@ struct fixture : test_coordinator_fixture<> {
   std::shared_ptr<std::vector<uuid>> batches_seen
     = std::make_shared<std::vector<uuid>>();
   domain_settings settings;
-  caf::actor parent;
-  caf::actor sup;
+  batch_listener_actor parent;
+  supervisor_actor sup;
 
   explicit fixture(std::shared_ptr<const handler_registry> registry =
                        std::make_shared<const handler_registry>()) {
-    settings.domain = "d";
-    settings.concurrency = 2;
-    settings.counters = std::make_shared<worker_counters>();
-    settings.registry = std::move(registry);
-    settings.cancelled = std::make_shared<std::atomic<bool>>(false);
-    settings.retry.backoff_seconds = {7};
+    config::worker_config cfg;
+    cfg.concurrency = 2;
+    cfg.prefetch = 0;
+    cfg.retry.backoff_seconds = {7};
+    settings = test::make_settings(cfg, "d", std::move(registry));
     spawners sp;
     auto k = kids;
-    sp.poller = [k](caf::event_based_actor* self, const domain_settings&) {
-      k->poller = self->spawn<caf::linked>(sink);
+    sp.poller = [k](supervisor_actor::pointer self, const domain_settings&) {
+      k->poller = self->spawn<caf::linked>(poller_sink);
       return k->poller;
     };
-    sp.completion = [k](caf::event_based_actor* self,
+    sp.completion = [k](supervisor_actor::pointer self,
                         const domain_settings&) {
-      k->completion = self->spawn<caf::linked>(sink);
+      k->completion = self->spawn<caf::linked>(completion_sink);
       k->completions.push_back(k->completion);
       return k->completion;
     };
-    sp.retry = [k](caf::event_based_actor* self, const domain_settings&) {
-      k->retry = self->spawn<caf::linked>(sink);
+    sp.retry = [k](supervisor_actor::pointer self, const domain_settings&) {
+      k->retry = self->spawn<caf::linked>(retry_sink);
       return k->retry;
     };
-    sp.handler = [k](caf::event_based_actor* self, const domain_settings&,
+    sp.handler = [k](supervisor_actor::pointer self, const domain_settings&,
                      handler_mode mode) {
       auto h = self->spawn<caf::linked>(fake_handler);
       k->handlers.push_back(h);
@@ -131,7 +145,8 @@ struct fixture : test_coordinator_fixture<> {
   }
 
   supervisor_state& st() {
-    return deref<caf::stateful_actor<supervisor_state>>(sup).state;
+    return deref<supervisor_actor::stateful_base<supervisor_state>>(sup)
+      .state;
   }
 
   // The handlers of `mode` (an empty registry uses only blocking ones).
@@ -140,7 +155,7 @@ struct fixture : test_coordinator_fixture<> {
   }
 
   // The mode of the handler that got the last (atom::handle) message.
-  handler_mode mode_of(const caf::actor& h) const {
+  handler_mode mode_of(const handler_actor& h) const {
     for (size_t i = 0; i < kids->handlers.size(); ++i)
       if (kids->handlers[i] == h)
         return kids->modes[i];
@@ -199,8 +214,8 @@ CAF_TEST(a freed handler returns its credit and the drain waits for the commit) 
   CAF_CHECK_EQUAL(pool().idle.size(), 2u);
   // ... but it stays held until its side effects are committed.
   CAF_CHECK_EQUAL(st().held(), 1);
-  caf::send_as(kids->completion, sup, atom::done::value, int64_t{1});
-  expect((atom::done, int64_t), from(kids->completion).to(sup).with(_, 1));
+  caf::send_as(kids->completion, sup, atom::committed::value, int64_t{1});
+  expect((atom::committed, int64_t), from(kids->completion).to(sup).with(_, 1));
   CAF_CHECK_EQUAL(st().held(), 0);
   disallow((atom::credit, int64_t), from(sup).to(kids->poller).with(_, _));
 }
@@ -258,7 +273,7 @@ CAF_TEST(outcomes are routed by kind) {
   expect((outcome), from(kids->handlers[0]).to(sup).with(_));
   expect((atom::retry, db::retry_command),
          from(sup).to(kids->retry).with(_, _));
-  // The second used its last attempt (D6): exhausted, to the completion.
+  // The second used its last attempt: exhausted, to the completion.
   expect((outcome), from(kids->handlers[1]).to(sup).with(_));
   expect((atom::finish, db::finished_command),
          from(sup).to(kids->completion).with(_, _));
@@ -285,7 +300,9 @@ CAF_TEST(the lease heartbeat covers commands that wait for a handler) {
   run_oks(3);
   CAF_REQUIRE_EQUAL(st().running.size(), 2u);
   CAF_REQUIRE_EQUAL(st().backlog.size(), 1u);
-  st().settings.visibility_timeout = std::chrono::seconds{0};
+  test::retune(st().settings, [](config::worker_config& c) {
+    c.visibility_timeout = std::chrono::seconds{0};
+  });
   self->send(sup, atom::heartbeat::value);
   expect((atom::heartbeat), from(self).to(sup));
   expect((atom::extend, std::vector<int64_t>, int, bool),
@@ -325,7 +342,7 @@ CAF_TEST(drain stops intake and answers once nothing is held) {
   CAF_CHECK_EQUAL(self->mailbox().size(), 0u);
   // The last side effect commits: the drain is answered, no credit goes
   // out any more.
-  caf::send_as(kids->completion, sup, atom::done::value, int64_t{1});
+  caf::send_as(kids->completion, sup, atom::committed::value, int64_t{1});
   sched.run();
   CAF_CHECK_EQUAL(st().held(), 0);
   CAF_REQUIRE_EQUAL(self->mailbox().size(), 1u);
@@ -350,12 +367,12 @@ CAF_TEST(credits stop at the hold limit until side effects commit) {
   CAF_CHECK_EQUAL(st().pending_credit, 2);
   CAF_CHECK(st().withheld);
   // One side effect commits: one credit goes out at once.
-  caf::send_as(kids->completion, sup, atom::done::value, int64_t{1});
-  expect((atom::done, int64_t), from(kids->completion).to(sup).with(_, 1));
+  caf::send_as(kids->completion, sup, atom::committed::value, int64_t{1});
+  expect((atom::committed, int64_t), from(kids->completion).to(sup).with(_, 1));
   expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
   CAF_CHECK_EQUAL(st().pending_credit, 1);
-  caf::send_as(kids->completion, sup, atom::done::value, int64_t{7});
-  expect((atom::done, int64_t), from(kids->completion).to(sup).with(_, 7));
+  caf::send_as(kids->completion, sup, atom::committed::value, int64_t{7});
+  expect((atom::committed, int64_t), from(kids->completion).to(sup).with(_, 7));
   expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
   CAF_CHECK_EQUAL(st().held(), 0);
   CAF_CHECK(!st().withheld);
@@ -375,7 +392,9 @@ CAF_TEST(a message read again while its first delivery runs is tracked twice) {
   expect((outcome), from(kids->handlers[0]).to(sup).with(_));
   CAF_REQUIRE_EQUAL(st().running.size(), 1u);
   CAF_CHECK_EQUAL(st().running.begin()->second.rc->attempt, 2);
-  st().settings.visibility_timeout = std::chrono::seconds{0};
+  test::retune(st().settings, [](config::worker_config& c) {
+    c.visibility_timeout = std::chrono::seconds{0};
+  });
   self->send(sup, atom::heartbeat::value);
   expect((atom::heartbeat), from(self).to(sup));
   expect((atom::extend, std::vector<int64_t>, int, bool),
@@ -402,7 +421,10 @@ CAF_TEST(a dead writer is replaced and what it held is released) {
 }
 
 CAF_TEST(a writer stuck while the database answers ends the domain) {
-  st().settings.stuck_after = std::chrono::seconds{10};
+  // Stuck after three statement timeouts: just over 10 s.
+  test::retune(st().settings, [](config::worker_config& c) {
+    c.statement_timeout = std::chrono::milliseconds{3334};
+  });
   self->monitor(sup);
   run_oks(1);
   sched.run();
@@ -425,7 +447,9 @@ CAF_TEST(a writer stuck while the database answers ends the domain) {
 }
 
 CAF_TEST(handlers extend their lease through the supervisor) {
-  auto h = kids->handlers[0];
+  // Sent as the handler (untyped: a handler takes no int, the answer goes
+  // nowhere here).
+  auto h = caf::actor_cast<caf::actor>(kids->handlers[0]);
   caf::send_as(h, sup, atom::extend::value, std::vector<int64_t>{5}, 60,
                false);
   expect((atom::extend, std::vector<int64_t>, int, bool),
@@ -447,8 +471,9 @@ CAF_TEST(completed batches go up to the root) {
 CAF_TEST(ending the supervisor ends its children) {
   for (auto& h : kids->handlers)
     self->monitor(h);
-  for (auto* a : {&kids->poller, &kids->completion, &kids->retry})
-    self->monitor(*a);
+  self->monitor(kids->poller);
+  self->monitor(kids->completion);
+  self->monitor(kids->retry);
   caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
   sched.run();
   size_t ended = 0;

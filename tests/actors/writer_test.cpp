@@ -5,7 +5,9 @@
 // recording fakes through spawn_completion_writer / spawn_retry_writer.
 
 #define CAF_SUITE actors.writers
-#include "actors/runtime.hpp"
+#include "actors/completion.hpp"
+#include "actors/retry_scheduler.hpp"
+#include "tests/actors/settings.hpp"
 
 #include <caf/test/dsl.hpp>
 
@@ -16,11 +18,12 @@ using namespace cmdbus::actors;
 
 namespace {
 
-// Takes what the writers report, adding up the done counts.
-caf::behavior parent_sink(caf::event_based_actor*,
-                          std::shared_ptr<int64_t> done_total) {
+// Takes what the writers report, adding up the committed counts.
+writer_parent_actor::behavior_type
+parent_sink(writer_parent_actor::pointer,
+            std::shared_ptr<int64_t> done_total) {
   return {
-    [done_total](atom::done, int64_t n) { *done_total += n; },
+    [done_total](atom::committed, int64_t n) { *done_total += n; },
     [](atom::batches, const std::string&, const std::vector<uuid>&) {},
     [](atom::unavailable) {},
   };
@@ -89,35 +92,37 @@ struct writes {
 struct fixture : test_coordinator_fixture<> {
   std::shared_ptr<writes> log = std::make_shared<writes>();
   std::shared_ptr<int64_t> done_total = std::make_shared<int64_t>(0);
-  domain_settings settings;
-  caf::actor parent;
+  /// The configuration the writer gets when spawned.
+  config::worker_config cfg;
+  domain_settings settings = test::make_settings(cfg);
+  writer_parent_actor parent;
+  /// The writer under test (completion or retry scheduler).
   caf::actor writer;
 
   fixture() {
-    settings.domain = "d";
-    settings.counters = std::make_shared<worker_counters>();
-    settings.flush_interval = std::chrono::milliseconds{2};
+    cfg.flush_interval = std::chrono::milliseconds{2};
     parent = sys.spawn(parent_sink, done_total);
     sched.run();
   }
 
   ~fixture() {
-    for (auto* a : {&writer, &parent})
-      if (*a)
-        caf::anon_send_exit(*a, caf::exit_reason::user_shutdown);
+    if (writer)
+      caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(parent, caf::exit_reason::user_shutdown);
     sched.run();
   }
 
   void spawn_completion() {
+    settings.cfg = std::make_shared<const config::worker_config>(cfg);
     auto l = log;
-    writer = spawn_completion_writer(
+    writer = caf::actor_cast<caf::actor>(spawn_completion_writer(
       sys, settings, parent,
       [l](const std::vector<db::finished_command>& xs) {
         l->record(xs);
         return db::finish_result{l->completed_batches,
                                  std::exchange(l->stale, {})};
       },
-      false);
+      false));
     sched.run();
   }
 
@@ -135,8 +140,9 @@ struct fixture : test_coordinator_fixture<> {
   }
 
   void spawn_retry() {
+    settings.cfg = std::make_shared<const config::worker_config>(cfg);
     auto l = log;
-    writer = spawn_retry_writer(
+    writer = caf::actor_cast<caf::actor>(spawn_retry_writer(
       sys, settings, parent,
       [l](const std::vector<db::retry_command>& xs) {
         l->record(xs);
@@ -145,7 +151,7 @@ struct fixture : test_coordinator_fixture<> {
       [](const std::vector<int64_t>& ids, int, bool) {
         return static_cast<int>(ids.size());
       },
-      false);
+      false));
     sched.run();
   }
 };
@@ -155,7 +161,7 @@ struct fixture : test_coordinator_fixture<> {
 CAF_TEST_FIXTURE_SCOPE(writer_tests, fixture)
 
 CAF_TEST(items queued in the mailbox are written as one transaction) {
-  settings.flush_interval = std::chrono::milliseconds{0};
+  cfg.flush_interval = std::chrono::milliseconds{0};
   spawn_completion();
   for (int64_t i = 1; i <= 5; ++i)
     self->send(writer, atom::finish::value, finished(i));
@@ -165,8 +171,8 @@ CAF_TEST(items queued in the mailbox are written as one transaction) {
   CAF_CHECK_EQUAL(settings.counters->completed.load(), 5);
 }
 
-CAF_TEST(completed batches and then the done count go to the parent) {
-  settings.flush_interval = std::chrono::milliseconds{0};
+CAF_TEST(completed batches and then the committed count go to the parent) {
+  cfg.flush_interval = std::chrono::milliseconds{0};
   auto batch = uuid::random();
   log->completed_batches = {batch};
   spawn_completion();
@@ -176,11 +182,11 @@ CAF_TEST(completed batches and then the done count go to the parent) {
   expect((atom::finish, db::finished_command), from(self).to(writer));
   expect((atom::batches, std::string, std::vector<uuid>),
          from(writer).to(parent).with(_, "d", std::vector<uuid>{batch}));
-  expect((atom::done, int64_t), from(writer).to(parent).with(_, 2));
+  expect((atom::committed, int64_t), from(writer).to(parent).with(_, 2));
 }
 
 CAF_TEST(stale outcomes count as done but not as completed) {
-  settings.flush_interval = std::chrono::milliseconds{0};
+  cfg.flush_interval = std::chrono::milliseconds{0};
   log->stale = {2};
   spawn_completion();
   self->send(writer, atom::finish::value, finished(1));
@@ -192,7 +198,7 @@ CAF_TEST(stale outcomes count as done but not as completed) {
 }
 
 CAF_TEST(under light load a single item is written at once) {
-  settings.flush_interval = std::chrono::hours{1};
+  cfg.flush_interval = std::chrono::hours{1};
   spawn_completion();
   self->send(writer, atom::finish::value, finished(1));
   sched.run();
@@ -201,7 +207,7 @@ CAF_TEST(under light load a single item is written at once) {
 }
 
 CAF_TEST(an item right after a write waits for the flush interval) {
-  settings.flush_interval = std::chrono::hours{1};
+  cfg.flush_interval = std::chrono::hours{1};
   spawn_completion();
   prime(atom::finish::value, finished(0));
   self->send(writer, atom::finish::value, finished(1));
@@ -229,7 +235,7 @@ CAF_TEST(an idle writer arms no timeout) {
 }
 
 CAF_TEST(a flush request writes at once) {
-  settings.flush_interval = std::chrono::hours{1};
+  cfg.flush_interval = std::chrono::hours{1};
   spawn_completion();
   self->send(writer, atom::finish::value, finished(1));
   self->send(writer, atom::flush::value);
@@ -237,11 +243,11 @@ CAF_TEST(a flush request writes at once) {
   CAF_CHECK(log->calls.empty());
   expect((atom::flush), from(self).to(writer));
   CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
-  expect((atom::done, int64_t), from(writer).to(parent).with(_, 1));
+  expect((atom::committed, int64_t), from(writer).to(parent).with(_, 1));
 }
 
 CAF_TEST(the completion writer writes its buffer on exit) {
-  settings.flush_interval = std::chrono::hours{1};
+  cfg.flush_interval = std::chrono::hours{1};
   spawn_completion();
   prime(atom::finish::value, finished(0));
   settings.counters->completed = 0;
@@ -259,7 +265,7 @@ CAF_TEST(the completion writer writes its buffer on exit) {
 }
 
 CAF_TEST(the retry scheduler writes its buffer on exit) {
-  settings.flush_interval = std::chrono::hours{1};
+  cfg.flush_interval = std::chrono::hours{1};
   spawn_retry();
   prime(atom::retry::value, retried(0));
   settings.counters->retried = 0;
@@ -277,7 +283,7 @@ CAF_TEST(the retry scheduler writes its buffer on exit) {
 }
 
 CAF_TEST(a failed write keeps the buffer and retries it with new items) {
-  settings.flush_interval = std::chrono::milliseconds{0};
+  cfg.flush_interval = std::chrono::milliseconds{0};
   log->fail_next = 1;
   spawn_completion();
   self->send(writer, atom::finish::value, finished(1));
@@ -300,7 +306,7 @@ CAF_TEST(a failed write keeps the buffer and retries it with new items) {
 CAF_TEST(a busy writer retries once the backoff passed) {
   // Items keep arriving during the backoff, so the behavior's idle timeout
   // never fires: the writer checks the backoff's end on every message.
-  settings.flush_interval = std::chrono::milliseconds{0};
+  cfg.flush_interval = std::chrono::milliseconds{0};
   log->fail_next = 1;
   log->unavailable = true;
   spawn_completion();
@@ -329,7 +335,7 @@ CAF_TEST(a busy writer retries once the backoff passed) {
 CAF_TEST(an outcome refused for its content goes to the TSQ alone) {
   // One bad item must not hold back the others for ever: the write is
   // split, and the refused outcome becomes a permanent failure.
-  settings.flush_interval = std::chrono::milliseconds{0};
+  cfg.flush_interval = std::chrono::milliseconds{0};
   log->poison = 2;
   spawn_completion();
   prime(atom::finish::value, finished(0));
@@ -348,7 +354,7 @@ CAF_TEST(an outcome refused for its content goes to the TSQ alone) {
 
 CAF_TEST(a retry refused for its content is dropped alone) {
   // Its message becomes visible again when its visibility timeout ends.
-  settings.flush_interval = std::chrono::milliseconds{0};
+  cfg.flush_interval = std::chrono::milliseconds{0};
   log->poison = 8;
   spawn_retry();
   prime(atom::retry::value, retried(0));
@@ -363,7 +369,7 @@ CAF_TEST(a retry refused for its content is dropped alone) {
 }
 
 CAF_TEST(a refused write is not reported as an unavailable database) {
-  settings.flush_interval = std::chrono::milliseconds{0};
+  cfg.flush_interval = std::chrono::milliseconds{0};
   log->fail_next = 1;
   spawn_completion();
   self->send(writer, atom::finish::value, finished(1));
@@ -375,7 +381,7 @@ CAF_TEST(a refused write is not reported as an unavailable database) {
 CAF_TEST(a writer stopping while the database fails does not try again) {
   // Writing on the way out would wait for a connection attempt; the
   // messages reappear after their visibility timeout instead.
-  settings.flush_interval = std::chrono::milliseconds{0};
+  cfg.flush_interval = std::chrono::milliseconds{0};
   log->fail_next = 1;
   log->unavailable = true;
   spawn_completion();
@@ -392,7 +398,7 @@ CAF_TEST(a writer stopping while the database fails does not try again) {
 CAF_TEST(a write failing on exit reports nothing as done) {
   // The messages reappear after their visibility timeout: nothing is lost,
   // and nothing is claimed to be committed.
-  settings.flush_interval = std::chrono::hours{1};
+  cfg.flush_interval = std::chrono::hours{1};
   spawn_completion();
   prime(atom::finish::value, finished(0));
   settings.counters->completed = 0;

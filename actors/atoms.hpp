@@ -1,7 +1,8 @@
 #pragma once
 
-// Atoms and message types exchanged between the worker's actors. Only
-// actor code and actor tests include this (it pulls in CAF headers).
+// Atoms and message types exchanged between the worker's actors, one atom
+// per meaning. actors/interfaces.hpp says who sends which message to whom;
+// only actor code and actor tests include this (it pulls in CAF headers).
 
 #include <cstdint>
 #include <memory>
@@ -41,6 +42,8 @@ using extend = caf::atom_constant<caf::atom("extend")>;
 using credit_due = caf::atom_constant<caf::atom("creditdue")>;
 /// Supervisor: `n` commands' side effects are committed (or dropped as
 /// stale: another delivery owns their message now).
+using committed = caf::atom_constant<caf::atom("committed")>;
+/// The answer to atom::drain: the drain finished.
 using done = caf::atom_constant<caf::atom("done")>;
 /// Supervisor: a writer could not reach the database, or it did not answer
 /// in time; the writer keeps its buffer and retries.

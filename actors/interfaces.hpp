@@ -1,0 +1,139 @@
+#pragma once
+
+// The wiring diagram of the worker's actors: one typed handle per runtime
+// actor, with every message it takes, who sends it, what it means and what
+// the answer is. Internal timer messages (an actor to itself) come last in
+// each interface. Only actor code and actor tests include this.
+//
+//   root ──────────────── batch_counter
+//    │ (one per domain)
+//   supervisor ─┬─ poller       (reads the queue, woken by LISTEN/NOTIFY)
+//               ├─ handler × N  (runs the application's handlers)
+//               ├─ completion   (final side effects)
+//               └─ retry_scheduler (retries, visibility extensions)
+//
+// Parents link their children (actors/shutdown.hpp describes the
+// lifecycle); actors/spawn.hpp spawns and wires them.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "actors/atoms.hpp"
+#include "model/types.hpp"
+
+namespace cmdbus::actors {
+
+// -- partial interfaces (what one kind of sender needs) ----------------------
+
+/// Takes the batches that just became complete, on their way from the
+/// completion writer to the batch counter (completion -> supervisor -> root
+/// -> batch counter).
+using batch_listener_actor = caf::typed_actor<
+  /// (domain, batch ids) just became complete; no answer.
+  caf::reacts_to<atom::batches, std::string, std::vector<uuid>>>;
+
+/// What the poller sends to its supervisor.
+using poller_parent_actor = caf::typed_actor<
+  /// From the poller: commands read (each took a credit), to run; no answer.
+  caf::reacts_to<atom::run, std::vector<received_command>>,
+  /// From the poller: a claimed message that cannot run (undecodable), to
+  /// finish as a permanent failure (it took a credit, no handler); no answer.
+  caf::reacts_to<atom::finish, db::finished_command>,
+  /// From the poller: a read found the queue empty after the poller had
+  /// seen `credits_seen` credit messages (tick mode ends on it); no answer.
+  caf::reacts_to<atom::idle, int64_t>>;
+
+/// What the two writers (completion, retry scheduler) send to their
+/// supervisor.
+using writer_parent_actor = caf::typed_actor<
+  /// From a writer: the side effects of `n` commands it was handed are
+  /// committed (or dropped as stale); no answer.
+  caf::reacts_to<atom::committed, int64_t>,
+  /// From a writer: a write failed for want of the database; the writer
+  /// keeps its buffer and retries (the supervisor's watchdog then knows it
+  /// is not stuck); no answer.
+  caf::reacts_to<atom::unavailable>>::extend_with<batch_listener_actor>;
+
+// -- the actors of one domain ------------------------------------------------
+
+/// The poller: reads its domain's queue, at most as many messages as it
+/// holds credits.
+using poller_actor = caf::typed_actor<
+  /// From the supervisor: `n` message slots are free again (0: just read
+  /// once more, e.g. in tick mode after a commit); no answer.
+  caf::reacts_to<atom::credit, int64_t>,
+  /// From the listener thread (a NOTIFY arrived) or the poller itself (a
+  /// drain continues): read now; no answer.
+  caf::reacts_to<atom::wakeup>>;
+
+/// A handler actor: runs one command at a time.
+using handler_actor = caf::typed_actor<
+  /// From the supervisor: run this command; the answer is its outcome (an
+  /// error when the handler actor died meanwhile).
+  caf::replies_to<atom::handle, command_ptr>::with<outcome>>;
+
+/// The completion writer: final outcomes (success, troubleshooting queue,
+/// business-rule failure), written in group commits.
+using completion_actor = caf::typed_actor<
+  /// From the supervisor (or, for undecodable messages, the poller through
+  /// it): the side effects of one finished command; answered later with
+  /// (atom::committed, 1..n) to the supervisor.
+  caf::reacts_to<atom::finish, db::finished_command>,
+  /// From the supervisor (drain): write what is buffered now; no answer.
+  caf::reacts_to<atom::flush>>;
+
+/// The retry scheduler: transient failures (set_vt backoff) and lease
+/// extensions.
+using retry_scheduler_actor = caf::typed_actor<
+  /// From the supervisor: a transient failure to reschedule; answered
+  /// later with (atom::committed, 1..n) to the supervisor.
+  caf::reacts_to<atom::retry, db::retry_command>,
+  /// From the supervisor (drain): write what is buffered now; no answer.
+  caf::reacts_to<atom::flush>,
+  /// From the supervisor (lease heartbeat, or a handler's extension it
+  /// forwards): extend the visibility of (msg_ids) to `seconds`, never
+  /// shortening a longer one when `keep_longer`; the answer is the number of
+  /// messages that still exist, or an ec::db_unavailable error.
+  caf::replies_to<atom::extend, std::vector<int64_t>, int, bool>::with<int>>;
+
+/// A domain supervisor: owns the poller, the handlers and the two writers of
+/// one domain.
+using supervisor_actor = caf::typed_actor<
+  /// From a handler (handler_context::extend_visibility): extend the
+  /// visibility of (msg_ids) to `seconds`; delegated to the retry
+  /// scheduler, whose answer it is.
+  caf::replies_to<atom::extend, std::vector<int64_t>, int, bool>::with<int>,
+  /// From the root: stop intake, finish in-flight work, then answer
+  /// atom::done (in tick mode: also once the poller found the queue empty).
+  caf::replies_to<atom::drain>::with<atom::done>,
+  /// Internal (timer): return the pending credits now, unless this epoch's
+  /// credits went out meanwhile.
+  caf::reacts_to<atom::credit_due, uint64_t>,
+  /// Internal (timer): the lease heartbeat and the writers' watchdog.
+  caf::reacts_to<atom::heartbeat>>::extend_with<poller_parent_actor,
+                                                writer_parent_actor>;
+
+// -- process-wide actors -----------------------------------------------------
+
+/// The batch counter: runs the batch-completion callbacks.
+using batch_counter_actor = caf::typed_actor<
+  /// From the root: wait until everything reported before was handled,
+  /// then answer atom::done.
+  caf::replies_to<atom::drain>::with<atom::done>,
+  /// Internal: deliver recorded completions whose lease is free (the first
+  /// sweep at start; later ones run on the behaviour's idle timeout).
+  caf::reacts_to<atom::sweep>>::extend_with<batch_listener_actor>;
+
+/// The root: one supervisor per domain, and the batch counter.
+using root_actor = caf::typed_actor<
+  /// From the runtime (worker::stop, run_tick): drain every domain, then the
+  /// batch counter; the answer is atom::done.
+  caf::replies_to<atom::drain>::with<atom::done>,
+  /// Internal (timer): start domain number `i` again after its backoff.
+  caf::reacts_to<atom::restart, size_t>>::extend_with<batch_listener_actor>;
+
+} // namespace cmdbus::actors

@@ -1,0 +1,222 @@
+// Deterministic tests of the poller (CAF test coordinator): credits limit
+// its reads, a full read is followed by another, empty reads back off (idle
+// backoff) or, in tick mode, only report idle, and a failed read waits for
+// the error backoff even when credits arrive meanwhile. The database is
+// replaced by a fake receive function.
+
+#define CAF_SUITE actors.poller
+#include "actors/poller.hpp"
+
+#include <caf/test/dsl.hpp>
+
+#include "db/error.hpp"
+#include "tests/actors/settings.hpp"
+
+using namespace cmdbus;
+using namespace cmdbus::actors;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The queue behind the fake receive.
+struct fake_queue {
+  /// Messages waiting.
+  int available = 0;
+  int64_t next_msg_id = 1;
+  /// The quantity asked for by each read.
+  std::vector<int> reads;
+  /// Reads that fail (a lost connection) before reads succeed again.
+  int fail_next = 0;
+
+  db::receive_result receive(int, int qty) {
+    reads.push_back(qty);
+    if (fail_next > 0) {
+      --fail_next;
+      throw db::error{db::errc::connection, "", "connection lost"};
+    }
+    db::receive_result res;
+    auto n = std::min(qty, available);
+    available -= n;
+    for (int i = 0; i < n; ++i) {
+      received_command rc;
+      rc.cmd.domain = "d";
+      rc.cmd.command_type = "T";
+      rc.msg_id = next_msg_id++;
+      res.commands.push_back(std::move(rc));
+    }
+    res.read = n;
+    return res;
+  }
+};
+
+// What the poller sent to its supervisor.
+struct parent_log {
+  std::vector<size_t> runs;
+  std::vector<int64_t> idles;
+};
+
+poller_parent_actor::behavior_type
+parent_sink(poller_parent_actor::pointer, std::shared_ptr<parent_log> log) {
+  return {
+    [log](atom::run, const std::vector<received_command>& xs) {
+      log->runs.push_back(xs.size());
+    },
+    [](atom::finish, const db::finished_command&) {},
+    [log](atom::idle, int64_t seen) { log->idles.push_back(seen); },
+  };
+}
+
+struct fixture : test_coordinator_fixture<> {
+  std::shared_ptr<fake_queue> queue = std::make_shared<fake_queue>();
+  std::shared_ptr<parent_log> got = std::make_shared<parent_log>();
+  /// The configuration the poller gets when started.
+  config::worker_config cfg;
+  domain_settings settings = test::make_settings(cfg);
+  poller_parent_actor parent;
+  poller_actor aut;
+
+  fixture() {
+    cfg.concurrency = 2;
+    cfg.prefetch = 0;
+    cfg.poll_interval = 1000ms;
+    cfg.use_notify = false;
+    parent = sys.spawn(parent_sink, got);
+    sched.run();
+  }
+
+  ~fixture() {
+    if (aut)
+      caf::anon_send_exit(aut, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(parent, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+
+  // Spawns the poller; it reads once at start.
+  void start() {
+    settings.cfg = std::make_shared<const config::worker_config>(cfg);
+    auto q = queue;
+    aut = sys.spawn(poller, settings, parent,
+                    receive_fn{[q](int vt, int qty) {
+                      return q->receive(vt, qty);
+                    }});
+    sched.run();
+  }
+
+  poller_state& st() {
+    return deref<poller_actor::stateful_base<poller_state>>(aut).state;
+  }
+
+  void credit(int64_t n) {
+    self->send(aut, atom::credit::value, n);
+    sched.run();
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(poller_tests, fixture)
+
+CAF_TEST(credits limit the reads) {
+  queue->available = 5;
+  start();
+  // Two credits at start (concurrency 2, no prefetch): one read of 2, a
+  // full read, then nothing until credits come back.
+  CAF_CHECK_EQUAL(queue->reads, std::vector<int>{2});
+  CAF_CHECK_EQUAL(got->runs, std::vector<size_t>{2});
+  CAF_CHECK_EQUAL(st().credits, 0);
+  credit(1);
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 1}));
+  CAF_CHECK_EQUAL(got->runs, (std::vector<size_t>{2, 1}));
+  // Credits that arrive together make one read.
+  self->send(aut, atom::credit::value, int64_t{1});
+  self->send(aut, atom::credit::value, int64_t{1});
+  sched.run();
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 1, 2}));
+  CAF_CHECK_EQUAL(got->runs, (std::vector<size_t>{2, 1, 2}));
+  CAF_CHECK_EQUAL(queue->available, 0);
+}
+
+CAF_TEST(empty reads back off up to the poll interval) {
+  start();
+  CAF_CHECK_EQUAL(queue->reads.size(), 1u);
+  CAF_CHECK_EQUAL(got->idles, std::vector<int64_t>{0});
+  CAF_CHECK_EQUAL(st().empty_reads, 1);
+  // A quarter of the poll interval after the first empty read, doubling
+  // per empty read up to the poll interval; +/- 20 % jitter.
+  auto check_delay = [&](int64_t nominal) {
+    CAF_REQUIRE(st().next_poll);
+    auto ms = st().next_poll->count();
+    CAF_CHECK_GREATER_OR_EQUAL(ms, nominal * 8 / 10);
+    CAF_CHECK_LESS_OR_EQUAL(ms, nominal * 12 / 10);
+  };
+  check_delay(250);
+  for (int64_t nominal : {500, 1000, 1000}) {
+    sched.trigger_timeout();
+    sched.run();
+    check_delay(nominal);
+  }
+  CAF_CHECK_EQUAL(queue->reads.size(), 4u);
+  CAF_CHECK_EQUAL(st().empty_reads, 4);
+  // A read that finds messages resets the backoff: a partial read waits
+  // the poll interval.
+  queue->available = 1;
+  sched.trigger_timeout();
+  sched.run();
+  CAF_CHECK_EQUAL(got->runs, std::vector<size_t>{1});
+  CAF_CHECK_EQUAL(st().empty_reads, 0);
+  CAF_REQUIRE(st().next_poll);
+  CAF_CHECK_EQUAL(st().next_poll->count(), 1000);
+}
+
+CAF_TEST(idle delays follow the curve) {
+  std::mt19937_64 rng{3};
+  for (int i = 0; i < 100; ++i) {
+    auto first = idle_delay(1000ms, 1, rng).count();
+    CAF_CHECK_GREATER_OR_EQUAL(first, 200);
+    CAF_CHECK_LESS_OR_EQUAL(first, 300);
+    auto later = idle_delay(1000ms, 9, rng).count();
+    CAF_CHECK_GREATER_OR_EQUAL(later, 800);
+    CAF_CHECK_LESS_OR_EQUAL(later, 1200);
+  }
+  // Never below a millisecond.
+  CAF_CHECK_GREATER_OR_EQUAL(idle_delay(1ms, 1, rng).count(), 1);
+}
+
+CAF_TEST(tick mode reports idle and arms no timer) {
+  settings.tick = true;
+  start();
+  CAF_CHECK_EQUAL(queue->reads.size(), 1u);
+  CAF_CHECK_EQUAL(got->idles, std::vector<int64_t>{0});
+  CAF_CHECK(!st().next_poll);
+  CAF_CHECK(!sched.trigger_timeout());
+  // A credit of 0 (after a commit) reads once more; the idle report counts
+  // the credit messages seen.
+  queue->available = 1;
+  credit(0);
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 2}));
+  CAF_CHECK_EQUAL(got->runs, std::vector<size_t>{1});
+  credit(1);
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 2, 2}));
+  CAF_CHECK_EQUAL(got->idles, (std::vector<int64_t>{0, 2}));
+}
+
+CAF_TEST(a failed read waits for the error backoff) {
+  queue->fail_next = 1;
+  start();
+  CAF_CHECK_EQUAL(queue->reads.size(), 1u);
+  CAF_CHECK_EQUAL(settings.counters->db_errors.load(), 1);
+  // The first backoff: 100 ms, drawn from [50, 100] ms.
+  CAF_REQUIRE(st().next_poll);
+  CAF_CHECK_GREATER_OR_EQUAL(st().next_poll->count(), 50);
+  CAF_CHECK_LESS_OR_EQUAL(st().next_poll->count(), 100);
+  // A credit during the backoff does not read before it ended.
+  credit(1);
+  CAF_CHECK_EQUAL(queue->reads.size(), 1u);
+  queue->available = 3;
+  sched.trigger_timeout();
+  sched.run();
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 3}));
+  CAF_CHECK_EQUAL(got->runs, std::vector<size_t>{3});
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
