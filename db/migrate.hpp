@@ -19,7 +19,9 @@ struct migration_file {
 enum class pgmq_source {
   /// The real `pgmq` extension (CREATE EXTENSION pgmq).
   extension,
-  /// Our PGMQ-compatible SQL from sql/pgmq (DECISIONS.md D13).
+  /// Our PGMQ-compatible SQL from sql/pgmq (same schema, functions and
+  /// semantics), installed when CREATE EXTENSION pgmq fails; never both in
+  /// one database.
   compat,
   /// A `pgmq` schema installed by someone else without the extension (e.g.
   /// upstream's SQL-only install); used as is.
