@@ -4,7 +4,7 @@
 #include <map>
 #include <utility>
 
-#include "model/log.hpp"
+#include <spdlog/spdlog.h>
 
 namespace cmdbus::db {
 
@@ -29,8 +29,7 @@ public:
     try {
       conn_.query("SELECT pg_advisory_unlock($1::bigint)", migrate_lock_key);
     } catch (const std::exception& e) {
-      log::warn("releasing the migrate lock failed: {}",
-                log::one_line(e.what()));
+      spdlog::warn("releasing the migrate lock failed: {}", e.what());
     }
   }
 
@@ -86,7 +85,7 @@ void apply_pending(connection& conn, const char* component,
                       + " in this build); refusing to continue"};
       continue;
     }
-    log::info("applying migration {}/{}__{}", component, version, f.name);
+    spdlog::info("applying migration {}/{}__{}", component, version, f.name);
     transaction tx{conn};
     try {
       conn.exec(f.text);
@@ -129,9 +128,9 @@ bool try_create_extension(connection& conn) {
   } catch (const error& e) {
     if (e.code() == errc::connection)
       throw;
-    log::warn("the pgmq extension is available but CREATE EXTENSION failed "
-              "({}); installing the PGMQ-compatible SQL instead",
-              log::one_line(e.what()));
+    spdlog::warn("the pgmq extension is available but CREATE EXTENSION "
+                 "failed ({}); installing the PGMQ-compatible SQL instead",
+                 e.what());
     return false;
   }
 }
@@ -152,8 +151,8 @@ pgmq_source install_pgmq(connection& conn,
                   "schema pgmq exists but is neither the pgmq extension nor "
                   "a PGMQ install (pgmq.send(text, jsonb, integer) is "
                   "missing); refusing to install over it"};
-    log::info("using the existing pgmq schema (installed without the "
-              "extension)");
+    spdlog::info("using the existing pgmq schema (installed without the "
+                 "extension)");
     return pgmq_source::external;
   }
   if (pgmq_extension_available(conn) && try_create_extension(conn)) {

@@ -19,9 +19,7 @@ struct migration_file {
 enum class pgmq_source {
   /// The real `pgmq` extension (CREATE EXTENSION pgmq).
   extension,
-  /// Our PGMQ-compatible SQL from sql/pgmq (same schema, functions and
-  /// semantics), installed when CREATE EXTENSION pgmq fails; never both in
-  /// one database.
+  /// Our PGMQ-compatible SQL from sql/pgmq (DECISIONS.md D13).
   compat,
   /// A `pgmq` schema installed by someone else without the extension (e.g.
   /// upstream's SQL-only install); used as is.
