@@ -14,7 +14,7 @@
 
 namespace cmdbus::db {
 
-// -- column lists --------------------------------------------------------------
+// -- column lists ------------------------------------------------------------
 
 /// The columns of commandbus.command that `to_command_metadata` decodes, in
 /// its order.

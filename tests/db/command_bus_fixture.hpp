@@ -44,8 +44,8 @@ using opt_str = std::optional<std::string>;
 
 // -- setup -------------------------------------------------------------------
 
-inline db::pool_options pool_options(size_t max_size,
-                              std::chrono::milliseconds acquire_timeout = 10s) {
+inline db::pool_options
+pool_options(size_t max_size, std::chrono::milliseconds acquire_timeout = 10s) {
   db::pool_options opts;
   opts.dsn = test::dsn();
   opts.max_size = max_size;
@@ -82,8 +82,8 @@ inline command_bus_options chunked(size_t chunk_size) {
 }
 
 inline send_request make_req(const std::string& domain,
-                      const std::string& type = "DebitAccount",
-                      const std::string& data = R"({"amount":100})") {
+                             const std::string& type = "DebitAccount",
+                             const std::string& data = R"({"amount":100})") {
   send_request req;
   req.domain = domain;
   req.command_type = type;
@@ -93,7 +93,7 @@ inline send_request make_req(const std::string& domain,
 }
 
 inline batch_command make_cmd(const std::string& type = "DebitAccount",
-                       const std::string& data = R"({"amount":1})") {
+                              const std::string& data = R"({"amount":1})") {
   batch_command c;
   c.command_type = type;
   c.command_id = uuid::random();
@@ -114,7 +114,7 @@ inline int64_t command_rows(db::connection& c, const std::string& domain) {
 }
 
 inline bool command_row_exists(db::connection& c, const std::string& domain,
-                        const uuid& id) {
+                               const uuid& id) {
   return c
            .query("SELECT count(*) FROM commandbus.command WHERE domain = $1 "
                   "AND command_id = $2::uuid",
@@ -124,7 +124,7 @@ inline bool command_row_exists(db::connection& c, const std::string& domain,
 }
 
 inline int64_t audit_rows(db::connection& c, const std::string& domain,
-                   const std::string& event_type = "SENT") {
+                          const std::string& event_type = "SENT") {
   return c
     .query("SELECT count(*) FROM commandbus.audit WHERE domain = $1 AND "
            "event_type = $2",
@@ -148,7 +148,7 @@ inline int64_t queue_length(db::connection& c, const std::string& queue) {
 
 /// Messages in the domain's queue that carry `id`.
 inline int64_t messages_for(db::connection& c, const std::string& domain,
-                     const uuid& id) {
+                            const uuid& id) {
   auto queue = queue_of(domain);
   if (!queue_exists(c, queue))
     return 0;
@@ -177,8 +177,8 @@ struct queued_message {
 };
 
 inline std::optional<queued_message> read_message(db::connection& c,
-                                           const std::string& queue,
-                                           int64_t msg_id) {
+                                                  const std::string& queue,
+                                                  int64_t msg_id) {
   db::validate_queue_name(queue);
   auto r = c.query(
     "SELECT (SELECT string_agg(k, ',' ORDER BY k) FROM "
@@ -216,8 +216,8 @@ struct command_row {
 };
 
 inline std::optional<command_row> read_row(db::connection& c,
-                                    const std::string& domain,
-                                    const uuid& id) {
+                                           const std::string& domain,
+                                           const uuid& id) {
   auto r = c.query("SELECT queue_name, command_type, status, attempts, "
                    "max_attempts, msg_id, reply_queue, correlation_id, "
                    "batch_id FROM commandbus.command WHERE domain = $1 AND "
@@ -252,7 +252,7 @@ struct sent_audit {
 };
 
 inline sent_audit read_sent(db::connection& c, const std::string& domain,
-                     const uuid& id) {
+                            const uuid& id) {
   auto r = c.query(
     "SELECT count(*) OVER (), (SELECT string_agg(k, ',' ORDER BY k) FROM "
     "jsonb_object_keys(a.details_json) AS k), "
@@ -276,28 +276,29 @@ inline sent_audit read_sent(db::connection& c, const std::string& domain,
   return out;
 }
 
-inline void set_status(db::connection& c, const std::string& domain, const uuid& id,
-                const std::string& status) {
+inline void set_status(db::connection& c, const std::string& domain,
+                       const uuid& id, const std::string& status) {
   c.query("UPDATE commandbus.command SET status = $3 WHERE domain = $1 AND "
           "command_id = $2::uuid",
           domain, id.to_string(), status);
 }
 
 inline void set_created_at(db::connection& c, const std::string& domain,
-                    const uuid& id, const std::string& ts) {
+                           const uuid& id, const std::string& ts) {
   c.query("UPDATE commandbus.command SET created_at = $3::timestamptz WHERE "
           "domain = $1 AND command_id = $2::uuid",
           domain, id.to_string(), ts);
 }
 
 inline void insert_batch_row(db::connection& c, const std::string& domain,
-                      const uuid& id) {
+                             const uuid& id) {
   c.query("INSERT INTO commandbus.batch (domain, batch_id, status, "
           "total_count) VALUES ($1, $2::uuid, 'PENDING', 1)",
           domain, id.to_string());
 }
 
-inline std::vector<std::string> ids_of(const std::vector<command_metadata>& xs) {
+inline std::vector<std::string>
+ids_of(const std::vector<command_metadata>& xs) {
   std::vector<std::string> out;
   for (auto& x : xs)
     out.push_back(x.command_id.to_string());
@@ -331,10 +332,9 @@ private:
 // -- notifications -----------------------------------------------------------
 
 /// Collects notifications until `want` arrived or `budget` passed.
-inline std::vector<std::string> collect_notifications(db::connection& listener,
-                                               size_t want,
-                                               std::chrono::milliseconds budget
-                                               = 5s) {
+inline std::vector<std::string>
+collect_notifications(db::connection& listener, size_t want,
+                      std::chrono::milliseconds budget = 5s) {
   std::vector<std::string> out;
   auto deadline = std::chrono::steady_clock::now() + budget;
   while (out.size() < want) {
@@ -348,7 +348,8 @@ inline std::vector<std::string> collect_notifications(db::connection& listener,
   return out;
 }
 
-inline size_t count_of(const std::vector<std::string>& xs, const std::string& x) {
+inline size_t count_of(const std::vector<std::string>& xs,
+                       const std::string& x) {
   return static_cast<size_t>(std::count(xs.begin(), xs.end(), x));
 }
 
