@@ -128,6 +128,18 @@ std::unique_ptr<caller> busy_leader(fake_sender& fake,
   return a;
 }
 
+/// Lets `names` queue one after the other behind a busy leader "a", then
+/// lets "a" finish, so that they form the next group(s). Returns them.
+std::vector<std::unique_ptr<caller>>
+queue_behind_leader(fake_sender& fake, db::send_combiner& c,
+                    const std::vector<std::string>& names) {
+  auto a = busy_leader(fake, c);
+  auto waiting = queue_callers(c, names);
+  fake.release();
+  EXPECT_EQ(a->outcome.get().msg_id, 'a');
+  return waiting;
+}
+
 } // namespace
 
 TEST(SendCombiner, ALoneCallerIsSentAloneAtOnce) {
@@ -144,10 +156,7 @@ TEST(SendCombiner, ALoneCallerIsSentAloneAtOnce) {
 TEST(SendCombiner, CallersArrivingMeanwhileShareOneGroupInArrivalOrder) {
   fake_sender fake;
   auto c = fake.make(10, 1);
-  auto a = busy_leader(fake, c);
-  auto waiting = queue_callers(c, {"b", "c", "d"});
-  fake.release();
-  EXPECT_EQ(a->outcome.get().msg_id, 'a');
+  auto waiting = queue_behind_leader(fake, c, {"b", "c", "d"});
   for (auto& w : waiting)
     EXPECT_EQ(w->outcome.get().msg_id, w->name.at(0));
   using groups = std::vector<std::vector<std::string>>;
@@ -158,12 +167,9 @@ TEST(SendCombiner, CallersArrivingMeanwhileShareOneGroupInArrivalOrder) {
 TEST(SendCombiner, GroupsHoldAtMostMaxGroupSize) {
   fake_sender fake;
   auto c = fake.make(2, 1);
-  auto a = busy_leader(fake, c);
-  auto waiting = queue_callers(c, {"b", "c", "d"});
-  fake.release();
+  auto waiting = queue_behind_leader(fake, c, {"b", "c", "d"});
   for (auto& w : waiting)
     EXPECT_EQ(w->outcome.get().msg_id, w->name.at(0));
-  a->outcome.get();
   // The rest after a full group is one command: sent alone.
   using groups = std::vector<std::vector<std::string>>;
   EXPECT_EQ(fake.groups(), (groups{{"b", "c"}}));
@@ -198,10 +204,7 @@ TEST(SendCombiner, AFailedMemberFailsOnlyItsCaller) {
           batch_not_found_error(member->item.domain, missing));
   };
   auto c = fake.make(10, 1);
-  auto a = busy_leader(fake, c);
-  auto waiting = queue_callers(c, {"b", "c", "d"});
-  fake.release();
-  a->outcome.get();
+  auto waiting = queue_behind_leader(fake, c, {"b", "c", "d"});
   EXPECT_EQ(waiting[0]->outcome.get().msg_id, 'b');
   try {
     waiting[1]->outcome.get();
@@ -224,10 +227,7 @@ TEST(SendCombiner, AFailedTransactionIsRetriedCommandByCommand) {
       throw duplicate_command_error(p.domain, p.command_id);
   };
   auto c = fake.make(10, 1);
-  auto a = busy_leader(fake, c);
-  auto waiting = queue_callers(c, {"b", "c", "d"});
-  fake.release();
-  a->outcome.get();
+  auto waiting = queue_behind_leader(fake, c, {"b", "c", "d"});
   EXPECT_EQ(waiting[0]->outcome.get().msg_id, 'b');
   EXPECT_THROW(waiting[1]->outcome.get(), duplicate_command_error);
   EXPECT_EQ(waiting[2]->outcome.get().msg_id, 'd');
@@ -240,10 +240,7 @@ TEST(SendCombiner, ABrokenConnectionFailsTheWholeGroup) {
     throw db::error{db::errc::connection, "", "connection lost"};
   };
   auto c = fake.make(10, 1);
-  auto a = busy_leader(fake, c);
-  auto waiting = queue_callers(c, {"b", "c"});
-  fake.release();
-  a->outcome.get();
+  auto waiting = queue_behind_leader(fake, c, {"b", "c"});
   for (auto& w : waiting) {
     try {
       w->outcome.get();
@@ -261,10 +258,7 @@ TEST(SendCombiner, AnyOtherFailureFailsTheWholeGroup) {
     throw std::runtime_error("pool exhausted");
   };
   auto c = fake.make(10, 1);
-  auto a = busy_leader(fake, c);
-  auto waiting = queue_callers(c, {"b", "c"});
-  fake.release();
-  a->outcome.get();
+  auto waiting = queue_behind_leader(fake, c, {"b", "c"});
   for (auto& w : waiting)
     EXPECT_THROW(w->outcome.get(), std::runtime_error);
   EXPECT_EQ(fake.alone(), std::vector<std::string>{"a"});
