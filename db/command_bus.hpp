@@ -1,17 +1,17 @@
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
-#include <deque>
-#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "db/connection.hpp"
 #include "db/pool.hpp"
+#include "db/prepared_command.hpp"
+#include "db/send_combiner.hpp"
 #include "model/errors.hpp"
 #include "model/types.hpp"
 
@@ -69,17 +69,20 @@ struct create_batch_options {
   std::optional<json> custom_data;
 };
 
-/// The send side of the command bus (rcmd.md §1.3, §2.6): sends commands to
-/// `{domain}__commands` and reads their metadata, audit trail and batches.
+/// The send side of the command bus (the reference library's CommandBus):
+/// sends commands to `{domain}__commands` and reads their metadata, audit
+/// trail and batches. A send writes the message, the command row and its
+/// SENT audit in one transaction.
 ///
 /// Thread-safe: each call takes a connection from the pool. Every write also
 /// has an overload that runs on the caller's connection, inside whatever
 /// transaction the caller has open (the outbox pattern: the business write
 /// and the command commit or roll back together).
 ///
-/// Queues are created on demand (D10): the domain's command queue and the
-/// `reply_to` queue, once per bus instance, on a pooled connection outside
-/// the caller's transaction.
+/// Queues are created on demand (`pgmq.create` is idempotent): the domain's
+/// command queue and the `reply_to` queue, once per bus instance, on a
+/// pooled connection outside the caller's transaction; queue names are
+/// validated before any SQL.
 class command_bus {
 public:
   explicit command_bus(db::pool& pool, command_bus_options opts = {});
@@ -131,7 +134,8 @@ public:
   /// Returns the commands matching `q`.
   std::vector<command_metadata> query_commands(const command_query& q);
 
-  /// Returns the audit trail of a command ordered by (ts, audit_id) (D11);
+  /// Returns the audit trail of a command ordered by (ts, audit_id), so that
+  /// events with the same timestamp keep the order they were written in;
   /// empty when unknown.
   std::vector<audit_event>
   get_audit_trail(const uuid& command_id,
@@ -157,41 +161,27 @@ public:
   void ensure_queue(const std::string& queue);
 
 private:
-  struct prepared;
-  struct pending_send;
-  prepared prepare(const send_request& req);
-  void ensure_queues(const std::vector<prepared>& items);
+  db::prepared_command prepare(const send_request& req) const;
+  void ensure_queues(const std::vector<db::prepared_command>& items);
   std::vector<std::pair<size_t, size_t>>
   plan_chunks(const std::vector<send_request>& reqs);
-  std::vector<prepared> prepare_range(const std::vector<send_request>& reqs,
-                                      std::pair<size_t, size_t> range);
+  std::vector<db::prepared_command>
+  prepare_range(const std::vector<send_request>& reqs,
+                std::pair<size_t, size_t> range) const;
   // Looks on `conn`, or on a pooled connection when null.
   std::optional<uuid> first_existing(const std::string& domain,
                                      const std::vector<uuid>& ids,
                                      db::connection* conn = nullptr);
-  send_result send_one(const prepared& item, db::connection& conn);
-  static db::connection::statement send_one_statement(const prepared& item);
-  static send_result sent(const prepared& item, const db::result& r);
-  struct chunk;
-  std::vector<send_result> send_chunk(const std::vector<prepared>& items,
-                                      db::connection& conn,
-                                      bool own_transaction);
-  std::vector<send_result> insert_chunk(const chunk& c, db::connection& conn,
-                                        bool own_transaction);
-  std::vector<send_result> copy_chunk(const chunk& c, db::connection& conn,
-                                      bool own_transaction);
-  void run_group(
-    const std::vector<std::shared_ptr<pending_send>>& group) noexcept;
-  int effective_max_attempts(const std::optional<int>& x) const;
+  std::vector<send_result>
+  send_chunk(const std::vector<db::prepared_command>& items,
+             db::connection& conn, bool own_transaction);
+  void send_together(const db::send_combiner::group& group);
 
   db::pool& pool_;
   command_bus_options opts_;
   std::mutex queues_mtx_;
   std::set<std::string> queues_;
-  std::mutex combine_mtx_;
-  std::condition_variable combine_cv_;
-  std::deque<std::shared_ptr<pending_send>> combine_queue_;
-  size_t leaders_ = 0;
+  db::send_combiner combiner_;
 };
 
 } // namespace cmdbus

@@ -1,5 +1,10 @@
 #pragma once
 
+// A libpq connection: statements with parameters, prepared statements, COPY,
+// pipelines and LISTEN. Includes what its users need besides: results
+// (db/result.hpp), parameters (db/text_format.hpp) and transactions
+// (db/transaction.hpp).
+
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -10,104 +15,13 @@
 
 #include "db/dsn.hpp"
 #include "db/error.hpp"
+#include "db/result.hpp"
+#include "db/text_format.hpp"
+#include "db/transaction.hpp"
 
 struct pg_conn;
-struct pg_result;
 
 namespace cmdbus::db {
-
-/// A statement parameter in PostgreSQL text format; `std::nullopt` is NULL.
-using param = std::optional<std::string>;
-
-// -- parameter conversion ----------------------------------------------------
-
-inline param to_param(std::nullopt_t) { return std::nullopt; }
-inline param to_param(const std::string& x) { return x; }
-inline param to_param(std::string&& x) { return std::move(x); }
-inline param to_param(std::string_view x) { return std::string{x}; }
-inline param to_param(const char* x) { return std::string{x}; }
-inline param to_param(bool x) { return std::string{x ? "t" : "f"}; }
-inline param to_param(int x) { return std::to_string(x); }
-inline param to_param(long x) { return std::to_string(x); }
-inline param to_param(long long x) { return std::to_string(x); }
-inline param to_param(unsigned x) { return std::to_string(x); }
-inline param to_param(unsigned long x) { return std::to_string(x); }
-inline param to_param(unsigned long long x) { return std::to_string(x); }
-inline param to_param(const param& x) { return x; }
-
-template <class T>
-param to_param(const std::optional<T>& x) {
-  if (!x)
-    return std::nullopt;
-  return to_param(*x);
-}
-
-/// Renders `xs` as a PostgreSQL array literal (`{"a","b"}`) for a text
-/// parameter cast to `text[]`, `jsonb[]`, `bigint[]`, ...
-std::string array_literal(const std::vector<std::string>& xs);
-
-/// Renders `xs` as an array literal with NULL elements for `std::nullopt`.
-std::string array_literal(const std::vector<std::optional<std::string>>& xs);
-
-/// Renders integers as a PostgreSQL array literal (`{1,2,3}`).
-std::string array_literal(const std::vector<int64_t>& xs);
-
-/// Appends `field` to `row` in COPY's text format: backslash, tab, newline
-/// and carriage return escaped; the caller adds the tab between fields and
-/// the newline after the row. SQL NULL is written as `\N` by the caller.
-void append_copy_field(std::string& row, std::string_view field);
-
-// -- result ------------------------------------------------------------------
-
-/// Owns a `PGresult`. Row and column indexes are 0-based.
-class result {
-public:
-  explicit result(pg_result* res) noexcept : res_(res) {
-    // nop
-  }
-  result(result&& other) noexcept;
-  result& operator=(result&& other) noexcept;
-  result(const result&) = delete;
-  result& operator=(const result&) = delete;
-  ~result();
-
-  /// Returns the number of rows.
-  int rows() const noexcept;
-
-  /// Returns the number of columns.
-  int columns() const noexcept;
-
-  /// Returns the name of column `col`.
-  std::string column_name(int col) const;
-
-  /// Returns the index of the column named `name`; throws if absent.
-  int column(std::string_view name) const;
-
-  /// Returns whether the field is SQL NULL.
-  bool is_null(int row, int col) const;
-
-  /// Returns the field as text ("" for NULL). The view points into this
-  /// result and is valid only while it lives, so it cannot be taken from a
-  /// temporary result (use `opt_text` or copy into a `std::string`).
-  std::string_view text(int row, int col) const&;
-  std::string_view text(int row, int col) const&& = delete;
-
-  /// Returns the field as text, or `std::nullopt` for NULL.
-  std::optional<std::string> opt_text(int row, int col) const;
-
-  /// Returns the field as an integer; throws on NULL or non-numeric text.
-  int64_t int64(int row, int col) const;
-
-  /// Returns the field as a boolean; throws on NULL.
-  bool boolean(int row, int col) const;
-
-  /// Returns the number of rows affected by INSERT/UPDATE/DELETE.
-  int64_t affected_rows() const;
-
-private:
-  void check(int row, int col) const;
-  pg_result* res_;
-};
 
 // -- connection --------------------------------------------------------------
 
@@ -222,23 +136,6 @@ private:
   struct impl;
   explicit connection(std::unique_ptr<impl> ptr);
   std::unique_ptr<impl> impl_;
-};
-
-/// A transaction on `conn`: BEGIN on construction, ROLLBACK on destruction
-/// unless `commit()` succeeded.
-class transaction {
-public:
-  explicit transaction(connection& conn);
-  transaction(const transaction&) = delete;
-  transaction& operator=(const transaction&) = delete;
-  ~transaction();
-
-  /// Commits; throws `error` if the server rejects the commit.
-  void commit();
-
-private:
-  connection& conn_;
-  bool done_ = false;
 };
 
 } // namespace cmdbus::db

@@ -12,7 +12,7 @@ constexpr size_t max_queue_name_length = 47;
 constexpr std::string_view command_queue_suffix = "__commands";
 
 /// Returns an empty string when `name` is a valid queue name (1 to 47 ASCII
-/// letters, digits or underscores; DECISIONS.md D10), else the reason.
+/// letters, digits or underscores: PGMQ's rule), else the reason.
 std::string queue_name_problem(std::string_view name);
 
 /// Throws `db::invalid_argument` with a clear message unless `name` is a

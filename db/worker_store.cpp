@@ -1,9 +1,5 @@
 #include "db/worker_store.hpp"
 
-#include <cctype>
-
-#include <spdlog/spdlog.h>
-
 #include "db/queue_name.hpp"
 #include "model/errors.hpp"
 #include "model/wire.hpp"
@@ -100,7 +96,7 @@ std::optional<std::string> reply_for(const finished_command& x) {
       r.error_message = x.out.error_message;
       return wire::encode_reply(r);
     default:
-      // Moves to the TSQ send no reply (reference behaviour, D5).
+      // Moves to the TSQ send no reply, as in the reference library.
       return std::nullopt;
   }
 }
@@ -201,11 +197,7 @@ worker_store::finish(const std::vector<finished_command>& items) {
       ids.push_back(x->rc.cmd.command_id.to_string());
       attempts.push_back(x->rc.attempt);
       max_attempts.push_back(x->rc.max_attempts);
-      error_types.push_back(x->out.kind == outcome_kind::business_rule
-                              ? "BUSINESS_RULE"
-                            : x->out.kind == outcome_kind::permanent
-                              ? "PERMANENT"
-                              : "TRANSIENT");
+      error_types.push_back(to_string(x->out.kind));
       codes.push_back(x->out.error_code);
       msgs.push_back(x->out.error_message);
       details.push_back(x->out.error_details.is_object()
@@ -237,13 +229,7 @@ worker_store::finish(const std::vector<finished_command>& items) {
   try {
     results = conn_.pipeline(sts);
   } catch (...) {
-    if (conn_.is_open() && conn_.in_transaction()) {
-      try {
-        conn_.exec("ROLLBACK");
-      } catch (const std::exception& e) {
-        spdlog::warn("rollback after a failed finish: {}", e.what());
-      }
-    }
+    rollback_if_open(conn_);
     throw;
   }
   for (size_t i = 1; i + 1 < results.size(); ++i) {
@@ -290,11 +276,8 @@ int worker_store::extend_visibility(const std::vector<int64_t>& msg_ids,
   if (msg_ids.empty())
     return 0;
   if (keep_longer) {
-    // The queue table of a validated queue name (PGMQ's layout, pgmq.q_<n>
-    // lower-cased); the values are parameters.
-    std::string table;
-    for (char c : "q_" + queue_)
-      table += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    // The queue table of a validated queue name; the values are parameters.
+    auto table = queue_table(queue_);
     auto r = conn_.exec_prepared(
       "cmdbus_keep_lease_" + table,
       "UPDATE pgmq.\"" + table

@@ -9,7 +9,9 @@
 
 namespace cmdbus::db {
 
-/// A message that could not become a command (rcmd.md §1.7, D9).
+/// A message that could not become a command. As in the reference library,
+/// such a message never crashes a worker: it is archived or failed, with an
+/// audit event.
 struct rejected_message {
   int64_t msg_id = 0;
   /// "INVALID" (archived: no usable command_id), "SKIPPED" (archived:
@@ -66,7 +68,8 @@ public:
 
   /// Reads up to `qty` visible messages, hiding them for `vt_seconds`, and
   /// claims their commands (attempts + 1, IN_PROGRESS, RECEIVED audit);
-  /// invalid and stale messages are archived (D9). Claimed messages that
+  /// invalid messages and those of unknown or terminal commands are archived
+  /// and skipped, with an audit event. Claimed messages that
   /// are not a usable command of this domain come back as "UNDECODABLE"
   /// with the reason in `detail`.
   receive_result receive(int vt_seconds, int qty);
@@ -102,7 +105,7 @@ public:
   std::vector<int64_t> reschedule(const std::vector<retry_command>& items);
 
   /// Sets the visibility timeout of in-flight messages to `seconds` from
-  /// now (D7), like pgmq.set_vt; with `keep_longer` (the lease heartbeat) a
+  /// now, like pgmq.set_vt; with `keep_longer` (the lease heartbeat) a
   /// later visibility timeout already set is kept. Returns how many still
   /// exist.
   int extend_visibility(const std::vector<int64_t>& msg_ids, int seconds,
@@ -118,8 +121,9 @@ private:
   bool record_batches_ = false;
 };
 
-/// Returns the reply message for a finished command (SUCCESS or FAILED,
-/// rcmd.md §2.3 and D5), or std::nullopt when no reply is due.
+/// Returns the reply message for a finished command (SUCCESS, or FAILED for
+/// a business-rule failure, in the reference library's reply format), or
+/// std::nullopt when no reply is due: moves to the TSQ send none.
 std::optional<std::string> reply_for(const finished_command& x);
 
 } // namespace cmdbus::db

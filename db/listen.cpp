@@ -1,0 +1,56 @@
+// LISTEN / NOTIFY on a connection: subscribing to channels and waiting for
+// notifications (the poller's wake-up when a command is sent).
+
+#include <cctype>
+
+#include <poll.h>
+
+#include "db/connection.hpp"
+#include "db/libpq.hpp"
+#include "db/queue_name.hpp"
+
+namespace cmdbus::db {
+
+void connection::listen(const std::string& channel) {
+  // LISTEN takes no parameters: the identifier is validated first.
+  validate_queue_name(channel);
+  std::string folded;
+  for (char c : channel)
+    folded += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  exec("LISTEN " + folded);
+}
+
+std::vector<std::string>
+connection::wait_for_notifications(std::chrono::milliseconds timeout) {
+  auto* conn = native();
+  std::vector<std::string> out;
+  auto collect = [&] {
+    if (PQconsumeInput(conn) != 1)
+      throw error{errc::connection, "",
+                  "connection to " + target()
+                    + " lost: " + detail::trim(PQerrorMessage(conn))};
+    while (PGnotify* n = PQnotifies(conn)) {
+      out.emplace_back(n->relname);
+      PQfreemem(n);
+    }
+  };
+  collect();
+  if (!out.empty())
+    return out;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      return out;
+    auto ready = detail::wait_socket(conn, POLLIN,
+                                     static_cast<int>(left.count()));
+    if (ready == 0)
+      return out;
+    collect();
+    if (!out.empty())
+      return out;
+  }
+}
+
+} // namespace cmdbus::db

@@ -1,0 +1,25 @@
+#pragma once
+
+// libpq's pipeline mode: many statements in one round trip. Internal to db/;
+// callers use `connection::pipeline`.
+
+#include <string>
+#include <vector>
+
+#include <libpq-fe.h>
+
+#include "db/connection.hpp"
+
+namespace cmdbus::db::detail {
+
+/// Sends `statements` on `conn` in one pipeline and returns their results in
+/// order; statements with a name must be prepared on `conn` already. Throws
+/// the first failure (with its statement index). A pipeline that cannot be
+/// left closes the connection (PQfinish) and sets `conn` to null, so that
+/// its owner reconnects instead of sending on a session in an unknown state.
+/// `target` names the server in error messages.
+std::vector<result>
+run_pipeline(PGconn*& conn, const std::string& target,
+             const std::vector<connection::statement>& statements);
+
+} // namespace cmdbus::db::detail

@@ -1,0 +1,33 @@
+#include "db/transaction.hpp"
+
+#include "db/connection.hpp"
+#include "model/log.hpp"
+
+namespace cmdbus::db {
+
+transaction::transaction(connection& conn) : conn_(conn) {
+  conn_.exec("BEGIN");
+}
+
+transaction::~transaction() {
+  if (!done_)
+    rollback_if_open(conn_);
+}
+
+void transaction::commit() {
+  done_ = true;
+  conn_.exec("COMMIT");
+}
+
+void rollback_if_open(connection& conn) noexcept {
+  if (!conn.is_open() || !conn.in_transaction())
+    return;
+  try {
+    conn.exec("ROLLBACK");
+  } catch (const std::exception& e) {
+    log::warn("rollback on {} failed: {}", conn.target(),
+              log::one_line(e.what()));
+  }
+}
+
+} // namespace cmdbus::db
