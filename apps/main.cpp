@@ -8,7 +8,6 @@
 #include "apps/cli.hpp"
 #include "db/error.hpp"
 #include "model/errors.hpp"
-#include "model/log.hpp"
 
 namespace {
 
@@ -56,9 +55,6 @@ int main(int argc, char** argv) {
       args.erase(args.begin());
     }
     cli::set_log_level(command, level);
-    // The parts of the library that log through spdlog's default logger
-    // write to the "cmdbus" logger as well, with its level.
-    spdlog::set_default_logger(log::logger());
     if (command.empty()) {
       std::cerr << main_help;
       return cli::exit_usage;

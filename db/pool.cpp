@@ -4,9 +4,8 @@
 #include <cmath>
 #include <random>
 
-#include <spdlog/spdlog.h>
-
 #include "model/backoff.hpp"
+#include "model/log.hpp"
 
 namespace cmdbus::db {
 
@@ -69,7 +68,7 @@ std::unique_ptr<connection> pool::open_new() {
       connection::open(opts_.dsn, opts_.connection));
     std::lock_guard<std::mutex> guard{mtx_};
     if (failures_ > 0)
-      spdlog::info("database {} reachable again after {} failed attempt(s)",
+      log::info("database {} reachable again after {} failed attempt(s)",
                    target_, failures_);
     failures_ = 0;
     return conn;
@@ -85,7 +84,7 @@ std::unique_ptr<connection> pool::open_new() {
                                  rng);
     next_attempt_ = std::chrono::steady_clock::now() + wait;
     last_error_ = e.what();
-    spdlog::warn("database {} unavailable ({} consecutive failure(s)); next "
+    log::warn("database {} unavailable ({} consecutive failure(s)); next "
                  "attempt in {} ms",
                  target_, failures_, wait.count());
     cv_.notify_one();
@@ -147,7 +146,7 @@ void pool::give_back(std::unique_ptr<connection> conn) noexcept {
     idle_.push_back(std::move(conn));
   } else {
     --open_;
-    spdlog::debug("dropping a broken connection to {}", target_);
+    log::debug("dropping a broken connection to {}", target_);
   }
   cv_.notify_one();
 }
