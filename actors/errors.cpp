@@ -14,6 +14,7 @@ std::string to_string(ec x) {
     case ec::db_unavailable: return "db_unavailable";
     case ec::db_failed: return "db_failed";
     case ec::handler_failed: return "handler_failed";
+    case ec::writer_stuck: return "writer_stuck";
   }
   return "ec(" + std::to_string(static_cast<int>(x)) + ")";
 }

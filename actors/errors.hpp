@@ -27,6 +27,10 @@ enum class ec : uint8_t {
   /// A handler (or an application's handler actor) failed or did not
   /// answer.
   handler_failed,
+  /// A writer held side effects and made no progress for too long while the
+  /// database answered: the supervisor ends its domain with this reason,
+  /// and the root restarts the domain.
+  writer_stuck,
 };
 
 /// The error category of `ec`.

@@ -254,7 +254,7 @@ bool check_writers(self_ptr self) {
                wl == &st.completion_log ? "completion writer"
                                             : "retry scheduler",
                wl->pending.size(), secs);
-    self->quit(caf::make_error(caf::sec::runtime_error, "writer stuck"));
+    self->quit(caf::make_error(ec::writer_stuck, st.name));
     return false;
   }
   return true;

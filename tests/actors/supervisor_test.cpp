@@ -7,6 +7,8 @@
 #define CAF_SUITE actors.supervisor
 #include "actors/supervisor.hpp"
 
+#include "actors/errors.hpp"
+
 #include "tests/actors/settings.hpp"
 
 #include <caf/test/dsl.hpp>
@@ -443,7 +445,9 @@ CAF_TEST(a writer stuck while the database answers ends the domain) {
   self->send(sup, atom::heartbeat::value);
   sched.run();
   CAF_REQUIRE_EQUAL(self->mailbox().size(), 1u);
-  self->receive([](caf::down_msg& dm) { CAF_CHECK(dm.reason); });
+  self->receive([](caf::down_msg& dm) {
+    CAF_CHECK_EQUAL(dm.reason, caf::make_error(ec::writer_stuck));
+  });
 }
 
 CAF_TEST(handlers extend their lease through the supervisor) {
