@@ -8,8 +8,8 @@
 namespace cmdbus {
 
 void add_actor_handler(handler_registry& registry, const std::string& domain,
-                       const std::string& command_type,
-                       caf::actor_system& sys, command_handler_actor hdl,
+                       const std::string& command_type, caf::actor_system& sys,
+                       command_handler_actor hdl,
                        std::chrono::milliseconds timeout) {
   auto* system = &sys;
   registry.add(
@@ -36,8 +36,7 @@ void add_actor_handler(handler_registry& registry, const std::string& domain,
       if (failure)
         actors::throw_error(failure, "the handler actor did not answer");
       switch (out.kind) {
-        case outcome_kind::success:
-          return out.result;
+        case outcome_kind::success: return out.result;
         case outcome_kind::transient:
           throw transient_command_error(out.error_code, out.error_message,
                                         out.error_details);

@@ -10,8 +10,8 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
-#include "actors/handler_registry.hpp"
 #include "actors/atoms.hpp"
+#include "actors/handler_registry.hpp"
 
 namespace cmdbus {
 
@@ -29,8 +29,8 @@ using command_handler_actor = caf::typed_actor<
 /// HANDLER_ACTOR_UNAVAILABLE. Throws handler_already_registered_error like
 /// handler_registry::add.
 void add_actor_handler(handler_registry& registry, const std::string& domain,
-                       const std::string& command_type,
-                       caf::actor_system& sys, command_handler_actor hdl,
+                       const std::string& command_type, caf::actor_system& sys,
+                       command_handler_actor hdl,
                        std::chrono::milliseconds timeout);
 
 } // namespace cmdbus

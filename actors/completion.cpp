@@ -19,7 +19,9 @@ void completion_state::commit(pointer self, size_t n) {
       continue;
     switch (x.out.kind) {
       case outcome_kind::success: st.settings.counters->completed += 1; break;
-      case outcome_kind::business_rule: st.settings.counters->failed += 1; break;
+      case outcome_kind::business_rule:
+        st.settings.counters->failed += 1;
+        break;
       default: st.settings.counters->moved_to_tsq += 1; break;
     }
   }

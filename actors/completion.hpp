@@ -17,8 +17,8 @@ namespace cmdbus::actors {
 /// How the completion writer writes one buffer: one transaction, throwing
 /// on failure; returns the batches that became complete and the stale
 /// deliveries.
-using finish_fn = std::function<db::finish_result(
-  const std::vector<db::finished_command>&)>;
+using finish_fn
+  = std::function<db::finish_result(const std::vector<db::finished_command>&)>;
 
 /// State of the completion writer.
 struct completion_state : writer_state<db::finished_command> {

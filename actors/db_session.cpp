@@ -45,12 +45,12 @@ std::chrono::milliseconds outage_tracker::failed(const std::exception& e) {
               who_, log::one_line(e.what()));
   } else if (now - reminded_ >= reminder_period) {
     reminded_ = now;
-    log::warn("{} still cannot use the database after {} attempts in {} s "
-              "({})",
-              who_, failures_,
-              std::chrono::duration_cast<std::chrono::seconds>(now - since_)
-                .count(),
-              log::one_line(e.what()));
+    log::warn(
+      "{} still cannot use the database after {} attempts in {} s "
+      "({})",
+      who_, failures_,
+      std::chrono::duration_cast<std::chrono::seconds>(now - since_).count(),
+      log::one_line(e.what()));
   } else {
     log::debug("{} failed again ({})", who_, log::one_line(e.what()));
   }
@@ -87,7 +87,8 @@ db::connection& db_session::get() {
     o.application_name = opts_.application_name;
     o.statement_timeout = opts_.statement_timeout;
     o.connect_timeout = opts_.connect_timeout;
-    conn_ = std::make_unique<db::connection>(db::connection::open(opts_.dsn, o));
+    conn_ = std::make_unique<db::connection>(
+      db::connection::open(opts_.dsn, o));
   }
   return *conn_;
 }

@@ -48,10 +48,14 @@ public:
   void succeeded();
 
   /// Returns whether the last round trip failed.
-  bool failing() const noexcept { return failures_ > 0; }
+  bool failing() const noexcept {
+    return failures_ > 0;
+  }
 
   /// Returns the consecutive failures so far.
-  int failures() const noexcept { return failures_; }
+  int failures() const noexcept {
+    return failures_;
+  }
 
   /// Returns when the next attempt is due (now when not failing).
   std::chrono::steady_clock::time_point retry_at() const noexcept {
@@ -63,7 +67,9 @@ public:
   bool backing_off() const noexcept;
 
   /// Returns the name used in log lines.
-  const std::string& who() const noexcept { return who_; }
+  const std::string& who() const noexcept {
+    return who_;
+  }
 
 private:
   std::string who_;
@@ -108,15 +114,23 @@ public:
   std::chrono::milliseconds failed(const std::exception& e);
 
   /// Records a successful round trip.
-  void succeeded() { outage_.succeeded(); }
+  void succeeded() {
+    outage_.succeeded();
+  }
 
   /// Closes the connection.
-  void close() noexcept { conn_.reset(); }
+  void close() noexcept {
+    conn_.reset();
+  }
 
-  const outage_tracker& outage() const noexcept { return outage_; }
+  const outage_tracker& outage() const noexcept {
+    return outage_;
+  }
 
   /// Returns the name used in log lines.
-  const std::string& who() const noexcept { return outage_.who(); }
+  const std::string& who() const noexcept {
+    return outage_.who();
+  }
 
 private:
   session_options opts_;

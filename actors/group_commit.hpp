@@ -192,8 +192,8 @@ std::optional<std::chrono::milliseconds> wanted_timeout(const State& st) {
 }
 
 template <class State, class... Extra>
-writer_behavior_type<State> writer_behavior(writer_pointer<State> self,
-                                            Extra... extra);
+writer_behavior_type<State>
+writer_behavior(writer_pointer<State> self, Extra... extra);
 
 /// Switches the behaviour when its timeout must change (buffer filled or
 /// emptied, backoff started, grew or ended).
@@ -208,8 +208,8 @@ void refresh(writer_pointer<State> self, Extra... extra) {
 /// when the timeout passes; after a failure, wait for the backoff (the
 /// buffer is kept and keeps growing). `extra` are further handlers.
 template <class State, class... Extra>
-writer_behavior_type<State> writer_behavior(writer_pointer<State> self,
-                                            Extra... extra) {
+writer_behavior_type<State>
+writer_behavior(writer_pointer<State> self, Extra... extra) {
   auto update = [self, extra...] {
     auto& st = self->state;
     if (st.retry_due()) {

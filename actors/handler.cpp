@@ -20,32 +20,32 @@ make_extender(caf::actor_system* sys, supervisor_actor supervisor,
               int64_t msg_id, handler_mode mode,
               std::chrono::milliseconds timeout,
               std::shared_ptr<const std::atomic<bool>> live) {
-  return [sys, supervisor, msg_id, mode, timeout,
-          live](std::chrono::seconds secs) {
-    if (!live->load())
-      throw command_bus_error("extend_visibility after the handler returned: "
-                              "the delivery has ended");
-    auto ids = std::vector<int64_t>{msg_id};
-    auto seconds = static_cast<int>(secs.count());
-    if (mode == handler_mode::non_blocking) {
-      caf::anon_send(supervisor, atom::extend::value, std::move(ids), seconds,
-                     false);
-      return;
-    }
-    caf::error failure;
-    {
-      caf::scoped_actor tmp{*sys};
-      tmp
-        ->request(supervisor, timeout, atom::extend::value, std::move(ids),
-                  seconds, false)
-        .receive([](int) {}, [&](caf::error& err) { failure = err; });
-    }
-    // A thread of the application keeps no reference to the system's
-    // logger (see shutdown.hpp).
-    release_thread_logger();
-    if (failure)
-      throw_error(failure, "extend_visibility failed");
-  };
+  return
+    [sys, supervisor, msg_id, mode, timeout, live](std::chrono::seconds secs) {
+      if (!live->load())
+        throw command_bus_error("extend_visibility after the handler returned: "
+                                "the delivery has ended");
+      auto ids = std::vector<int64_t>{msg_id};
+      auto seconds = static_cast<int>(secs.count());
+      if (mode == handler_mode::non_blocking) {
+        caf::anon_send(supervisor, atom::extend::value, std::move(ids), seconds,
+                       false);
+        return;
+      }
+      caf::error failure;
+      {
+        caf::scoped_actor tmp{*sys};
+        tmp
+          ->request(supervisor, timeout, atom::extend::value, std::move(ids),
+                    seconds, false)
+          .receive([](int) {}, [&](caf::error& err) { failure = err; });
+      }
+      // A thread of the application keeps no reference to the system's
+      // logger (see shutdown.hpp).
+      release_thread_logger();
+      if (failure)
+        throw_error(failure, "extend_visibility failed");
+    };
 }
 
 } // namespace
@@ -64,8 +64,8 @@ handler(handler_actor::stateful_pointer<handler_state> self,
       auto& st = self->state;
       // A blocking extension waits at most for one statement of the retry
       // scheduler, plus its own queueing.
-      auto timeout
-        = st.settings.cfg->statement_timeout + std::chrono::seconds{5};
+      auto timeout = st.settings.cfg->statement_timeout
+                     + std::chrono::seconds{5};
       auto live = std::make_shared<std::atomic<bool>>(true);
       handler_context ctx{rc,
                           make_extender(&self->system(), st.supervisor,

@@ -34,7 +34,6 @@ handler(handler_actor::stateful_pointer<handler_state> self,
 /// Spawns a production handler actor linked to `parent` (its supervisor):
 /// detached for blocking handlers, scheduled for non-blocking ones.
 handler_actor spawn_handler(supervisor_actor::pointer parent,
-                            const domain_settings& settings,
-                            handler_mode mode);
+                            const domain_settings& settings, handler_mode mode);
 
 } // namespace cmdbus::actors

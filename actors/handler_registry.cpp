@@ -36,9 +36,9 @@ void handler_registry::add(const std::string& domain,
                            const std::string& command_type, handler_fn fn,
                            handler_mode mode) {
   if (!handlers_
-           .emplace(std::make_pair(domain, command_type),
-                    entry{std::move(fn), mode})
-           .second)
+         .emplace(std::make_pair(domain, command_type),
+                  entry{std::move(fn), mode})
+         .second)
     throw handler_already_registered_error(domain, command_type);
 }
 

@@ -44,16 +44,24 @@ public:
   }
 
   /// Returns the command being handled.
-  const command& cmd() const noexcept { return rc_->cmd; }
+  const command& cmd() const noexcept {
+    return rc_->cmd;
+  }
 
   /// Returns the 1-based attempt number of this delivery.
-  int attempt() const noexcept { return rc_->attempt; }
+  int attempt() const noexcept {
+    return rc_->attempt;
+  }
 
   /// Returns the command's max_attempts.
-  int max_attempts() const noexcept { return rc_->max_attempts; }
+  int max_attempts() const noexcept {
+    return rc_->max_attempts;
+  }
 
   /// Returns the PGMQ message id of this delivery.
-  int64_t msg_id() const noexcept { return rc_->msg_id; }
+  int64_t msg_id() const noexcept {
+    return rc_->msg_id;
+  }
 
   /// Keeps the message invisible for `seconds` more from now (pgmq.set_vt);
   /// long handlers also get an automatic lease heartbeat. A blocking
@@ -68,7 +76,9 @@ public:
 
   /// Returns whether the worker is shutting down; long handlers should
   /// finish early (throwing a transient error lets the command run again).
-  bool cancelled() const noexcept { return cancelled_->load(); }
+  bool cancelled() const noexcept {
+    return cancelled_->load();
+  }
 
 private:
   std::shared_ptr<const received_command> rc_;

@@ -84,8 +84,8 @@ std::chrono::milliseconds idle_delay(std::chrono::milliseconds poll_interval,
                                      int empty_reads, std::mt19937_64& rng) {
   auto base = static_cast<double>(poll_interval.count());
   auto ms = std::max<int64_t>(
-    1, static_cast<int64_t>(backoff::exponential(std::max(empty_reads, 1),
-                                                 base / 4, 2.0, base)));
+    1, static_cast<int64_t>(
+         backoff::exponential(std::max(empty_reads, 1), base / 4, 2.0, base)));
   auto jittered = backoff::jitter(static_cast<double>(ms), 0.8, 1.2, rng);
   return std::chrono::milliseconds{
     std::max<int64_t>(1, static_cast<int64_t>(jittered))};
@@ -210,9 +210,10 @@ poller(poller_actor::stateful_pointer<poller_state> self,
   st.name = "poller/" + st.settings.domain;
   auto opts = session_for(st.settings, "cmdbus-poller");
   opts.max_backoff = std::chrono::milliseconds{5000};
-  st.session = std::make_unique<db_session>(
-    st.name, std::move(opts), st.settings.counters,
-    [self] { return self->clock().now(); });
+  st.session = std::make_unique<db_session>(st.name, std::move(opts),
+                                            st.settings.counters, [self] {
+                                              return self->clock().now();
+                                            });
   if (receive) {
     st.receive = std::move(receive);
   } else {

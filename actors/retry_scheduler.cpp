@@ -12,8 +12,8 @@ void retry_scheduler_state::commit(pointer self, size_t n) {
   std::vector<db::retry_command> items;
   auto stale = write_prefix(st, n, items);
   maybe_crash(fault_point::after_commit);
-  st.settings.counters->retried
-    += static_cast<int64_t>(n) - static_cast<int64_t>(stale.size());
+  st.settings.counters->retried += static_cast<int64_t>(n)
+                                   - static_cast<int64_t>(stale.size());
   count_stale(st.name, st.settings, stale.size());
   self->send(st.parent, atom::committed::value, static_cast<int64_t>(n));
 }
@@ -70,21 +70,19 @@ retry_scheduler(retry_scheduler_state::pointer self, domain_settings settings,
       return n;
     } catch (const std::exception& e) {
       st.on_failure(self, e);
-      return caf::make_error(is_unavailable(e) ? ec::db_unavailable
-                                               : ec::db_failed,
-                             "extending visibility failed: "
-                               + log::one_line(e.what()));
+      return caf::make_error(
+        is_unavailable(e) ? ec::db_unavailable : ec::db_failed,
+        "extending visibility failed: " + log::one_line(e.what()));
     }
   };
   return start_writer<retry_scheduler_state>(self, std::move(settings),
                                              std::move(parent), on_extend);
 }
 
-retry_scheduler_actor spawn_retry_writer(caf::actor_system& sys,
-                                         const domain_settings& settings,
-                                         writer_parent_actor parent,
-                                         reschedule_fn write,
-                                         extend_fn extend, bool detached) {
+retry_scheduler_actor
+spawn_retry_writer(caf::actor_system& sys, const domain_settings& settings,
+                   writer_parent_actor parent, reschedule_fn write,
+                   extend_fn extend, bool detached) {
   if (detached)
     return sys.spawn<caf::detached>(retry_scheduler, settings,
                                     std::move(parent), std::move(write),

@@ -16,8 +16,8 @@ namespace cmdbus::actors {
 
 /// How the retry scheduler writes one buffer (one transaction, throws);
 /// returns the msg_ids of stale deliveries.
-using reschedule_fn = std::function<std::vector<int64_t>(
-  const std::vector<db::retry_command>&)>;
+using reschedule_fn
+  = std::function<std::vector<int64_t>(const std::vector<db::retry_command>&)>;
 
 /// How the retry scheduler extends visibility timeouts (msg_ids, seconds,
 /// keep_longer) -> messages that still exist; throws on failure.
@@ -59,10 +59,9 @@ retry_scheduler(retry_scheduler_state::pointer self, domain_settings settings,
 
 /// Spawns a retry scheduler: detached in production, scheduled (`detached`
 /// false) in tests.
-retry_scheduler_actor spawn_retry_writer(caf::actor_system& sys,
-                                         const domain_settings& settings,
-                                         writer_parent_actor parent,
-                                         reschedule_fn write,
-                                         extend_fn extend, bool detached);
+retry_scheduler_actor
+spawn_retry_writer(caf::actor_system& sys, const domain_settings& settings,
+                   writer_parent_actor parent, reschedule_fn write,
+                   extend_fn extend, bool detached);
 
 } // namespace cmdbus::actors

@@ -44,10 +44,9 @@ void domain_stopped(self_ptr self, size_t i, const caf::error& reason) {
 
 } // namespace
 
-root_actor::behavior_type root(self_ptr self,
-                               std::vector<domain_settings> domains,
-                               domain_spawner spawn,
-                               counter_spawner spawn_counter) {
+root_actor::behavior_type
+root(self_ptr self, std::vector<domain_settings> domains, domain_spawner spawn,
+     counter_spawner spawn_counter) {
   auto& st = self->state;
   st.domains = std::move(domains);
   st.spawn = std::move(spawn);

@@ -72,8 +72,7 @@ public:
   /// Starts the actors of `domains` (see the top of this file).
   static std::shared_ptr<runtime>
   start(std::vector<domain_settings> domains,
-        std::vector<batch_callback> callbacks,
-        batch_delivery_settings delivery,
+        std::vector<batch_callback> callbacks, batch_delivery_settings delivery,
         std::shared_ptr<worker_counters> counters);
 
   runtime(const runtime&) = delete;

@@ -28,8 +28,9 @@ std::chrono::milliseconds stuck_after(const domain_settings& settings) {
 }
 
 int64_t hold_limit(const domain_settings& settings) {
-  return 4 * static_cast<int64_t>(settings.cfg->concurrency
-                                  + settings.cfg->prefetch);
+  return 4
+         * static_cast<int64_t>(settings.cfg->concurrency
+                                + settings.cfg->prefetch);
 }
 
 int backoff_seconds(const config::retry_config& retry, int attempt,
@@ -39,8 +40,8 @@ int backoff_seconds(const config::retry_config& retry, int attempt,
   auto base = backoff::from_schedule(retry.backoff_seconds, attempt, 30);
   if (retry.jitter <= 0 || base <= 0)
     return base;
-  auto value = std::lround(backoff::jitter(base, 1.0 - retry.jitter,
-                                           1.0 + retry.jitter, rng));
+  auto value = std::lround(
+    backoff::jitter(base, 1.0 - retry.jitter, 1.0 + retry.jitter, rng));
   return std::max(0, static_cast<int>(value));
 }
 

@@ -71,16 +71,15 @@ int backoff_seconds(const config::retry_config& retry, int attempt,
 /// scheduled fakes. Each gets the spawning supervisor and links the child
 /// to it.
 struct spawners {
-  std::function<poller_actor(supervisor_actor::pointer,
-                             const domain_settings&)>
+  std::function<poller_actor(supervisor_actor::pointer, const domain_settings&)>
     poller;
   std::function<completion_actor(supervisor_actor::pointer,
                                  const domain_settings&)>
     completion;
   /// Spawns a handler actor for handlers of the given mode (it sends
   /// visibility extensions to the spawning supervisor).
-  std::function<handler_actor(supervisor_actor::pointer,
-                              const domain_settings&, handler_mode)>
+  std::function<handler_actor(supervisor_actor::pointer, const domain_settings&,
+                              handler_mode)>
     handler;
   std::function<retry_scheduler_actor(supervisor_actor::pointer,
                                       const domain_settings&)>

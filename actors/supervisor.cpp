@@ -25,8 +25,8 @@ supervisor_state::pool& pool_of(supervisor_state& st, handler_mode mode) {
 // without a handler (it fails at once).
 supervisor_state::pool& pool_for(supervisor_state& st,
                                  const received_command& rc) {
-  auto& p = pool_of(
-      st, st.settings.registry->mode(rc.cmd.domain, rc.cmd.command_type));
+  auto& p = pool_of(st, st.settings.registry->mode(rc.cmd.domain,
+                                                   rc.cmd.command_type));
   if (!p.all.empty())
     return p;
   for (auto& other : st.pools)
@@ -227,8 +227,8 @@ void extend_leases(self_ptr self) {
 
 // Returns whether the writer behind `wl` holds side effects and made no
 // progress for stuck_after without reporting the database unavailable.
-bool stuck(const supervisor_state& st,
-           const supervisor_state::writer_log& wl, clock::time_point now) {
+bool stuck(const supervisor_state& st, const supervisor_state::writer_log& wl,
+           clock::time_point now) {
   if (wl.pending.empty())
     return false;
   auto last = std::max(wl.last_progress, wl.last_unavailable);
@@ -252,7 +252,7 @@ bool check_writers(self_ptr self) {
                "domain",
                st.name,
                wl == &st.completion_log ? "completion writer"
-                                            : "retry scheduler",
+                                        : "retry scheduler",
                wl->pending.size(), secs);
     self->quit(caf::make_error(ec::writer_stuck, st.name));
     return false;
@@ -271,9 +271,7 @@ void add_handler(self_ptr self, handler_mode mode) {
 bool replace_handler(self_ptr self, const caf::actor_addr& source,
                      const caf::error& reason) {
   auto& st = self->state;
-  auto is_src = [&](const handler_actor& a) {
-    return a.address() == source;
-  };
+  auto is_src = [&](const handler_actor& a) { return a.address() == source; };
   for (auto mode : {handler_mode::blocking, handler_mode::non_blocking}) {
     auto& p = pool_of(st, mode);
     auto it = std::find_if(p.all.begin(), p.all.end(), is_src);
@@ -283,8 +281,7 @@ bool replace_handler(self_ptr self, const caf::actor_addr& source,
     p.idle.erase(std::remove_if(p.idle.begin(), p.idle.end(), is_src),
                  p.idle.end());
     st.settings.counters->handler_restarts += 1;
-    log::warn("{} handler died ({}); replacing it", st.name,
-              to_string(reason));
+    log::warn("{} handler died ({}); replacing it", st.name, to_string(reason));
     if (!st.draining)
       add_handler(self, mode);
     dispatch(self);
@@ -346,8 +343,8 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
         || replace_writer(self, em.source, em.reason))
       return;
     if (st.poller && em.source == st.poller.address())
-      log::error("{}: the poller died ({}); restarting the domain",
-                 st.name, to_string(em.reason));
+      log::error("{}: the poller died ({}); restarting the domain", st.name,
+                 to_string(em.reason));
     else if (!em.reason)
       return; // a normal exit of an actor we no longer track
     self->quit(em.reason);
@@ -403,8 +400,8 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
       auto& st = self->state;
       auto sender = self->current_sender();
       auto& wl = st.completion && sender == st.completion.address()
-                    ? st.completion_log
-                    : st.retry_log;
+                   ? st.completion_log
+                   : st.retry_log;
       wl.last_unavailable = self->clock().now();
     },
     [self](atom::batches, std::string& domain, std::vector<uuid>& ids) {

@@ -136,8 +136,8 @@ worker::worker(config::worker_config cfg, handler_registry registry)
     throw std::invalid_argument("invalid worker configuration: "
                                 + problems.front());
   impl_->cfg = std::move(cfg);
-  impl_->registry
-    = std::make_shared<const handler_registry>(std::move(registry));
+  impl_->registry = std::make_shared<const handler_registry>(
+    std::move(registry));
 }
 
 worker::~worker() {
@@ -173,11 +173,10 @@ const std::string& worker::domain() const noexcept {
 
 worker_stats worker::stats() const noexcept {
   auto& c = *impl_->counters;
-  return {c.in_flight.load(),        c.received.load(),
-          c.completed.load(),        c.retried.load(),
-          c.moved_to_tsq.load(),     c.failed.load(),
-          c.rejected.load(),         c.handler_restarts.load(),
-          c.db_errors.load(),        c.stale.load()};
+  return {c.in_flight.load(), c.received.load(),         c.completed.load(),
+          c.retried.load(),   c.moved_to_tsq.load(),     c.failed.load(),
+          c.rejected.load(),  c.handler_restarts.load(), c.db_errors.load(),
+          c.stale.load()};
 }
 
 void worker::on_batch_complete(batch_callback cb) {

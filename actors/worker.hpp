@@ -34,8 +34,8 @@ struct worker_stats {
 /// Called when a batch becomes complete (COMPLETED or
 /// COMPLETED_WITH_FAILURES) through a worker, after the commit: once, or
 /// again only if the process died before recording the delivery.
-using batch_callback = std::function<void(const std::string& domain,
-                                          const uuid& batch_id)>;
+using batch_callback
+  = std::function<void(const std::string& domain, const uuid& batch_id)>;
 
 /// Runs command processing for the domains of a configuration: per domain
 /// a poller (LISTEN/NOTIFY + polling), a bounded supervisor of handler

@@ -22,7 +22,8 @@ args::args(const std::vector<std::string>& argv,
     }
     std::string name = a;
     std::optional<std::string> value;
-    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+    if (auto eq = a.find('=');
+        a.rfind("--", 0) == 0 && eq != std::string::npos) {
       name = a.substr(0, eq);
       value = a.substr(eq + 1);
     }

@@ -9,13 +9,15 @@ namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* show_help = R"(usage: cmdbus show DOMAIN COMMAND_ID [--dsn DSN] [--json]
+constexpr const char* show_help
+  = R"(usage: cmdbus show DOMAIN COMMAND_ID [--dsn DSN] [--json]
 
 Shows a command's metadata and its audit trail (ordered by time, then audit
 id). Exit code 2 when the command does not exist.
 )";
 
-constexpr const char* list_help = R"(usage: cmdbus list DOMAIN [--status S] [--type T] [--limit N] [--offset N]
+constexpr const char* list_help
+  = R"(usage: cmdbus list DOMAIN [--status S] [--type T] [--limit N] [--offset N]
                    [--dsn DSN] [--json]
 
 Lists the domain's commands, newest first. S is one of PENDING, IN_PROGRESS,
@@ -115,8 +117,8 @@ int run_show(const std::vector<std::string>& argv) {
     {"command_id", m->command_id.to_string()},
     {"command_type", m->command_type},
     {"status", std::string{to_string(m->status)}},
-    {"attempts", std::to_string(m->attempts) + " of "
-                   + std::to_string(m->max_attempts)},
+    {"attempts",
+     std::to_string(m->attempts) + " of " + std::to_string(m->max_attempts)},
     {"msg_id", m->msg_id ? std::to_string(*m->msg_id) : ""},
     {"correlation_id", opt_uuid(m->correlation_id)},
     {"reply_to", opt(m->reply_to)},
@@ -171,11 +173,11 @@ int run_list(const std::vector<std::string>& argv) {
   }
   std::vector<std::vector<std::string>> rows;
   for (auto& m : cmds)
-    rows.push_back({m.command_id.to_string(), m.command_type,
-                    std::string{to_string(m.status)},
-                    std::to_string(m.attempts) + "/"
-                      + std::to_string(m.max_attempts),
-                    format_timestamp(m.created_at), opt(m.last_error_code)});
+    rows.push_back(
+      {m.command_id.to_string(), m.command_type,
+       std::string{to_string(m.status)},
+       std::to_string(m.attempts) + "/" + std::to_string(m.max_attempts),
+       format_timestamp(m.created_at), opt(m.last_error_code)});
   print_table(std::cout,
               {"command_id", "type", "status", "attempts", "created_at",
                "last_error"},

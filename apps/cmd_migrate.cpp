@@ -10,7 +10,8 @@ namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* help = R"(usage: cmdbus migrate [--dsn DSN] [--verbose] [--json] [--log-level LEVEL]
+constexpr const char* help
+  = R"(usage: cmdbus migrate [--dsn DSN] [--verbose] [--json] [--log-level LEVEL]
 
 Creates or upgrades the cmdbus database objects:
   * PGMQ: the real `pgmq` extension when CREATE EXTENSION pgmq works,
@@ -54,9 +55,9 @@ int run_migrate(const std::vector<std::string>& argv) {
   }
   for (auto& name : report.applied)
     std::cout << "applied " << name << '\n';
-  std::cout << "database " << conn.target() << " is up to date (pgmq: "
-            << db::to_string(report.pgmq) << ", " << report.applied.size()
-            << " migration(s) applied)\n";
+  std::cout << "database " << conn.target()
+            << " is up to date (pgmq: " << db::to_string(report.pgmq) << ", "
+            << report.applied.size() << " migration(s) applied)\n";
   return exit_ok;
 }
 

@@ -15,7 +15,8 @@ namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* send_help = R"(usage: cmdbus send DOMAIN TYPE [--data JSON] [--id UUID] [--reply-to QUEUE]
+constexpr const char* send_help
+  = R"(usage: cmdbus send DOMAIN TYPE [--data JSON] [--id UUID] [--reply-to QUEUE]
                    [--correlation-id UUID] [--max-attempts N] [--dsn DSN] [--json]
 
 Sends one command of type TYPE to the queue DOMAIN__commands (created when
@@ -37,7 +38,8 @@ Exit codes: 0 sent, 1 invalid input, 2 duplicate command id, 3 database
 unavailable, 4 other failure.
 )";
 
-constexpr const char* send_batch_help = R"(usage: cmdbus send-batch DOMAIN --file F.jsonl [--chunk-size N] [--dsn DSN] [--json]
+constexpr const char* send_batch_help
+  = R"(usage: cmdbus send-batch DOMAIN --file F.jsonl [--chunk-size N] [--dsn DSN] [--json]
 
 Sends the commands of a JSON-lines file (one JSON object per line; empty
 lines are skipped; `--file -` reads standard input) to DOMAIN__commands, in
@@ -172,7 +174,7 @@ int run_send(const std::vector<std::string>& argv) {
     throw usage_error{"TYPE must not be empty"};
   req.data = parse_object_arg("--data", a.option("--data").value_or("{}"));
   req.command_id = a.option("--id") ? parse_uuid_arg("--id", *a.option("--id"))
-                                     : uuid::random();
+                                    : uuid::random();
   req.correlation_id = a.option("--correlation-id")
                          ? parse_uuid_arg("--correlation-id",
                                           *a.option("--correlation-id"))
@@ -189,8 +191,7 @@ int run_send(const std::vector<std::string>& argv) {
   if (a.flag("--json")) {
     std::cout << "{\"command_id\":" << json_string(res.command_id.to_string())
               << ",\"msg_id\":" << res.msg_id
-              << ",\"queue\":" << json_string(queue)
-              << ",\"correlation_id\":"
+              << ",\"queue\":" << json_string(queue) << ",\"correlation_id\":"
               << json_string(req.correlation_id->to_string()) << "}\n";
   } else {
     std::cout << "sent command " << res.command_id.to_string() << " to "

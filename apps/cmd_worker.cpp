@@ -24,8 +24,9 @@ namespace {
 void print_stats(const worker_stats& s, bool json,
                  std::optional<int64_t> remaining = std::nullopt) {
   if (json) {
-    std::cout << "{\"received\":" << s.received << ",\"completed\":"
-              << s.completed << ",\"retried\":" << s.retried
+    std::cout << "{\"received\":" << s.received
+              << ",\"completed\":" << s.completed
+              << ",\"retried\":" << s.retried
               << ",\"moved_to_tsq\":" << s.moved_to_tsq
               << ",\"failed\":" << s.failed << ",\"rejected\":" << s.rejected
               << ",\"in_flight\":" << s.in_flight;
@@ -82,11 +83,12 @@ int run_worker(const std::vector<std::string>& argv) {
   }
   config::worker_config cfg;
   try {
-    cfg = config::load(args, [](const char* name) -> std::optional<std::string> {
-      if (const char* v = std::getenv(name))
-        return std::string{v};
-      return std::nullopt;
-    });
+    cfg = config::load(args,
+                       [](const char* name) -> std::optional<std::string> {
+                         if (const char* v = std::getenv(name))
+                           return std::string{v};
+                         return std::nullopt;
+                       });
   } catch (const config::help_requested&) {
     std::cout << config::worker_help()
               << "\nOutput: --json prints the final counters as JSON; "
@@ -109,7 +111,7 @@ int run_worker(const std::vector<std::string>& argv) {
   // makes the worker record them for durable delivery (V005).
   w.on_batch_complete([](const std::string& domain, const uuid& batch_id) {
     log::info("batch {} of domain {} is complete", batch_id.to_string(),
-                 domain);
+              domain);
   });
   if (tick) {
     auto stats = w.run_tick(std::chrono::hours{24});
@@ -138,8 +140,7 @@ int run_worker(const std::vector<std::string>& argv) {
     });
   int sig = 0;
   sigwait(&sigs, &sig);
-  log::info("signal {}: stopping (up to {} ms)", sig,
-            shutdown_timeout.count());
+  log::info("signal {}: stopping (up to {} ms)", sig, shutdown_timeout.count());
   w.stop(shutdown_timeout).get();
   done = true;
   if (progress.joinable())

@@ -101,8 +101,7 @@ json test_handler(const command& cmd, handler_context& ctx) {
       throw business_rule_error(
         text(*behavior, "error_code", "DEMO_BUSINESS_RULE"),
         text(*behavior, "error_message", "demo business rule"));
-    case outcome::success:
-      break;
+    case outcome::success: break;
   }
   auto it = behavior->FindMember("result");
   if (it == behavior->MemberEnd())

@@ -20,8 +20,8 @@ std::string describe(const worker_config& cfg) {
   out += "concurrency = " + std::to_string(cfg.concurrency) + "\n";
   out += "prefetch = " + std::to_string(cfg.prefetch) + "\n";
   out += "visibility-timeout = "
-         + duration_text(std::chrono::duration_cast<milliseconds>(
-           cfg.visibility_timeout))
+         + duration_text(
+           std::chrono::duration_cast<milliseconds>(cfg.visibility_timeout))
          + "\n";
   out += "poll-interval = " + duration_text(cfg.poll_interval) + "\n";
   out += std::string{"use-notify = "} + (cfg.use_notify ? "true" : "false")
@@ -34,8 +34,7 @@ std::string describe(const worker_config& cfg) {
   out += "max-attempts = " + std::to_string(cfg.retry.max_attempts) + "\n";
   out += "backoff = [";
   for (size_t i = 0; i < cfg.retry.backoff_seconds.size(); ++i)
-    out += (i == 0 ? "" : ", ")
-           + std::to_string(cfg.retry.backoff_seconds[i]);
+    out += (i == 0 ? "" : ", ") + std::to_string(cfg.retry.backoff_seconds[i]);
   out += "]\n";
   out += "jitter = " + real_text(cfg.retry.jitter) + "\n";
   return out;

@@ -26,8 +26,7 @@ void ini_parser::run() {
 }
 
 void ini_parser::fail(int line, const std::string& message) const {
-  throw config_error(file_name_ + ":" + std::to_string(line) + ": "
-                     + message);
+  throw config_error(file_name_ + ":" + std::to_string(line) + ": " + message);
 }
 
 void ini_parser::skip_blanks() {
@@ -100,14 +99,16 @@ void ini_parser::parse_entry() {
     fail(line, "expected a key, a [section] header or a ';' comment");
   if (key.find('.') != std::string::npos) {
     auto dot = key.rfind('.');
-    fail(line, "dotted key '" + key + "' is not allowed in a config file;"
-                 " write '" + key.substr(dot + 1) + "' in a ["
+    fail(line, "dotted key '" + key
+                 + "' is not allowed in a config file;"
+                   " write '"
+                 + key.substr(dot + 1) + "' in a ["
                  + key.substr(0, key.find('.')) + "] section");
   }
   skip_blanks();
   if (peek() == '{')
-    fail(line, "'" + key + " { ... }' blocks are not supported; use a ["
-                 + key + "] section");
+    fail(line, "'" + key + " { ... }' blocks are not supported; use a [" + key
+                 + "] section");
   if (peek() != '=')
     fail(line, "expected '=' after key '" + key + "'");
   ++pos_;
@@ -148,8 +149,8 @@ raw_value ini_parser::parse_value(const std::string& key, bool top) {
   auto start = pos_;
   while (!at_end()) {
     c = peek();
-    if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ','
-        || c == ']' || c == '[' || c == ';' || c == '"' || c == '\'')
+    if (c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',' || c == ']'
+        || c == '[' || c == ';' || c == '"' || c == '\'')
       break;
     ++pos_;
   }
@@ -178,9 +179,7 @@ std::string ini_parser::parse_string() {
       case 'r': out += '\r'; break;
       case '\\':
       case '"':
-      case '\'':
-        out += peek();
-        break;
+      case '\'': out += peek(); break;
       default:
         fail(line, "invalid escape sequence in a string (use \\\\, \\\", "
                    "\\', \\n, \\t or \\r)");
@@ -197,8 +196,7 @@ raw_value ini_parser::parse_list(const std::string& key) {
   while (true) {
     skip_space();
     if (at_end())
-      fail(open_line, "unterminated list of key '" + key
-                        + "' (missing ']')");
+      fail(open_line, "unterminated list of key '" + key + "' (missing ']')");
     auto c = peek();
     if (c == ']') {
       ++pos_;

@@ -15,12 +15,9 @@ namespace {
 /// Describes what was found, for "expects X, got Y".
 std::string got(const raw_value& v) {
   switch (v.shape) {
-    case raw_value::form::bare:
-      return db::printable(v.text);
-    case raw_value::form::quoted:
-      return "the string " + db::printable(v.text);
-    case raw_value::form::list:
-      return "a list";
+    case raw_value::form::bare: return db::printable(v.text);
+    case raw_value::form::quoted: return "the string " + db::printable(v.text);
+    case raw_value::form::list: return "a list";
   }
   return "a value";
 }
@@ -162,27 +159,17 @@ seconds as_seconds(const raw_value& v) {
 void assign(worker_config& cfg, const setting& s, const raw_value& v,
             bool lenient) {
   switch (s.id) {
-    case setting_id::dsn:
-      cfg.dsn = as_string(v);
-      break;
-    case setting_id::domains:
-      cfg.domains = as_string_list(v);
-      break;
-    case setting_id::concurrency:
-      cfg.concurrency = as_int(v);
-      break;
-    case setting_id::prefetch:
-      cfg.prefetch = as_int(v);
-      break;
+    case setting_id::dsn: cfg.dsn = as_string(v); break;
+    case setting_id::domains: cfg.domains = as_string_list(v); break;
+    case setting_id::concurrency: cfg.concurrency = as_int(v); break;
+    case setting_id::prefetch: cfg.prefetch = as_int(v); break;
     case setting_id::visibility_timeout:
       cfg.visibility_timeout = as_seconds(v);
       break;
     case setting_id::poll_interval:
       cfg.poll_interval = as_duration(v, false);
       break;
-    case setting_id::use_notify:
-      cfg.use_notify = as_bool(v, lenient);
-      break;
+    case setting_id::use_notify: cfg.use_notify = as_bool(v, lenient); break;
     case setting_id::statement_timeout:
       cfg.statement_timeout = as_duration(v, false);
       break;
@@ -192,21 +179,12 @@ void assign(worker_config& cfg, const setting& s, const raw_value& v,
     case setting_id::flush_interval:
       cfg.flush_interval = as_duration(v, false);
       break;
-    case setting_id::tick:
-      cfg.tick = as_bool(v, lenient);
-      break;
-    case setting_id::max_attempts:
-      cfg.retry.max_attempts = as_int(v);
-      break;
-    case setting_id::backoff:
-      cfg.retry.backoff_seconds = as_int_list(v);
-      break;
-    case setting_id::jitter:
-      cfg.retry.jitter = as_real(v);
-      break;
+    case setting_id::tick: cfg.tick = as_bool(v, lenient); break;
+    case setting_id::max_attempts: cfg.retry.max_attempts = as_int(v); break;
+    case setting_id::backoff: cfg.retry.backoff_seconds = as_int_list(v); break;
+    case setting_id::jitter: cfg.retry.jitter = as_real(v); break;
   }
 }
-
 
 std::string_view trim(std::string_view text) {
   auto blank = [](char c) {
@@ -219,11 +197,9 @@ std::string_view trim(std::string_view text) {
   return text;
 }
 
-
 raw_value from_text(const setting& s, std::string_view text) {
   switch (s.type) {
-    case kind::string:
-      return quoted(std::string{text});
+    case kind::string: return quoted(std::string{text});
     case kind::string_list:
     case kind::integer_list: {
       raw_value list{raw_value::form::list, {}, {}};
@@ -244,8 +220,7 @@ raw_value from_text(const setting& s, std::string_view text) {
       }
       return list;
     }
-    default:
-      return bare(std::string{trim(text)});
+    default: return bare(std::string{trim(text)});
   }
 }
 

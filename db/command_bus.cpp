@@ -13,8 +13,7 @@
 namespace cmdbus {
 
 command_bus::command_bus(db::pool& pool, command_bus_options opts)
-  : pool_(pool),
-    opts_(opts),
+  : pool_(pool), opts_(opts),
     combiner_(
       std::max<size_t>(1, opts.chunk_size), opts.max_concurrent_sends,
       [this](const db::send_combiner::group& g) { send_together(g); },
@@ -103,10 +102,9 @@ void command_bus::send_together(const db::send_combiner::group& group) {
 
 // -- reads -------------------------------------------------------------------
 
-std::optional<uuid>
-command_bus::first_existing(const std::string& domain,
-                            const std::vector<uuid>& ids,
-                            db::connection* conn) {
+std::optional<uuid> command_bus::first_existing(const std::string& domain,
+                                                const std::vector<uuid>& ids,
+                                                db::connection* conn) {
   std::vector<std::string> texts;
   for (auto& id : ids)
     texts.push_back(id.to_string());

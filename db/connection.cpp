@@ -83,10 +83,15 @@ connection connection::open(const std::string& dsn,
   // the TCP user timeout does the same for data the peer never
   // acknowledges, so that no call waits on a dead network for the kernel's
   // retransmission limit (many minutes).
-  const char* keys[] = {"application_name", "connect_timeout", "keepalives",
-                        "keepalives_idle",  "keepalives_interval",
-                        "keepalives_count", "tcp_user_timeout",
-                        "dbname",           nullptr};
+  const char* keys[] = {"application_name",
+                        "connect_timeout",
+                        "keepalives",
+                        "keepalives_idle",
+                        "keepalives_interval",
+                        "keepalives_count",
+                        "tcp_user_timeout",
+                        "dbname",
+                        nullptr};
   const char* values[] = {opts.application_name.c_str(),
                           timeout.c_str(),
                           "1",
@@ -178,8 +183,8 @@ int64_t connection::copy_in(const std::string& sql, std::string_view data) {
   return rows;
 }
 
-void connection::impl::prepare(const std::string& name,
-                               const std::string& sql, int nparams) {
+void connection::impl::prepare(const std::string& name, const std::string& sql,
+                               int nparams) {
   if (prepared.count(name) > 0)
     return;
   checked(conn, PQprepare(conn, name.c_str(), sql.c_str(), nparams, nullptr));
@@ -226,8 +231,7 @@ pg_conn* connection::native() noexcept {
 
 bool connection::in_transaction() const noexcept {
   auto st = PQtransactionStatus(impl_->conn);
-  return st == PQTRANS_INTRANS || st == PQTRANS_INERROR
-         || st == PQTRANS_ACTIVE;
+  return st == PQTRANS_INTRANS || st == PQTRANS_INERROR || st == PQTRANS_ACTIVE;
 }
 
 // -- pipeline mode -----------------------------------------------------------

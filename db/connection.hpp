@@ -129,8 +129,8 @@ public:
   /// returns the channels of all notifications received (possibly
   /// repeated), or an empty vector on timeout. Throws `error` with
   /// `errc::connection` when the connection breaks.
-  std::vector<std::string> wait_for_notifications(
-    std::chrono::milliseconds timeout);
+  std::vector<std::string>
+  wait_for_notifications(std::chrono::milliseconds timeout);
 
 private:
   struct impl;

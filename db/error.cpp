@@ -24,18 +24,29 @@ const char* to_string(errc x) noexcept {
 errc classify_sqlstate(const std::string& s) noexcept {
   if (s.size() != 5)
     return errc::other;
-  if (s == "23505") return errc::unique_violation;
-  if (s == "23503") return errc::foreign_key_violation;
-  if (s == "40001") return errc::serialization_failure;
-  if (s == "40P01") return errc::deadlock;
-  if (s == "57014") return errc::statement_timeout;
-  if (s == "42P01") return errc::undefined_table;
-  if (s == "42883") return errc::undefined_function;
-  if (s == "P0001") return errc::raise_exception;
+  if (s == "23505")
+    return errc::unique_violation;
+  if (s == "23503")
+    return errc::foreign_key_violation;
+  if (s == "40001")
+    return errc::serialization_failure;
+  if (s == "40P01")
+    return errc::deadlock;
+  if (s == "57014")
+    return errc::statement_timeout;
+  if (s == "42P01")
+    return errc::undefined_table;
+  if (s == "42883")
+    return errc::undefined_function;
+  if (s == "P0001")
+    return errc::raise_exception;
   auto cls = s.substr(0, 2);
-  if (cls == "23") return errc::constraint_violation;
-  if (cls == "22") return errc::data_exception;
-  if (cls == "28") return errc::invalid_authorization;
+  if (cls == "23")
+    return errc::constraint_violation;
+  if (cls == "22")
+    return errc::data_exception;
+  if (cls == "28")
+    return errc::invalid_authorization;
   // Class 08: connection exception; 57P01..57P03: admin shutdown, crash
   // shutdown, cannot connect now.
   if (cls == "08" || s == "57P01" || s == "57P02" || s == "57P03")

@@ -7,7 +7,8 @@ namespace cmdbus::db {
 
 /// Classifies database failures by SQLSTATE (never by message text).
 enum class errc {
-  /// The server could not be reached, refused the login, or the connection broke.
+  /// The server could not be reached, refused the login, or the connection
+  /// broke.
   connection,
   /// SQLSTATE 23505.
   unique_violation,
@@ -47,32 +48,41 @@ class error : public std::runtime_error {
 public:
   error(errc code, std::string sqlstate, const std::string& message,
         std::string detail = {}, std::string constraint = {})
-    : std::runtime_error(message),
-      code_(code),
-      sqlstate_(std::move(sqlstate)),
-      detail_(std::move(detail)),
-      constraint_(std::move(constraint)) {
+    : std::runtime_error(message), code_(code), sqlstate_(std::move(sqlstate)),
+      detail_(std::move(detail)), constraint_(std::move(constraint)) {
     // nop
   }
 
   /// Returns the classification of this failure.
-  errc code() const noexcept { return code_; }
+  errc code() const noexcept {
+    return code_;
+  }
 
   /// Returns the SQLSTATE reported by the server, or "" for client-side errors.
-  const std::string& sqlstate() const noexcept { return sqlstate_; }
+  const std::string& sqlstate() const noexcept {
+    return sqlstate_;
+  }
 
   /// Returns the server's DETAIL field ("" when absent).
-  const std::string& detail() const noexcept { return detail_; }
+  const std::string& detail() const noexcept {
+    return detail_;
+  }
 
   /// Returns the name of the violated constraint ("" when absent).
-  const std::string& constraint() const noexcept { return constraint_; }
+  const std::string& constraint() const noexcept {
+    return constraint_;
+  }
 
   /// Returns the position of the failing statement within a pipeline, or
   /// -1 outside pipelines.
-  int statement_index() const noexcept { return statement_index_; }
+  int statement_index() const noexcept {
+    return statement_index_;
+  }
 
   /// Sets the position reported by `statement_index`.
-  void set_statement_index(int index) noexcept { statement_index_ = index; }
+  void set_statement_index(int index) noexcept {
+    statement_index_ = index;
+  }
 
   /// Returns whether retrying on a fresh connection may succeed.
   bool is_transient() const noexcept {

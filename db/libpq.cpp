@@ -7,7 +7,8 @@
 namespace cmdbus::db::detail {
 
 std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\t'))
+  while (!s.empty()
+         && (s.back() == '\n' || s.back() == ' ' || s.back() == '\t'))
     s.pop_back();
   return s;
 }
@@ -47,8 +48,7 @@ result checked(PGconn* conn, PGresult* res) {
     case PGRES_COMMAND_OK:
     case PGRES_TUPLES_OK:
     case PGRES_EMPTY_QUERY:
-    case PGRES_SINGLE_TUPLE:
-      return result{res};
+    case PGRES_SINGLE_TUPLE: return result{res};
     default: {
       auto err = make_error(conn, res);
       PQclear(res);

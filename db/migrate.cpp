@@ -108,8 +108,8 @@ void apply_pending(connection& conn, const char* component,
       if (i->second != sum
           && !superseded_checksum(component, version, i->second))
         throw error{errc::other, "",
-                    std::string{"migration "} + component + "/" + version
-                      + "__" + std::string{f.name}
+                    std::string{"migration "} + component + "/" + version + "__"
+                      + std::string{f.name}
                       + " was changed after it was applied (checksum "
                       + i->second + " in the database, " + sum
                       + " in this build); refusing to continue"};

@@ -9,21 +9,18 @@
 
 namespace cmdbus::db {
 
-std::chrono::milliseconds backoff_delay(int failures,
-                                        std::chrono::milliseconds initial,
-                                        double multiplier,
-                                        std::chrono::milliseconds max) {
-  auto ms = backoff::exponential(failures,
-                                 static_cast<double>(initial.count()),
+std::chrono::milliseconds
+backoff_delay(int failures, std::chrono::milliseconds initial,
+              double multiplier, std::chrono::milliseconds max) {
+  auto ms = backoff::exponential(failures, static_cast<double>(initial.count()),
                                  multiplier, static_cast<double>(max.count()));
   return std::chrono::milliseconds{static_cast<int64_t>(ms)};
 }
 
-std::chrono::milliseconds jittered_backoff(int failures,
-                                           std::chrono::milliseconds initial,
-                                           double multiplier,
-                                           std::chrono::milliseconds max,
-                                           std::mt19937_64& rng) {
+std::chrono::milliseconds
+jittered_backoff(int failures, std::chrono::milliseconds initial,
+                 double multiplier, std::chrono::milliseconds max,
+                 std::mt19937_64& rng) {
   auto delay = backoff_delay(failures, initial, multiplier, max);
   auto ms = backoff::jitter(static_cast<double>(delay.count()), 0.5, 1.0, rng);
   return std::chrono::milliseconds{static_cast<int64_t>(ms)};
@@ -69,7 +66,7 @@ std::unique_ptr<connection> pool::open_new() {
     std::lock_guard<std::mutex> guard{mtx_};
     if (failures_ > 0)
       log::info("database {} reachable again after {} failed attempt(s)",
-                   target_, failures_);
+                target_, failures_);
     failures_ = 0;
     return conn;
   } catch (const error& e) {
@@ -85,8 +82,8 @@ std::unique_ptr<connection> pool::open_new() {
     next_attempt_ = std::chrono::steady_clock::now() + wait;
     last_error_ = e.what();
     log::warn("database {} unavailable ({} consecutive failure(s)); next "
-                 "attempt in {} ms",
-                 target_, failures_, wait.count());
+              "attempt in {} ms",
+              target_, failures_, wait.count());
     cv_.notify_one();
     throw;
   } catch (...) {

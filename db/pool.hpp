@@ -57,8 +57,12 @@ public:
     /// a temporary lease (e.g. `*pool.acquire()`), whose connection would go
     /// back to the pool at the end of the expression, possibly to another
     /// thread, while a reference to it is still around.
-    connection& operator*() & noexcept { return *conn_; }
-    connection* operator->() & noexcept { return conn_.get(); }
+    connection& operator*() & noexcept {
+      return *conn_;
+    }
+    connection* operator->() & noexcept {
+      return conn_.get();
+    }
     connection& operator*() && = delete;
     connection* operator->() && = delete;
 
@@ -89,7 +93,9 @@ public:
   int consecutive_failures() const;
 
   /// Returns the redacted target of the DSN (safe to log).
-  const std::string& target() const noexcept { return target_; }
+  const std::string& target() const noexcept {
+    return target_;
+  }
 
 private:
   void give_back(std::unique_ptr<connection> conn) noexcept;
@@ -109,18 +115,16 @@ private:
 /// Returns the reconnect delay before attempt `failures + 1` after
 /// `failures` consecutive failures (without jitter): initial *
 /// multiplier^(failures - 1), capped at `max`.
-std::chrono::milliseconds backoff_delay(int failures,
-                                        std::chrono::milliseconds initial,
-                                        double multiplier,
-                                        std::chrono::milliseconds max);
+std::chrono::milliseconds
+backoff_delay(int failures, std::chrono::milliseconds initial,
+              double multiplier, std::chrono::milliseconds max);
 
 /// Returns a delay drawn from [d/2, d] for d = backoff_delay(failures,
 /// initial, multiplier, max): the jitter keeps clients that failed together
 /// from retrying together.
-std::chrono::milliseconds jittered_backoff(int failures,
-                                           std::chrono::milliseconds initial,
-                                           double multiplier,
-                                           std::chrono::milliseconds max,
-                                           std::mt19937_64& rng);
+std::chrono::milliseconds
+jittered_backoff(int failures, std::chrono::milliseconds initial,
+                 double multiplier, std::chrono::milliseconds max,
+                 std::mt19937_64& rng);
 
 } // namespace cmdbus::db

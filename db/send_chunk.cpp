@@ -2,8 +2,8 @@
 
 #include <map>
 
-#include "db/rows.hpp"
 #include "db/queue_name.hpp"
+#include "db/rows.hpp"
 #include "db/send_statement.hpp"
 #include "model/errors.hpp"
 #include "model/wire.hpp"
@@ -54,9 +54,9 @@ std::vector<send_result> insert_chunk(const chunk& c, connection& conn,
       correlations.push_back(p.correlation_id.to_string());
       reply_tos.push_back(p.reply_to);
       max_attempts.push_back(p.max_attempts);
-      batch_ids.push_back(p.batch_id ? std::optional<std::string>{
-                                         p.batch_id->to_string()}
-                                     : std::nullopt);
+      batch_ids.push_back(
+        p.batch_id ? std::optional<std::string>{p.batch_id->to_string()}
+                   : std::nullopt);
     }
     statements.push_back(
       {"SELECT command_id, msg_id FROM commandbus.cmdbus_send_commands("
@@ -149,8 +149,8 @@ struct copy_rows {
 
 // Encodes the rows of group `g` with the msg_ids in `ids` and records each
 // command's result in `out`.
-void encode_group(const chunk& c, size_t g, const result& ids,
-                  copy_rows& rows, std::vector<send_result>& out) {
+void encode_group(const chunk& c, size_t g, const result& ids, copy_rows& rows,
+                  std::vector<send_result>& out) {
   auto& idx = *c.groups[g];
   size_t message_bytes = 0;
   for (auto i : idx)
@@ -235,9 +235,8 @@ std::vector<send_result> copy_chunk(const chunk& c, connection& conn,
 // Turns a failure of chunk `c` into the error its caller gets, naming the
 // domain (and command) it is about; the statement index, when known, tells
 // the group. Returns for other failures, which reach the caller as they are.
-void throw_named(const error& e, const chunk& c,
-                                connection& conn, bool own_transaction,
-                                const find_existing_fn& find_existing) {
+void throw_named(const error& e, const chunk& c, connection& conn,
+                 bool own_transaction, const find_existing_fn& find_existing) {
   auto g = e.statement_index() - (own_transaction ? 1 : 0);
   const auto* idx = g >= 0 && static_cast<size_t>(g) < c.groups.size()
                       ? c.groups[static_cast<size_t>(g)]

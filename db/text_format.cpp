@@ -54,20 +54,11 @@ void append_copy_field(std::string& row, std::string_view field) {
   for (size_t i = 0; i < field.size(); ++i) {
     const char* escaped = nullptr;
     switch (field[i]) {
-      case '\\':
-        escaped = "\\\\";
-        break;
-      case '\t':
-        escaped = "\\t";
-        break;
-      case '\n':
-        escaped = "\\n";
-        break;
-      case '\r':
-        escaped = "\\r";
-        break;
-      default:
-        continue;
+      case '\\': escaped = "\\\\"; break;
+      case '\t': escaped = "\\t"; break;
+      case '\n': escaped = "\\n"; break;
+      case '\r': escaped = "\\r"; break;
+      default: continue;
     }
     row.append(field.data() + run, i - run).append(escaped);
     run = i + 1;

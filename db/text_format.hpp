@@ -16,19 +16,45 @@ using param = std::optional<std::string>;
 
 // -- parameter conversion ----------------------------------------------------
 
-inline param to_param(std::nullopt_t) { return std::nullopt; }
-inline param to_param(const std::string& x) { return x; }
-inline param to_param(std::string&& x) { return std::move(x); }
-inline param to_param(std::string_view x) { return std::string{x}; }
-inline param to_param(const char* x) { return std::string{x}; }
-inline param to_param(bool x) { return std::string{x ? "t" : "f"}; }
-inline param to_param(int x) { return std::to_string(x); }
-inline param to_param(long x) { return std::to_string(x); }
-inline param to_param(long long x) { return std::to_string(x); }
-inline param to_param(unsigned x) { return std::to_string(x); }
-inline param to_param(unsigned long x) { return std::to_string(x); }
-inline param to_param(unsigned long long x) { return std::to_string(x); }
-inline param to_param(const param& x) { return x; }
+inline param to_param(std::nullopt_t) {
+  return std::nullopt;
+}
+inline param to_param(const std::string& x) {
+  return x;
+}
+inline param to_param(std::string&& x) {
+  return std::move(x);
+}
+inline param to_param(std::string_view x) {
+  return std::string{x};
+}
+inline param to_param(const char* x) {
+  return std::string{x};
+}
+inline param to_param(bool x) {
+  return std::string{x ? "t" : "f"};
+}
+inline param to_param(int x) {
+  return std::to_string(x);
+}
+inline param to_param(long x) {
+  return std::to_string(x);
+}
+inline param to_param(long long x) {
+  return std::to_string(x);
+}
+inline param to_param(unsigned x) {
+  return std::to_string(x);
+}
+inline param to_param(unsigned long x) {
+  return std::to_string(x);
+}
+inline param to_param(unsigned long long x) {
+  return std::to_string(x);
+}
+inline param to_param(const param& x) {
+  return x;
+}
 
 template <class T>
 param to_param(const std::optional<T>& x) {

@@ -18,8 +18,8 @@ namespace {
 // such a message moves its command to the TSQ before any handler runs.
 void check_envelope(const command& cmd, const std::string& domain) {
   if (cmd.domain != domain)
-    throw decode_error("field \"domain\" is not the queue's domain \""
-                       + domain + "\"");
+    throw decode_error("field \"domain\" is not the queue's domain \"" + domain
+                       + "\"");
   if (cmd.reply_to) {
     auto problem = queue_name_problem(*cmd.reply_to);
     if (!problem.empty())
@@ -142,8 +142,7 @@ void append_ids(std::string_view literal, std::vector<int64_t>& out) {
 
 } // namespace
 
-finish_result
-worker_store::finish(const std::vector<finished_command>& items) {
+finish_result worker_store::finish(const std::vector<finished_command>& items) {
   finish_result out;
   if (items.empty())
     return out;
@@ -265,8 +264,8 @@ worker_store::reschedule(const std::vector<retry_command>& items) {
     "SELECT commandbus.cmdbus_fail_transient_owned($1, $2, $3::bigint[], "
     "$4::uuid[], $5::int[], $6::int[], $7::text[], $8::text[], $9::int[])",
     {domain_, queue_, array_literal(msg_ids), array_literal(ids),
-     array_literal(attempts), array_literal(max_attempts),
-     array_literal(codes), array_literal(msgs), array_literal(backoffs)});
+     array_literal(attempts), array_literal(max_attempts), array_literal(codes),
+     array_literal(msgs), array_literal(backoffs)});
   append_ids(r.text(0, 0), stale);
   return stale;
 }

@@ -87,7 +87,9 @@ public:
 
   /// Whether `finish` records the batches it completes in
   /// commandbus.cmdbus_batch_delivery (a worker with batch callbacks).
-  void record_batch_completions(bool on) noexcept { record_batches_ = on; }
+  void record_batch_completions(bool on) noexcept {
+    record_batches_ = on;
+  }
 
   /// Claims recorded, undelivered batch completions whose lease is free
   /// (only `batch_ids` when given, else the oldest up to `limit`), leasing
@@ -112,7 +114,9 @@ public:
                         bool keep_longer = false);
 
   /// Returns the domain's queue name.
-  const std::string& queue() const noexcept { return queue_; }
+  const std::string& queue() const noexcept {
+    return queue_;
+  }
 
 private:
   connection& conn_;

@@ -29,10 +29,14 @@ public:
     : command_bus_error(what), domain_(std::move(domain)), id_(id) {
     // nop
   }
-  const std::string& domain() const noexcept { return domain_; }
+  const std::string& domain() const noexcept {
+    return domain_;
+  }
 
 protected:
-  const uuid& id() const noexcept { return id_; }
+  const uuid& id() const noexcept {
+    return id_;
+  }
 
 private:
   std::string domain_;
@@ -43,24 +47,28 @@ private:
 class duplicate_command_error : public keyed_error {
 public:
   duplicate_command_error(std::string domain, uuid command_id)
-    : keyed_error("duplicate command " + command_id.to_string()
-                    + " in domain " + domain,
+    : keyed_error("duplicate command " + command_id.to_string() + " in domain "
+                    + domain,
                   domain, command_id) {
     // nop
   }
-  const uuid& command_id() const noexcept { return id(); }
+  const uuid& command_id() const noexcept {
+    return id();
+  }
 };
 
 /// No command with this (domain, command_id).
 class command_not_found_error : public keyed_error {
 public:
   command_not_found_error(std::string domain, uuid command_id)
-    : keyed_error("command " + command_id.to_string()
-                    + " not found in domain " + domain,
+    : keyed_error("command " + command_id.to_string() + " not found in domain "
+                    + domain,
                   domain, command_id) {
     // nop
   }
-  const uuid& command_id() const noexcept { return id(); }
+  const uuid& command_id() const noexcept {
+    return id();
+  }
 };
 
 /// No batch with this (domain, batch_id).
@@ -72,7 +80,9 @@ public:
                   domain, batch_id) {
     // nop
   }
-  const uuid& batch_id() const noexcept { return id(); }
+  const uuid& batch_id() const noexcept {
+    return id();
+  }
 };
 
 /// An operation that the current state does not allow (e.g. an operator
@@ -95,15 +105,19 @@ class handler_error : public command_bus_error {
 public:
   handler_error(std::string code, std::string message,
                 json details = json::object())
-    : command_bus_error("[" + code + "] " + message),
-      code_(std::move(code)),
-      message_(std::move(message)),
-      details_(std::move(details)) {
+    : command_bus_error("[" + code + "] " + message), code_(std::move(code)),
+      message_(std::move(message)), details_(std::move(details)) {
     // nop
   }
-  const std::string& code() const noexcept { return code_; }
-  const std::string& error_message() const noexcept { return message_; }
-  const json& details() const noexcept { return details_; }
+  const std::string& code() const noexcept {
+    return code_;
+  }
+  const std::string& error_message() const noexcept {
+    return message_;
+  }
+  const json& details() const noexcept {
+    return details_;
+  }
 
 private:
   std::string code_;

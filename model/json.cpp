@@ -37,7 +37,7 @@ constexpr const char* lone_surrogate = "lone surrogate in \\u escape";
 class handler {
 public:
   handler(size_t max_depth, std::initializer_list<std::string_view> wanted)
-      : writer_(buffer_), max_depth_(max_depth), wanted_(wanted) {
+    : writer_(buffer_), max_depth_(max_depth), wanted_(wanted) {
     // Never reallocates, so `current_` stays valid.
     members_.reserve(wanted.size());
   }
@@ -236,18 +236,12 @@ std::string rapidjson_message(rapidjson::ParseErrorCode code) {
 
 const char* describe(json_type x) noexcept {
   switch (x) {
-  case json_type::null:
-    return "null";
-  case json_type::boolean:
-    return "a boolean";
-  case json_type::number:
-    return "a number";
-  case json_type::string:
-    return "a string";
-  case json_type::object:
-    return "an object";
-  case json_type::array:
-    return "an array";
+    case json_type::null: return "null";
+    case json_type::boolean: return "a boolean";
+    case json_type::number: return "a number";
+    case json_type::string: return "a string";
+    case json_type::object: return "an object";
+    case json_type::array: return "an array";
   }
   return "a value";
 }
@@ -285,22 +279,21 @@ parsed_json parse_json(std::string_view input, const decode_limits& limits,
   if (result.IsError()) {
     auto offset = result.Offset();
     switch (result.Code()) {
-    case rapidjson::kParseErrorTermination:
-      if (h.too_deep())
-        throw decode_error("nesting deeper than "
-                           + std::to_string(limits.max_depth) + " levels");
-      fail_at(offset, h.error());
-    case rapidjson::kParseErrorStringUnicodeSurrogateInvalid:
-      fail_at(offset, lone_surrogate);
-    case rapidjson::kParseErrorStringInvalidEncoding:
-      throw decode_error("invalid UTF-8 at offset " + std::to_string(offset));
-    case rapidjson::kParseErrorStringEscapeInvalid:
-      if (offset < input.size()
-          && static_cast<unsigned char>(input[offset]) < 0x20)
-        fail_at(offset, "unescaped control character in string");
-      fail_at(offset, rapidjson_message(result.Code()));
-    default:
-      fail_at(offset, rapidjson_message(result.Code()));
+      case rapidjson::kParseErrorTermination:
+        if (h.too_deep())
+          throw decode_error("nesting deeper than "
+                             + std::to_string(limits.max_depth) + " levels");
+        fail_at(offset, h.error());
+      case rapidjson::kParseErrorStringUnicodeSurrogateInvalid:
+        fail_at(offset, lone_surrogate);
+      case rapidjson::kParseErrorStringInvalidEncoding:
+        throw decode_error("invalid UTF-8 at offset " + std::to_string(offset));
+      case rapidjson::kParseErrorStringEscapeInvalid:
+        if (offset < input.size()
+            && static_cast<unsigned char>(input[offset]) < 0x20)
+          fail_at(offset, "unescaped control character in string");
+        fail_at(offset, rapidjson_message(result.Code()));
+      default: fail_at(offset, rapidjson_message(result.Code()));
     }
   }
   parsed_json out;
@@ -312,7 +305,8 @@ parsed_json parse_json(std::string_view input, const decode_limits& limits,
 }
 
 // Returns the length of the valid UTF-8 sequence at [p, end), or 0.
-size_t utf8_sequence(const unsigned char* p, const unsigned char* end) noexcept {
+size_t utf8_sequence(const unsigned char* p,
+                     const unsigned char* end) noexcept {
   auto c = *p;
   if (c < 0x80)
     return 1;

@@ -34,19 +34,29 @@ public:
   static json parse(std::string_view text, const decode_limits& limits = {});
 
   /// Returns an empty object `{}`.
-  static json object() { return json{"{}", trusted}; }
+  static json object() {
+    return json{"{}", trusted};
+  }
 
   /// Returns `null`.
-  static json null() { return json{}; }
+  static json null() {
+    return json{};
+  }
 
   /// Returns the compact JSON text.
-  const std::string& text() const noexcept { return text_; }
+  const std::string& text() const noexcept {
+    return text_;
+  }
 
   /// Returns whether the value is `null`.
-  bool is_null() const noexcept { return text_ == "null"; }
+  bool is_null() const noexcept {
+    return text_ == "null";
+  }
 
   /// Returns whether the value is an object.
-  bool is_object() const noexcept { return !text_.empty() && text_[0] == '{'; }
+  bool is_object() const noexcept {
+    return !text_.empty() && text_[0] == '{';
+  }
 
   friend bool operator==(const json& a, const json& b) noexcept {
     return a.text_ == b.text_;

@@ -198,11 +198,10 @@ std::string format_timestamp(timestamp t) {
   auto micros = rem % 1000000;
   char buf[64];
   std::snprintf(
-      buf, sizeof(buf), "%04lld-%02u-%02uT%02lld:%02lld:%02lld.%06lldZ",
-      static_cast<long long>(date.year), date.month, date.day,
-      static_cast<long long>(secs / 3600),
-      static_cast<long long>(secs / 60 % 60), static_cast<long long>(secs % 60),
-      static_cast<long long>(micros));
+    buf, sizeof(buf), "%04lld-%02u-%02uT%02lld:%02lld:%02lld.%06lldZ",
+    static_cast<long long>(date.year), date.month, date.day,
+    static_cast<long long>(secs / 3600), static_cast<long long>(secs / 60 % 60),
+    static_cast<long long>(secs % 60), static_cast<long long>(micros));
   return buf;
 }
 
@@ -214,25 +213,25 @@ template <class Enum, size_t N>
 using name_table = std::array<std::pair<Enum, std::string_view>, N>;
 
 constexpr name_table<command_status, 6> command_status_names{{
-    {command_status::pending, "PENDING"},
-    {command_status::in_progress, "IN_PROGRESS"},
-    {command_status::completed, "COMPLETED"},
-    {command_status::failed, "FAILED"},
-    {command_status::canceled, "CANCELED"},
-    {command_status::in_troubleshooting_queue, "IN_TROUBLESHOOTING_QUEUE"},
+  {command_status::pending, "PENDING"},
+  {command_status::in_progress, "IN_PROGRESS"},
+  {command_status::completed, "COMPLETED"},
+  {command_status::failed, "FAILED"},
+  {command_status::canceled, "CANCELED"},
+  {command_status::in_troubleshooting_queue, "IN_TROUBLESHOOTING_QUEUE"},
 }};
 
 constexpr name_table<reply_outcome, 3> reply_outcome_names{{
-    {reply_outcome::success, "SUCCESS"},
-    {reply_outcome::failed, "FAILED"},
-    {reply_outcome::canceled, "CANCELED"},
+  {reply_outcome::success, "SUCCESS"},
+  {reply_outcome::failed, "FAILED"},
+  {reply_outcome::canceled, "CANCELED"},
 }};
 
 constexpr name_table<batch_status, 4> batch_status_names{{
-    {batch_status::pending, "PENDING"},
-    {batch_status::in_progress, "IN_PROGRESS"},
-    {batch_status::completed, "COMPLETED"},
-    {batch_status::completed_with_failures, "COMPLETED_WITH_FAILURES"},
+  {batch_status::pending, "PENDING"},
+  {batch_status::in_progress, "IN_PROGRESS"},
+  {batch_status::completed, "COMPLETED"},
+  {batch_status::completed_with_failures, "COMPLETED_WITH_FAILURES"},
 }};
 
 template <class Enum, size_t N>
@@ -244,8 +243,8 @@ std::string_view name_of(const name_table<Enum, N>& table, Enum x) noexcept {
 }
 
 template <class Enum, size_t N>
-std::optional<Enum> value_of(const name_table<Enum, N>& table,
-                             std::string_view x) noexcept {
+std::optional<Enum>
+value_of(const name_table<Enum, N>& table, std::string_view x) noexcept {
   for (auto& [value, name] : table)
     if (name == x)
       return value;

@@ -53,7 +53,12 @@ std::string_view to_string(reply_outcome x) noexcept;
 std::optional<reply_outcome> parse_reply_outcome(std::string_view x) noexcept;
 
 /// Status of a batch row.
-enum class batch_status { pending, in_progress, completed, completed_with_failures };
+enum class batch_status {
+  pending,
+  in_progress,
+  completed,
+  completed_with_failures
+};
 
 std::string_view to_string(batch_status x) noexcept;
 std::optional<batch_status> parse_batch_status(std::string_view x) noexcept;
@@ -215,7 +220,9 @@ struct retry_policy {
   std::vector<int> backoff_schedule{10, 60, 300};
 
   /// Returns whether another attempt follows `attempt` (1-based).
-  bool should_retry(int attempt) const noexcept { return attempt < max_attempts; }
+  bool should_retry(int attempt) const noexcept {
+    return attempt < max_attempts;
+  }
 
   /// Returns the delay in seconds after failed attempt `attempt` (1-based):
   /// 0 when exhausted, schedule[0] for attempt <= 0, 30 with an empty schedule.

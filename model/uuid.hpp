@@ -29,7 +29,9 @@ public:
   bool is_nil() const noexcept;
 
   /// Returns the raw bytes (network order).
-  const std::array<uint8_t, 16>& bytes() const noexcept { return bytes_; }
+  const std::array<uint8_t, 16>& bytes() const noexcept {
+    return bytes_;
+  }
 
   friend bool operator==(const uuid& a, const uuid& b) noexcept {
     return a.bytes_ == b.bytes_;

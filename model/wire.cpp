@@ -140,7 +140,7 @@ class fields {
 public:
   fields(std::string_view text, const decode_limits& limits,
          std::initializer_list<std::string_view> keys)
-      : doc_(detail::parse_json(text, limits, keys)) {
+    : doc_(detail::parse_json(text, limits, keys)) {
     if (doc_.type != json_type::object)
       throw decode_error(std::string{"message must be a JSON object, not "}
                          + detail::describe(doc_.type));
@@ -255,30 +255,30 @@ std::string encode_reply(const reply& x) {
   out.nullable_uuid_member("correlation_id", x.correlation_id);
   out.string_member("outcome", to_string(x.outcome));
   switch (x.outcome) {
-  case reply_outcome::success:
-    out.value_member("result", x.result);
-    out.string_member_if_set("error_code", x.error_code);
-    out.string_member_if_set("error_message", x.error_message);
-    out.string_member_if_set("reason", x.reason);
-    break;
-  case reply_outcome::failed:
-    out.key("result").start_object();
-    out.nullable_string_member("error_code", x.error_code);
-    out.nullable_string_member("error_message", x.error_message);
-    out.value_member("error_details",
-                     x.result.is_object() ? x.result : json::object());
-    out.end_object();
-    out.nullable_string_member("error_code", x.error_code);
-    out.nullable_string_member("error_message", x.error_message);
-    out.string_member_if_set("reason", x.reason);
-    break;
-  case reply_outcome::canceled:
-    out.nullable_string_member("reason", x.reason);
-    if (!x.result.is_null())
+    case reply_outcome::success:
       out.value_member("result", x.result);
-    out.string_member_if_set("error_code", x.error_code);
-    out.string_member_if_set("error_message", x.error_message);
-    break;
+      out.string_member_if_set("error_code", x.error_code);
+      out.string_member_if_set("error_message", x.error_message);
+      out.string_member_if_set("reason", x.reason);
+      break;
+    case reply_outcome::failed:
+      out.key("result").start_object();
+      out.nullable_string_member("error_code", x.error_code);
+      out.nullable_string_member("error_message", x.error_message);
+      out.value_member("error_details",
+                       x.result.is_object() ? x.result : json::object());
+      out.end_object();
+      out.nullable_string_member("error_code", x.error_code);
+      out.nullable_string_member("error_message", x.error_message);
+      out.string_member_if_set("reason", x.reason);
+      break;
+    case reply_outcome::canceled:
+      out.nullable_string_member("reason", x.reason);
+      if (!x.result.is_null())
+        out.value_member("result", x.result);
+      out.string_member_if_set("error_code", x.error_code);
+      out.string_member_if_set("error_message", x.error_message);
+      break;
   }
   return out.finish();
 }
@@ -301,7 +301,8 @@ reply decode_reply(std::string_view text, const decode_limits& limits) {
   x.error_code = in.optional_string("error_code");
   x.error_message = in.optional_string("error_message");
   x.reason = in.optional_string("reason");
-  // `result`, or the alias `data` (the reference's Java port sends it) when `result` is absent or null.
+  // `result`, or the alias `data` (the reference's Java port sends it) when
+  // `result` is absent or null.
   auto result = in.find("result");
   if (result == nullptr || result->type == json_type::null)
     if (auto data = in.find("data"))
@@ -318,7 +319,7 @@ reply decode_reply(std::string_view text, const decode_limits& limits) {
     return x;
   auto nested = in.value(*result);
   auto inner = detail::parse_json(
-      nested.text(), limits, {"error_code", "error_message", "error_details"});
+    nested.text(), limits, {"error_code", "error_message", "error_details"});
   if (auto details = inner.find("error_details")) {
     if (details->type == json_type::object)
       x.result = json{std::string{inner.value_text(*details)}, json::trusted};
