@@ -15,8 +15,7 @@ namespace {
 /// Most recorded completions claimed per statement.
 constexpr int delivery_chunk = 100;
 
-using counter_ptr
-  = batch_counter_actor::stateful_pointer<batch_counter_state>;
+using counter_ptr = batch_counter_actor::stateful_pointer<batch_counter_state>;
 using clock = std::chrono::steady_clock;
 
 batch_counter_actor::behavior_type counter_behavior(counter_ptr self);
@@ -48,7 +47,8 @@ void sweep_by(counter_ptr self, clock::time_point when) {
 // Delivers recorded completions of `domain`: `ids` only (just completed),
 // or every one whose lease is free (a sweep). Claims first, runs the
 // callbacks, then marks them delivered. While the database fails, the
-// undelivered rest stays recorded and a sweep follows the backoff.
+// undelivered rest stays recorded and a sweep follows the backoff; batches
+// whose callbacks ran are kept in `unmarked` and marked on the next try.
 void deliver(counter_ptr self, const std::string& domain,
              const std::vector<uuid>* ids) {
   auto& st = self->state;
@@ -56,14 +56,22 @@ void deliver(counter_ptr self, const std::string& domain,
     sweep_by(self, st.session->outage().retry_at());
     return;
   }
+  auto& unmarked = st.unmarked[domain];
   try {
     db::worker_store store{st.session->get(), domain};
+    if (!unmarked.empty()) {
+      store.mark_batches_delivered(unmarked);
+      unmarked.clear();
+    }
     auto lease = static_cast<int>(st.settings.lease.count());
     for (;;) {
       auto claimed = store.claim_batch_deliveries(ids, lease, delivery_chunk);
-      for (auto& id : claimed)
+      for (auto& id : claimed) {
         run_callbacks(self, domain, id);
-      store.mark_batches_delivered(claimed);
+        unmarked.push_back(id);
+      }
+      store.mark_batches_delivered(unmarked);
+      unmarked.clear();
       if (ids || claimed.size() < static_cast<size_t>(delivery_chunk))
         break;
     }
@@ -150,14 +158,15 @@ batch_counter(batch_counter_actor::stateful_pointer<batch_counter_state> self,
   return counter_behavior(self);
 }
 
-batch_counter_actor spawn_batch_counter(root_actor::pointer root,
-                                        std::vector<batch_callback> callbacks,
-                                        batch_delivery_settings settings,
-                                        std::shared_ptr<worker_counters>
-                                          counters) {
-  return root->spawn<caf::detached + caf::linked>(
-    batch_counter, std::move(callbacks), std::move(settings),
-    std::move(counters));
+batch_counter_actor
+spawn_batch_counter(root_actor::pointer root,
+                    std::vector<batch_callback> callbacks,
+                    batch_delivery_settings settings,
+                    std::shared_ptr<worker_counters> counters) {
+  return root->spawn<caf::detached + caf::linked>(batch_counter,
+                                                  std::move(callbacks),
+                                                  std::move(settings),
+                                                  std::move(counters));
 }
 
 } // namespace cmdbus::actors

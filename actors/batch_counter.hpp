@@ -4,6 +4,7 @@
 // the records the completion writers commit with each completed batch.
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,11 @@ struct batch_counter_state {
   /// The idle timeout of the current behavior (the time to the next sweep
   /// when it was set).
   std::chrono::milliseconds armed{0};
+  /// By domain: batches whose callbacks ran but whose mark as delivered
+  /// failed (the database went away in between). They are marked first on
+  /// the next delivery or sweep of their domain, so that they are neither
+  /// delivered again nor left waiting for their lease to expire.
+  std::map<std::string, std::vector<uuid>> unmarked;
   static inline const char* name = "batch-counter";
 };
 /// The batch counter's behaviour (detached: callbacks and the database may
@@ -57,10 +63,10 @@ batch_counter(batch_counter_actor::stateful_pointer<batch_counter_state> self,
               std::shared_ptr<worker_counters> counters);
 
 /// Spawns the production batch counter (detached), linked to `root`.
-batch_counter_actor spawn_batch_counter(root_actor::pointer root,
-                                        std::vector<batch_callback> callbacks,
-                                        batch_delivery_settings settings,
-                                        std::shared_ptr<worker_counters>
-                                          counters);
+batch_counter_actor
+spawn_batch_counter(root_actor::pointer root,
+                    std::vector<batch_callback> callbacks,
+                    batch_delivery_settings settings,
+                    std::shared_ptr<worker_counters> counters);
 
 } // namespace cmdbus::actors

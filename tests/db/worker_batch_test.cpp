@@ -85,3 +85,44 @@ TEST(WorkerBatch, CallbackFiresOnceWhenBatchCompletes) {
   for (auto& x : fired)
     EXPECT_EQ(x.first, d);
 }
+
+// The database goes away after a batch's callbacks ran and before the batch
+// counter marked it delivered: the counter marks it once it reconnects,
+// instead of leaving it leased (60 s) and running the callback again.
+TEST(WorkerBatch, CallbackRunBeforeAnOutageIsMarkedOnceReconnected) {
+  bus_env e;
+  auto d = test::unique_name("wk");
+  batch_command c;
+  c.command_type = "Ok";
+  c.command_id = uuid::random();
+  auto batch = e.bus.create_batch(d, {c});
+  std::mutex mtx;
+  int fired = 0;
+  handler_registry reg;
+  reg.add(d, "Ok", null_result);
+  worker w{make_cfg({d}), std::move(reg)};
+  w.on_batch_complete([&](const std::string&, const uuid&) {
+    // Ends the batch counter's session between its claim and its mark.
+    auto killer = test::connect();
+    killer.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                 " WHERE application_name = 'cmdbus-batches'"
+                 " AND datname = current_database()");
+    std::lock_guard<std::mutex> guard{mtx};
+    ++fired;
+  });
+  finally stop{[&] { stop_worker(w); }};
+  w.start();
+  auto delivered = [&] {
+    return scalar(e.conn,
+                  "SELECT (delivered_at IS NOT NULL)::text"
+                  " FROM commandbus.cmdbus_batch_delivery"
+                  " WHERE domain = $1 AND batch_id = $2::uuid",
+                  d, batch.batch_id.to_string());
+  };
+  // Well below the 60 s lease after which it would be delivered again.
+  EXPECT_TRUE(eventually([&] { return delivered() == opt_str{"true"}; }, 15s))
+    << "delivered: " << delivered().value_or("no row");
+  stop_worker(w);
+  std::lock_guard<std::mutex> guard{mtx};
+  EXPECT_EQ(fired, 1);
+}
