@@ -1,23 +1,80 @@
 #include "apps/cli.hpp"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
 #include <stdexcept>
 
+#include <unistd.h>
+
+#include "db/queue_name.hpp"
+#include "model/errors.hpp"
 #include "model/log.hpp"
 
 namespace cmdbus::cli {
 
+namespace {
+
+bool contains(const std::vector<std::string>& xs, const std::string& x) {
+  return std::find(xs.begin(), xs.end(), x) != xs.end();
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j)
+    row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diag + (a[i - 1] == b[j - 1] ? 0u : 1u)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string upper(std::string x) {
+  for (auto& c : x)
+    c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return x;
+}
+
+} // namespace
+
+std::string nearest(const std::string& given,
+                    const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, given.size() / 3) + 1;
+  for (auto& c : candidates) {
+    auto d = edit_distance(given, c);
+    if (d < best_distance) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
 args::args(const std::vector<std::string>& argv,
            const std::vector<std::string>& flags,
            const std::vector<std::string>& options) {
-  auto is = [](const std::vector<std::string>& xs, const std::string& x) {
-    return std::find(xs.begin(), xs.end(), x) != xs.end();
-  };
+  bool options_ended = false;
   for (size_t i = 0; i < argv.size(); ++i) {
     const auto& a = argv[i];
-    if (a.size() < 2 || a[0] != '-' || a == "--") {
+    if (options_ended || a.size() < 2 || a[0] != '-') {
       positional_.push_back(a);
+      continue;
+    }
+    if (a == "--") {
+      options_ended = true;
       continue;
     }
     std::string name = a;
@@ -31,33 +88,45 @@ args::args(const std::vector<std::string>& argv,
       name = "--help";
     if (name == "-v")
       name = "--verbose";
-    if (is(flags, name)) {
+    if (contains(flags, name)) {
       if (value)
         throw usage_error{name + " takes no value"};
       flags_.push_back(name);
-    } else if (is(options, name)) {
+    } else if (contains(options, name)) {
       if (!value) {
         if (i + 1 >= argv.size())
           throw usage_error{name + " needs a value"};
         value = argv[++i];
       }
-      values_[name] = *value;
+      values_.emplace(name, *value);
     } else {
       // The name only: a mistyped --dsn=... may carry a password.
-      throw usage_error{"unknown argument '" + name + "'"};
+      std::vector<std::string> known = flags;
+      known.insert(known.end(), options.begin(), options.end());
+      auto near = nearest(name, known);
+      throw usage_error{"unknown option '" + name + "'"
+                        + (near.empty() ? "" : "; did you mean " + near + "?")};
     }
   }
 }
 
 bool args::flag(const std::string& name) const {
-  return std::find(flags_.begin(), flags_.end(), name) != flags_.end();
+  return contains(flags_, name);
 }
 
 std::optional<std::string> args::option(const std::string& name) const {
-  auto i = values_.find(name);
-  if (i == values_.end())
+  auto [first, last] = values_.equal_range(name);
+  if (first == last)
     return std::nullopt;
-  return i->second;
+  return std::prev(last)->second;
+}
+
+std::vector<std::string> args::options(const std::string& name) const {
+  std::vector<std::string> result;
+  auto [first, last] = values_.equal_range(name);
+  for (auto i = first; i != last; ++i)
+    result.push_back(i->second);
+  return result;
 }
 
 std::optional<int> args::int_option(const std::string& name,
@@ -77,9 +146,19 @@ std::optional<int> args::int_option(const std::string& name,
                     + ", got '" + *v + "'"};
 }
 
+std::optional<std::chrono::milliseconds>
+args::duration_option(const std::string& name) const {
+  auto v = option(name);
+  if (!v)
+    return std::nullopt;
+  return parse_duration(name, *v);
+}
+
 void args::expect_positional(size_t n, const std::string& usage) const {
   if (positional_.size() != n)
-    throw usage_error{"expected " + usage};
+    throw usage_error{"expected " + usage + ", got "
+                      + std::to_string(positional_.size())
+                      + " positional argument(s)"};
 }
 
 std::string args::dsn() const {
@@ -88,6 +167,114 @@ std::string args::dsn() const {
   if (const char* env = std::getenv("CMDBUS_DSN"))
     return env;
   return {};
+}
+
+uuid parse_uuid_arg(const std::string& what, const std::string& text) {
+  auto id = uuid::parse(text);
+  if (!id)
+    throw usage_error{what + " is not a valid UUID: '" + text + "'"};
+  return *id;
+}
+
+json parse_json_arg(const std::string& what, const std::string& text) {
+  std::string source = text;
+  if (text == "-" || (!text.empty() && text[0] == '@')) {
+    std::ostringstream content;
+    if (text == "-") {
+      content << std::cin.rdbuf();
+    } else {
+      std::ifstream in{text.substr(1), std::ios::binary};
+      if (!in)
+        throw usage_error{what + ": cannot read " + text.substr(1)};
+      content << in.rdbuf();
+    }
+    source = content.str();
+  }
+  try {
+    return json::parse(source);
+  } catch (const decode_error& e) {
+    throw usage_error{what + " is not valid JSON: " + e.what()};
+  }
+}
+
+json parse_object_arg(const std::string& what, const std::string& text) {
+  auto value = parse_json_arg(what, text);
+  if (!value.is_object())
+    throw usage_error{what + " must be a JSON object"};
+  return value;
+}
+
+command_status parse_status_arg(const std::string& what,
+                                const std::string& text) {
+  auto name = upper(text);
+  if (name == "TSQ")
+    name = "IN_TROUBLESHOOTING_QUEUE";
+  if (auto s = parse_command_status(name))
+    return *s;
+  throw usage_error{what + ": unknown status '" + text
+                    + "' (choose PENDING, IN_PROGRESS, COMPLETED, FAILED, "
+                      "CANCELED or IN_TROUBLESHOOTING_QUEUE, in any case)"};
+}
+
+batch_status parse_batch_status_arg(const std::string& what,
+                                    const std::string& text) {
+  if (auto s = parse_batch_status(upper(text)))
+    return *s;
+  throw usage_error{what + ": unknown batch status '" + text
+                    + "' (choose PENDING, IN_PROGRESS, COMPLETED or "
+                      "COMPLETED_WITH_FAILURES, in any case)"};
+}
+
+std::chrono::milliseconds parse_duration(const std::string& what,
+                                         const std::string& text) {
+  size_t pos = 0;
+  double n = -1;
+  try {
+    n = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  auto unit = text.substr(pos);
+  double scale = 0;
+  if (unit.empty() || unit == "s")
+    scale = 1000;
+  else if (unit == "ms")
+    scale = 1;
+  else if (unit == "m" || unit == "min")
+    scale = 60'000;
+  else if (unit == "h")
+    scale = 3'600'000;
+  else if (unit == "d")
+    scale = 86'400'000;
+  if (pos == 0 || scale == 0 || !std::isfinite(n) || n < 0)
+    throw usage_error{what + ": '" + text
+                      + "' is not a duration (a number with unit ms, s, m, h "
+                        "or d, e.g. 90s or 15m)"};
+  return std::chrono::milliseconds{static_cast<int64_t>(std::llround(n * scale))};
+}
+
+db::pool_options pool_options_for(const args& a, size_t max_size) {
+  db::pool_options opts;
+  opts.dsn = a.dsn();
+  opts.max_size = max_size;
+  opts.connection.application_name = "cmdbus-cli";
+  opts.log_failures = false;
+  return opts;
+}
+
+void require_queue(db::pool& pool, const std::string& queue, bool create) {
+  db::validate_queue_name(queue);
+  auto conn = pool.acquire();
+  if (create) {
+    conn->exec("SELECT pgmq.create($1)", {queue});
+    return;
+  }
+  auto r = conn->exec("SELECT 1 FROM pgmq.meta WHERE queue_name = $1",
+                      {queue});
+  if (r.rows() == 0)
+    throw not_found{"queue " + queue
+                    + " does not exist: check the domain's spelling, or pass "
+                      "--create to create it"};
 }
 
 std::optional<std::string> take_log_level(std::vector<std::string>& argv) {
@@ -130,29 +317,6 @@ void set_log_level(const std::string& command,
   log::set_level(level);
 }
 
-std::string json_string(const std::string& s) {
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += "\\u00";
-          out += hex[c >> 4];
-          out += hex[c & 0xf];
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
-
 void print_table(std::ostream& out, const std::vector<std::string>& header,
                  const std::vector<std::vector<std::string>>& rows) {
   std::vector<size_t> width(header.size());
@@ -177,6 +341,20 @@ void print_table(std::ostream& out, const std::vector<std::string>& header,
   line(rule);
   for (auto& row : rows)
     line(row);
+}
+
+void print_fields(
+  std::ostream& out,
+  const std::vector<std::pair<std::string, std::string>>& rows) {
+  size_t width = 0;
+  for (auto& row : rows)
+    width = std::max(width, row.first.size());
+  for (auto& [name, value] : rows)
+    out << name << std::string(width - name.size() + 2, ' ') << value << '\n';
+}
+
+bool stdout_is_terminal() {
+  return isatty(STDOUT_FILENO) == 1;
 }
 
 } // namespace cmdbus::cli

@@ -1,40 +1,67 @@
 #pragma once
 
 // Shared pieces of the `cmdbus` command-line tool: argument parsing, exit
-// codes and output helpers. Only apps/ includes this.
+// codes, connections and output helpers. Only apps/ includes this.
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "db/pool.hpp"
+#include "model/json.hpp"
+#include "model/types.hpp"
+#include "model/uuid.hpp"
+
 namespace cmdbus::cli {
 
-// -- exit codes (documented in --help and README) ----------------------------
+// -- exit codes (documented in --help, docs/cli.md and the README) -----------
 
 constexpr int exit_ok = 0;
+/// Usage error or invalid input.
 constexpr int exit_usage = 1;
+/// Not found, duplicate, or not in the state the operation needs (e.g. a
+/// command that is not in the troubleshooting queue).
 constexpr int exit_not_found = 2;
+/// The database server cannot be reached or the connection broke.
 constexpr int exit_db_unavailable = 3;
+/// Any other failure (a failed migration, a database without our schema).
 constexpr int exit_failed = 4;
+/// The commands did not all complete: `wait` saw FAILED, CANCELED or the
+/// troubleshooting queue; `worker --tick` left commands in the
+/// troubleshooting queue or due for another attempt.
+constexpr int exit_incomplete = 5;
+/// The server refused the login: wrong password, unknown role, or a
+/// database that does not exist.
+constexpr int exit_auth = 6;
 
-/// A usage error: one line on stderr, exit code 1.
+/// A usage error: one line on stderr, exit code 1. `main` appends the hint
+/// "(see `cmdbus CMD --help`)" once; messages do not carry it themselves.
 struct usage_error {
   std::string message;
 };
 
-/// A "not found" or "duplicate" outcome: one line on stderr, exit code 2.
+/// A "not found", "duplicate" or "wrong state" outcome: exit code 2.
 struct not_found {
   std::string message;
 };
 
+/// A failure with its own exit code and message (e.g. exit_incomplete).
+struct exit_with {
+  int code;
+  std::string message;
+};
+
 /// Parsed command line of one subcommand: positional arguments and
-/// `--name value` / `--name=value` options; flags have no value.
+/// `--name value` / `--name=value` options; flags have no value. `--` ends
+/// the options: every argument after it is positional.
 class args {
 public:
   /// Parses `argv`; `flags` lists options without a value, `options` those
-  /// with one. Unknown options are usage errors.
+  /// with one. An unknown option is a usage error that names the nearest
+  /// known one.
   args(const std::vector<std::string>& argv,
        const std::vector<std::string>& flags,
        const std::vector<std::string>& options);
@@ -47,13 +74,21 @@ public:
   /// Returns whether the flag was given.
   bool flag(const std::string& name) const;
 
-  /// Returns the option's value, if given.
+  /// Returns the option's value, if given (the last one when repeated).
   std::optional<std::string> option(const std::string& name) const;
 
-  /// Returns the option as a positive integer; usage error otherwise.
+  /// Returns every value given for a repeatable option, in order.
+  std::vector<std::string> options(const std::string& name) const;
+
+  /// Returns the option as an integer >= `min_value`; usage error otherwise.
   std::optional<int> int_option(const std::string& name, int min_value) const;
 
-  /// Throws usage_error unless exactly `n` positional arguments were given.
+  /// Returns the option as a duration (see `parse_duration`).
+  std::optional<std::chrono::milliseconds>
+  duration_option(const std::string& name) const;
+
+  /// Throws usage_error unless exactly `n` positional arguments were given;
+  /// `usage` names them ("DOMAIN and COMMAND_ID").
   void expect_positional(size_t n, const std::string& usage) const;
 
   /// Returns the DSN: --dsn, else $CMDBUS_DSN, else "" (libpq environment).
@@ -61,9 +96,53 @@ public:
 
 private:
   std::vector<std::string> positional_;
-  std::map<std::string, std::string> values_;
+  std::multimap<std::string, std::string> values_;
   std::vector<std::string> flags_;
 };
+
+/// Returns the candidate nearest to `given` (edit distance at most a third
+/// of its length, at least 2), or "" when none is near.
+std::string nearest(const std::string& given,
+                    const std::vector<std::string>& candidates);
+
+// -- values ------------------------------------------------------------------
+
+/// Parses a UUID argument; usage error naming `what` otherwise.
+uuid parse_uuid_arg(const std::string& what, const std::string& text);
+
+/// Parses a JSON argument: the text itself, `@FILE` for a file's content, or
+/// `-` for standard input. Usage error naming `what` for unreadable input or
+/// invalid JSON.
+json parse_json_arg(const std::string& what, const std::string& text);
+
+/// Like `parse_json_arg`, and the value must be an object.
+json parse_object_arg(const std::string& what, const std::string& text);
+
+/// Parses a command status, case-insensitively ("tsq" names
+/// IN_TROUBLESHOOTING_QUEUE); usage error listing the choices otherwise.
+command_status parse_status_arg(const std::string& what,
+                                const std::string& text);
+
+/// Parses a batch status, case-insensitively; usage error otherwise.
+batch_status parse_batch_status_arg(const std::string& what,
+                                    const std::string& text);
+
+/// Parses a duration: a number with unit ms, s, m, h or d ("90s", "15m",
+/// "1.5h"); a bare number is seconds. Usage error naming `what` otherwise.
+std::chrono::milliseconds parse_duration(const std::string& what,
+                                         const std::string& text);
+
+// -- database ----------------------------------------------------------------
+
+/// Pool settings of a one-shot command: the DSN from `a`, up to `max_size`
+/// connections, no reconnect backoff log (the one failure is the command's
+/// error).
+db::pool_options pool_options_for(const args& a, size_t max_size = 2);
+
+/// Throws not_found, naming `--create`, unless the PGMQ queue exists; with
+/// `create`, creates it instead. For commands that would otherwise create a
+/// queue from a mistyped domain.
+void require_queue(db::pool& pool, const std::string& queue, bool create);
 
 // -- log level ---------------------------------------------------------------
 
@@ -80,12 +159,18 @@ std::optional<std::string> take_log_level(std::vector<std::string>& argv);
 void set_log_level(const std::string& command,
                    const std::optional<std::string>& given);
 
-/// Escapes a string for JSON output.
-std::string json_string(const std::string& s);
+// -- text output -------------------------------------------------------------
 
 /// Prints rows as an aligned text table with a header.
 void print_table(std::ostream& out, const std::vector<std::string>& header,
                  const std::vector<std::vector<std::string>>& rows);
+
+/// Prints `name value` pairs with the values aligned.
+void print_fields(std::ostream& out,
+                  const std::vector<std::pair<std::string, std::string>>& rows);
+
+/// Returns whether standard output is a terminal (for bars and --watch).
+bool stdout_is_terminal();
 
 // -- subcommands (each returns an exit code) ---------------------------------
 
@@ -96,5 +181,10 @@ int run_show(const std::vector<std::string>& argv);
 int run_list(const std::vector<std::string>& argv);
 int run_queues(const std::vector<std::string>& argv);
 int run_worker(const std::vector<std::string>& argv);
+int run_tsq(const std::vector<std::string>& argv);
+int run_batch(const std::vector<std::string>& argv);
+int run_stats(const std::vector<std::string>& argv);
+int run_replies(const std::vector<std::string>& argv);
+int run_wait(const std::vector<std::string>& argv);
 
 } // namespace cmdbus::cli

@@ -1,6 +1,7 @@
 #include <iostream>
 
 #include "apps/cli.hpp"
+#include "apps/json_out.hpp"
 #include "db/connection.hpp"
 #include "db/migrate.hpp"
 #include "model/log.hpp"
@@ -45,12 +46,16 @@ int run_migrate(const std::vector<std::string>& argv) {
   auto conn = db::connection::open(a.dsn());
   auto report = db::migrate(conn, sql::pgmq_files(), sql::commandbus_files());
   if (a.flag("--json")) {
-    std::cout << "{\"target\":" << json_string(conn.target())
-              << ",\"pgmq\":" << json_string(db::to_string(report.pgmq))
-              << ",\"applied\":[";
-    for (size_t i = 0; i < report.applied.size(); ++i)
-      std::cout << (i > 0 ? "," : "") << json_string(report.applied[i]);
-    std::cout << "]}\n";
+    json_out out;
+    out.begin_object()
+      .field("target", conn.target())
+      .field("pgmq", db::to_string(report.pgmq))
+      .key("applied")
+      .begin_array();
+    for (auto& name : report.applied)
+      out.value(name);
+    out.end_array().end_object();
+    out.print(std::cout);
     return exit_ok;
   }
   for (auto& name : report.applied)

@@ -1,11 +1,7 @@
-#include <fstream>
 #include <iostream>
 
-#include <rapidjson/document.h>
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
 #include "apps/cli.hpp"
+#include "apps/json_out.hpp"
 #include "db/command_bus.hpp"
 #include "db/pool.hpp"
 #include "db/queue_name.hpp"
@@ -38,122 +34,6 @@ Exit codes: 0 sent, 1 invalid input, 2 duplicate command id, 3 database
 unavailable, 4 other failure.
 )";
 
-constexpr const char* send_batch_help
-  = R"(usage: cmdbus send-batch DOMAIN --file F.jsonl [--chunk-size N] [--dsn DSN] [--json]
-
-Sends the commands of a JSON-lines file (one JSON object per line; empty
-lines are skipped; `--file -` reads standard input) to DOMAIN__commands, in
-chunks of N commands (default 1000), one transaction per chunk. Each line:
-  {"command_type": "Debit",            required
-   "data": {...},                      optional, an object (default {})
-   "command_id": "<uuid>",             optional (default: a new UUID)
-   "correlation_id": "<uuid>",         optional (default: a new UUID)
-   "reply_to": "queue_name",           optional
-   "max_attempts": 5}                  optional
-The whole file is validated before anything is sent; an invalid line is
-reported as FILE:LINE: problem.
-
-Exit codes: 0 sent, 1 invalid input, 2 duplicate command id, 3 database
-unavailable, 4 other failure.
-)";
-
-uuid parse_uuid_arg(const std::string& what, const std::string& text) {
-  auto id = uuid::parse(text);
-  if (!id)
-    throw usage_error{what + " is not a valid UUID: '" + text + "'"};
-  return *id;
-}
-
-json parse_object_arg(const std::string& what, const std::string& text) {
-  json value;
-  try {
-    value = json::parse(text);
-  } catch (const decode_error& e) {
-    throw usage_error{what + " is not valid JSON: " + e.what()};
-  }
-  if (!value.is_object())
-    throw usage_error{what + " must be a JSON object"};
-  return value;
-}
-
-db::pool_options pool_for(const args& a) {
-  db::pool_options opts;
-  opts.dsn = a.dsn();
-  opts.max_size = 2;
-  opts.connection.application_name = "cmdbus-cli";
-  return opts;
-}
-
-// Decodes one line of a send-batch file; throws usage_error naming the line.
-send_request parse_line(const std::string& where, const std::string& domain,
-                        const std::string& line) {
-  auto fail = [&](const std::string& why) {
-    throw usage_error{where + ": " + why};
-  };
-  json validated;
-  try {
-    validated = json::parse(line);
-  } catch (const decode_error& e) {
-    fail(std::string{"invalid JSON: "} + e.what());
-  }
-  rapidjson::Document doc;
-  doc.Parse(validated.text().c_str());
-  if (!doc.IsObject())
-    fail("each line must be a JSON object");
-  send_request req;
-  req.domain = domain;
-  auto str = [&](const char* key) -> std::optional<std::string> {
-    auto it = doc.FindMember(key);
-    if (it == doc.MemberEnd() || it->value.IsNull())
-      return std::nullopt;
-    if (!it->value.IsString())
-      fail(std::string{"field \""} + key + "\" must be a string");
-    return std::string{it->value.GetString(), it->value.GetStringLength()};
-  };
-  auto type = str("command_type");
-  if (!type || type->empty())
-    fail("missing field \"command_type\"");
-  req.command_type = *type;
-  if (auto id = str("command_id")) {
-    auto x = uuid::parse(*id);
-    if (!x)
-      fail("field \"command_id\" is not a valid UUID: \"" + *id + "\"");
-    req.command_id = *x;
-  } else {
-    req.command_id = uuid::random();
-  }
-  if (auto id = str("correlation_id")) {
-    auto x = uuid::parse(*id);
-    if (!x)
-      fail("field \"correlation_id\" is not a valid UUID: \"" + *id + "\"");
-    req.correlation_id = *x;
-  } else {
-    req.correlation_id = uuid::random();
-  }
-  if (auto q = str("reply_to")) {
-    auto problem = db::queue_name_problem(*q);
-    if (!problem.empty())
-      fail("field \"reply_to\" " + problem);
-    req.reply_to = *q;
-  }
-  if (auto it = doc.FindMember("max_attempts"); it != doc.MemberEnd()) {
-    if (!it->value.IsInt() || it->value.GetInt() < 1)
-      fail("field \"max_attempts\" must be an integer >= 1");
-    req.max_attempts = it->value.GetInt();
-  }
-  if (auto it = doc.FindMember("data"); it != doc.MemberEnd()) {
-    if (!it->value.IsObject())
-      fail("field \"data\" must be an object");
-    // The line was validated as a whole: the member's compact
-    // re-serialisation is valid JSON too.
-    rapidjson::StringBuffer buf;
-    rapidjson::Writer<rapidjson::StringBuffer> w{buf};
-    it->value.Accept(w);
-    req.data = json{std::string{buf.GetString(), buf.GetSize()}, json::trusted};
-  }
-  return req;
-}
-
 } // namespace
 
 int run_send(const std::vector<std::string>& argv) {
@@ -165,7 +45,7 @@ int run_send(const std::vector<std::string>& argv) {
     std::cout << send_help;
     return exit_ok;
   }
-  a.expect_positional(2, "DOMAIN and TYPE (see `cmdbus send --help`)");
+  a.expect_positional(2, "DOMAIN and TYPE");
   send_request req;
   req.domain = a.positional()[0];
   req.command_type = a.positional()[1];
@@ -184,71 +64,23 @@ int run_send(const std::vector<std::string>& argv) {
     req.reply_to = *q;
   }
   req.max_attempts = a.int_option("--max-attempts", 1);
-  db::pool pool{pool_for(a)};
+  db::pool pool{pool_options_for(a)};
   command_bus bus{pool};
   auto res = bus.send(req);
   auto queue = db::command_queue(req.domain);
   if (a.flag("--json")) {
-    std::cout << "{\"command_id\":" << json_string(res.command_id.to_string())
-              << ",\"msg_id\":" << res.msg_id
-              << ",\"queue\":" << json_string(queue) << ",\"correlation_id\":"
-              << json_string(req.correlation_id->to_string()) << "}\n";
+    json_out out;
+    out.begin_object()
+      .field("command_id", res.command_id)
+      .field("msg_id", res.msg_id)
+      .field("queue", queue)
+      .field("correlation_id", *req.correlation_id)
+      .end_object();
+    out.print(std::cout);
   } else {
     std::cout << "sent command " << res.command_id.to_string() << " to "
               << queue << " (msg_id " << res.msg_id << ", correlation_id "
               << req.correlation_id->to_string() << ")\n";
-  }
-  return exit_ok;
-}
-
-int run_send_batch(const std::vector<std::string>& argv) {
-  args a{argv, {"--help", "--json"}, {"--dsn", "--file", "--chunk-size"}};
-  if (a.flag("--help")) {
-    std::cout << send_batch_help;
-    return exit_ok;
-  }
-  a.expect_positional(1, "DOMAIN (see `cmdbus send-batch --help`)");
-  auto domain = a.positional()[0];
-  db::validate_domain(domain);
-  auto file = a.option("--file");
-  if (!file)
-    throw usage_error{"--file is required"};
-  std::ifstream in;
-  std::istream* src = &std::cin;
-  if (*file != "-") {
-    in.open(*file);
-    if (!in)
-      throw usage_error{"cannot read " + *file};
-    src = &in;
-  }
-  std::vector<send_request> reqs;
-  std::string line;
-  for (int n = 1; std::getline(*src, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos)
-      continue;
-    reqs.push_back(parse_line(*file + ":" + std::to_string(n), domain, line));
-  }
-  if (reqs.empty())
-    throw usage_error{*file + " holds no commands"};
-  command_bus_options opts;
-  if (auto n = a.int_option("--chunk-size", 1))
-    opts.chunk_size = static_cast<size_t>(*n);
-  db::pool pool{pool_for(a)};
-  command_bus bus{pool, opts};
-  auto res = bus.send_batch(reqs);
-  auto queue = db::command_queue(domain);
-  if (a.flag("--json")) {
-    std::cout << "{\"queue\":" << json_string(queue)
-              << ",\"total_commands\":" << res.total_commands
-              << ",\"chunks\":" << res.chunks_processed << ",\"results\":[";
-    for (size_t i = 0; i < res.results.size(); ++i)
-      std::cout << (i > 0 ? "," : "") << "{\"command_id\":"
-                << json_string(res.results[i].command_id.to_string())
-                << ",\"msg_id\":" << res.results[i].msg_id << "}";
-    std::cout << "]}\n";
-  } else {
-    std::cout << "sent " << res.total_commands << " command(s) to " << queue
-              << " in " << res.chunks_processed << " chunk(s)\n";
   }
   return exit_ok;
 }

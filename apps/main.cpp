@@ -1,113 +1,242 @@
-// The `cmdbus` command-line tool: migrations, sending and inspecting
-// commands, queue metrics.
+// The `cmdbus` command-line tool: migrations, sending, inspecting and
+// repairing commands, batches and queues, and the demo worker.
 
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "apps/cli.hpp"
+#include "apps/json_out.hpp"
 #include "db/error.hpp"
 #include "model/errors.hpp"
 
 namespace {
 
-constexpr const char* main_help = R"(usage: cmdbus <command> [options]
+using namespace cmdbus;
+
+struct command_entry {
+  const char* name;
+  int (*run)(const std::vector<std::string>&);
+};
+
+constexpr command_entry commands[] = {
+  {"migrate", cli::run_migrate},       {"send", cli::run_send},
+  {"send-batch", cli::run_send_batch}, {"show", cli::run_show},
+  {"list", cli::run_list},             {"wait", cli::run_wait},
+  {"tsq", cli::run_tsq},               {"batch", cli::run_batch},
+  {"stats", cli::run_stats},           {"queues", cli::run_queues},
+  {"replies", cli::run_replies},       {"worker", cli::run_worker},
+};
+
+constexpr const char* main_help = R"(usage: cmdbus [--dsn DSN] [--log-level LEVEL] <command> [options]
+       cmdbus help <command>
 
 Commands:
-  migrate      create or upgrade the database schema (commandbus and PGMQ)
+  migrate      create or upgrade the database schema; --status lists
+               applied and pending migrations
   send         send one command
-  send-batch   send the commands of a JSON-lines file
-  show         show a command's metadata and audit trail
+  send-batch   send the commands of a JSON-lines file (optionally as a batch)
+  show         show a command: metadata, payload, audit trail, next retry
   list         list a domain's commands
+  wait         wait until a command is finished (exit 0 completed, 5 not)
+  tsq          the troubleshooting queue: list, show, retry, cancel, complete
+  batch        batches: list, show, refresh
+  stats        commands by status, queue depth and throughput per domain
   queues       show PGMQ metrics of every queue
+  replies      read or peek at a reply queue
   worker       process commands with the demo handlers (until SIGINT/SIGTERM,
                or once with --tick)
 
 Options:
-  -h, --help         show this help (also after a command)
+  -h, --help         show this help (`cmdbus CMD --help` for a command's)
   --version          print the version
+  --dsn DSN          the database, before or after the command
   --log-level LEVEL  trace, debug, info, warn, error, critical or off, before
                      or after any command (default: $CMDBUS_LOG_LEVEL, else
                      $SPDLOG_LEVEL, else info for worker and warn for the
                      others); the log goes to stderr
+  --                 ends the options: what follows is positional
 
 Connection: --dsn DSN, else $CMDBUS_DSN, else the standard libpq environment
 (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, ...). DSN is a libpq
 key=value string or a postgresql:// URI. Passwords are never printed.
 
-Output: human-readable tables; --json prints JSON instead.
+Output: human-readable text; --json prints JSON instead (errors too, as
+{"error": "...", "exit_code": N} on standard output).
 
-Exit codes: 0 ok, 1 usage error or invalid input, 2 not found or duplicate,
-3 database unavailable, 4 other failure (e.g. a failed migration).
+Exit codes:
+  0  ok
+  1  usage error or invalid input
+  2  not found, duplicate, or not in the state the operation needs
+  3  database unavailable (cannot connect, or the connection broke)
+  4  other failure (e.g. a failed migration, a database without the schema)
+  5  the commands did not all complete (`wait`, `worker --tick`)
+  6  the server refused the login (wrong password, unknown role or database)
 )";
 
-using namespace cmdbus;
+const command_entry* find_command(const std::string& name) {
+  for (auto& c : commands)
+    if (name == c.name)
+      return &c;
+  return nullptr;
+}
+
+std::vector<std::string> command_names() {
+  std::vector<std::string> names;
+  for (auto& c : commands)
+    names.emplace_back(c.name);
+  return names;
+}
+
+// Moves the global options that stand before the command (--dsn) behind it,
+// where the command's own parser reads them.
+std::vector<std::string> take_global_dsn(std::vector<std::string>& argv) {
+  std::vector<std::string> moved;
+  while (!argv.empty()) {
+    auto& a = argv.front();
+    if (a == "--dsn" && argv.size() >= 2) {
+      moved = {"--dsn", argv[1]};
+      argv.erase(argv.begin(), argv.begin() + 2);
+    } else if (a.rfind("--dsn=", 0) == 0) {
+      moved = {a};
+      argv.erase(argv.begin());
+    } else {
+      break;
+    }
+  }
+  return moved;
+}
+
+bool wants_json(const std::vector<std::string>& argv) {
+  for (auto& a : argv) {
+    if (a == "--")
+      return false;
+    if (a == "--json")
+      return true;
+  }
+  return false;
+}
+
+// Whether a failure names an object of our schema (or PGMQ's functions):
+// the database was never migrated.
+bool schema_missing(const db::error& e) {
+  if (e.code() != db::errc::undefined_table
+      && e.code() != db::errc::undefined_function
+      && e.sqlstate() != "3F000")
+    return false;
+  std::string what = e.what();
+  return what.find("commandbus.") != std::string::npos
+         || what.find("pgmq.") != std::string::npos
+            && what.find("pgmq.q_") == std::string::npos
+            && what.find("pgmq.a_") == std::string::npos
+         || what.find("schema \"commandbus\"") != std::string::npos
+         || what.find("schema \"pgmq\"") != std::string::npos;
+}
+
+struct failure {
+  int code;
+  std::string message;
+};
+
+failure describe(std::exception_ptr ep) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const cli::usage_error& e) {
+    return {cli::exit_usage, e.message};
+  } catch (const cli::not_found& e) {
+    return {cli::exit_not_found, e.message};
+  } catch (const cli::exit_with& e) {
+    return {e.code, e.message};
+  } catch (const db::invalid_argument& e) {
+    return {cli::exit_usage, e.what()};
+  } catch (const decode_error& e) {
+    return {cli::exit_usage, e.what()};
+  } catch (const keyed_error& e) {
+    // duplicate command, unknown command or batch
+    return {cli::exit_not_found, e.what()};
+  } catch (const invalid_operation_error& e) {
+    return {cli::exit_not_found, e.what()};
+  } catch (const db::error& e) {
+    if (db::is_login_refused(e))
+      return {cli::exit_auth,
+              std::string{e.what()}
+                + " (the server refused the login: check the user, password "
+                  "and database name in --dsn or $CMDBUS_DSN)"};
+    if (e.code() == db::errc::connection)
+      return {cli::exit_db_unavailable,
+              std::string{e.what()}
+                + " (is the server running, and are --dsn or $CMDBUS_DSN "
+                  "right?)"};
+    if (schema_missing(e))
+      return {cli::exit_failed,
+              "the database has no cmdbus schema (" + std::string{e.what()}
+                + "): run `cmdbus migrate` first"};
+    return {cli::exit_failed, e.what()};
+  } catch (const std::exception& e) {
+    return {cli::exit_failed, e.what()};
+  }
+}
 
 } // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string command;
+  bool json = wants_json(args);
   try {
     auto level = cli::take_log_level(args);
+    auto dsn = take_global_dsn(args);
     if (!args.empty()) {
       command = args.front();
       args.erase(args.begin());
     }
+    args.insert(args.begin(), dsn.begin(), dsn.end());
     cli::set_log_level(command, level);
     if (command.empty()) {
       std::cerr << main_help;
       return cli::exit_usage;
     }
-    if (command == "-h" || command == "--help" || command == "help") {
+    if (command == "-h" || command == "--help") {
       std::cout << main_help;
       return cli::exit_ok;
+    }
+    if (command == "help") {
+      if (args.empty() || args.front().rfind("--", 0) == 0) {
+        std::cout << main_help;
+        return cli::exit_ok;
+      }
+      command = args.front();
+      if (find_command(command) == nullptr)
+        throw cli::usage_error{"unknown command '" + command + "'"};
+      return find_command(command)->run({"--help"});
     }
     if (command == "--version") {
       std::cout << "cmdbus 0.1.0\n";
       return cli::exit_ok;
     }
-    if (command == "migrate")
-      return cli::run_migrate(args);
-    if (command == "send")
-      return cli::run_send(args);
-    if (command == "send-batch")
-      return cli::run_send_batch(args);
-    if (command == "show")
-      return cli::run_show(args);
-    if (command == "list")
-      return cli::run_list(args);
-    if (command == "queues")
-      return cli::run_queues(args);
-    if (command == "worker")
-      return cli::run_worker(args);
-    throw cli::usage_error{"unknown command '" + command + "'"};
-  } catch (const cli::usage_error& e) {
-    std::cerr << "cmdbus: " << e.message << " (see `cmdbus "
-              << (command.empty() || command[0] == '-' ? "" : command + " ")
-              << "--help`)\n";
-    return cli::exit_usage;
-  } catch (const cli::not_found& e) {
-    std::cerr << "cmdbus: " << e.message << '\n';
-    return cli::exit_not_found;
-  } catch (const db::invalid_argument& e) {
-    std::cerr << "cmdbus: " << e.what() << '\n';
-    return cli::exit_usage;
-  } catch (const decode_error& e) {
-    std::cerr << "cmdbus: " << e.what() << '\n';
-    return cli::exit_usage;
-  } catch (const duplicate_command_error& e) {
-    std::cerr << "cmdbus: " << e.what() << '\n';
-    return cli::exit_not_found;
-  } catch (const batch_not_found_error& e) {
-    std::cerr << "cmdbus: " << e.what() << '\n';
-    return cli::exit_not_found;
-  } catch (const db::error& e) {
-    std::cerr << "cmdbus: " << e.what() << '\n';
-    return e.code() == db::errc::connection ? cli::exit_db_unavailable
-                                            : cli::exit_failed;
-  } catch (const std::exception& e) {
-    std::cerr << "cmdbus: " << e.what() << '\n';
-    return cli::exit_failed;
+    if (auto* entry = find_command(command))
+      return entry->run(args);
+    auto near = cli::nearest(command, command_names());
+    auto message = "unknown command '" + command + "'"
+                   + (near.empty() ? "" : "; did you mean " + near + "?");
+    command.clear();
+    throw cli::usage_error{message};
+  } catch (...) {
+    auto f = describe(std::current_exception());
+    if (f.code == cli::exit_usage && f.message.find("--help`") == std::string::npos)
+      f.message += command.empty() || command[0] == '-'
+                     ? " (see `cmdbus --help`)"
+                     : " (see `cmdbus " + command + " --help`)";
+    if (json) {
+      cli::json_out out;
+      out.begin_object()
+        .field("error", f.message)
+        .field("exit_code", f.code)
+        .end_object();
+      out.print(std::cout);
+    } else {
+      std::cerr << "cmdbus: " << f.message << '\n';
+    }
+    return f.code;
   }
 }

@@ -106,7 +106,9 @@ connection connection::open(const std::string& dsn,
     throw error{errc::connection, "", "out of memory allocating a connection"};
   if (PQstatus(ptr->conn) != CONNECTION_OK) {
     auto msg = trim(PQerrorMessage(ptr->conn));
-    throw error{errc::connection, "",
+    // A refused login keeps the connection class (the runtime retries it
+    // like any other) and carries its SQLSTATE for the tools' messages.
+    throw error{errc::connection, login_failure_sqlstate(msg),
                 "cannot connect to " + ptr->target + ": " + msg};
   }
   PQsetNoticeReceiver(ptr->conn, &impl::on_notice, ptr.get());

@@ -54,4 +54,24 @@ errc classify_sqlstate(const std::string& s) noexcept {
   return errc::other;
 }
 
+std::string login_failure_sqlstate(const std::string& message) {
+  auto has = [&](const char* x) {
+    return message.find(x) != std::string::npos;
+  };
+  if (has("password authentication failed") || has("no password supplied"))
+    return "28P01";
+  if ((has("FATAL:  role \"") && has("\" does not exist"))
+      || has("no pg_hba.conf entry"))
+    return "28000";
+  if (has("FATAL:  database \"") && has("\" does not exist"))
+    return "3D000";
+  return {};
+}
+
+bool is_login_refused(const error& e) noexcept {
+  const auto& s = e.sqlstate();
+  return e.code() == errc::connection
+         && (s == "28P01" || s == "28000" || s == "3D000");
+}
+
 } // namespace cmdbus::db

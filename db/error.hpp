@@ -42,6 +42,15 @@ const char* to_string(errc x) noexcept;
 /// Maps a five-character SQLSTATE to an `errc`.
 errc classify_sqlstate(const std::string& sqlstate) noexcept;
 
+/// Returns the SQLSTATE of a refused login from the message of a failed
+/// connection attempt: "28P01" (wrong or missing password), "28000" (unknown
+/// role, no pg_hba.conf entry) or "3D000" (no such database); "" for any
+/// other failure. libpq reports no SQLSTATE for a failed connection attempt,
+/// so this reads the server's message, which is English unless the server
+/// sets lc_messages otherwise (then the failure stays a plain connection
+/// failure).
+std::string login_failure_sqlstate(const std::string& message);
+
 /// A failed database operation. `what()` is the server's primary message
 /// (never contains connection secrets).
 class error : public std::runtime_error {
@@ -97,6 +106,9 @@ private:
   std::string constraint_;
   int statement_index_ = -1;
 };
+
+/// Returns whether `e` is a refused login (see `login_failure_sqlstate`).
+bool is_login_refused(const error& e) noexcept;
 
 /// Input that is rejected before any SQL runs (e.g. an invalid queue name).
 class invalid_argument : public std::invalid_argument {

@@ -81,9 +81,10 @@ std::unique_ptr<connection> pool::open_new() {
                                  rng);
     next_attempt_ = std::chrono::steady_clock::now() + wait;
     last_error_ = e.what();
-    log::warn("database {} unavailable ({} consecutive failure(s)); next "
-              "attempt in {} ms",
-              target_, failures_, wait.count());
+    if (opts_.log_failures)
+      log::warn("database {} unavailable ({} consecutive failure(s)); next "
+                "attempt in {} ms",
+                target_, failures_, wait.count());
     cv_.notify_one();
     throw;
   } catch (...) {

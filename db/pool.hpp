@@ -28,6 +28,10 @@ struct pool_options {
   double backoff_multiplier = 2.0;
   /// ... up to this cap; each delay is drawn from [delay/2, delay] (jitter).
   std::chrono::milliseconds backoff_max{30000};
+  /// Whether a failed connection attempt logs a warning with the next
+  /// attempt's delay (long-running processes); one-shot tools report the
+  /// error themselves and turn this off.
+  bool log_failures = true;
 };
 
 /// A thread-safe pool of connections with reconnect backoff.

@@ -1,0 +1,67 @@
+#include <iostream>
+
+#include "apps/cli.hpp"
+#include "apps/json_out.hpp"
+#include "db/command_bus.hpp"
+#include "db/pool.hpp"
+#include "db/queue_name.hpp"
+
+namespace cmdbus::cli {
+
+namespace {
+
+constexpr const char* help
+  = R"(usage: cmdbus list DOMAIN [--status S] [--type T] [--limit N] [--offset N]
+                   [--dsn DSN] [--json]
+
+Lists the domain's commands, newest first. S is one of PENDING, IN_PROGRESS,
+COMPLETED, FAILED, CANCELED, IN_TROUBLESHOOTING_QUEUE (any case; TSQ for
+the last). Default limit 100.
+)";
+
+} // namespace
+
+int run_list(const std::vector<std::string>& argv) {
+  args a{argv,
+         {"--help", "--json"},
+         {"--dsn", "--status", "--type", "--limit", "--offset"}};
+  if (a.flag("--help")) {
+    std::cout << help;
+    return exit_ok;
+  }
+  a.expect_positional(1, "DOMAIN");
+  command_query q;
+  q.domain = a.positional()[0];
+  db::validate_domain(*q.domain);
+  if (auto s = a.option("--status"))
+    q.status = parse_status_arg("--status", *s);
+  q.command_type = a.option("--type");
+  q.limit = a.int_option("--limit", 0).value_or(100);
+  q.offset = a.int_option("--offset", 0).value_or(0);
+  db::pool pool{pool_options_for(a, 1)};
+  command_bus bus{pool};
+  auto cmds = bus.query_commands(q);
+  if (a.flag("--json")) {
+    json_out out;
+    out.begin_array();
+    for (auto& m : cmds)
+      write_command(out, m);
+    out.end_array();
+    out.print(std::cout);
+    return exit_ok;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (auto& m : cmds)
+    rows.push_back(
+      {m.command_id.to_string(), m.command_type,
+       std::string{to_string(m.status)},
+       std::to_string(m.attempts) + "/" + std::to_string(m.max_attempts),
+       format_timestamp(m.created_at), m.last_error_code.value_or("")});
+  print_table(std::cout,
+              {"command_id", "type", "status", "attempts", "created_at",
+               "last_error"},
+              rows);
+  return exit_ok;
+}
+
+} // namespace cmdbus::cli
