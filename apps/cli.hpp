@@ -36,6 +36,8 @@ constexpr int exit_incomplete = 5;
 /// The server refused the login: wrong password, unknown role, or a
 /// database that does not exist.
 constexpr int exit_auth = 6;
+/// A wait ended at its --timeout before the awaited state.
+constexpr int exit_timeout = 7;
 
 /// A usage error: one line on stderr, exit code 1. `main` appends the hint
 /// "(see `cmdbus CMD --help`)" once; messages do not carry it themselves.

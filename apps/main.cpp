@@ -72,6 +72,7 @@ Exit codes:
   4  other failure (e.g. a failed migration, a database without the schema)
   5  the commands did not all complete (`wait`, `worker --tick`)
   6  the server refused the login (wrong password, unknown role or database)
+  7  timed out (`wait --timeout`)
 )";
 
 const command_entry* find_command(const std::string& name) {
