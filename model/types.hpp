@@ -155,6 +155,9 @@ struct troubleshooting_item {
   std::string domain;
   uuid command_id;
   std::string command_type;
+  /// IN_TROUBLESHOOTING_QUEUE in a listing; whatever it is now for a
+  /// command looked up by id.
+  command_status status = command_status::in_troubleshooting_queue;
   int attempts = 0;
   int max_attempts = 0;
   std::optional<std::string> last_error_type;
@@ -162,6 +165,9 @@ struct troubleshooting_item {
   std::optional<std::string> last_error_msg;
   std::optional<uuid> correlation_id;
   std::optional<std::string> reply_to;
+  std::optional<uuid> batch_id;
+  /// The latest archived PGMQ message of the command (the original
+  /// command message); unset when the archive has none.
   std::optional<json> payload;
   timestamp created_at{};
   timestamp updated_at{};
