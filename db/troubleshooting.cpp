@@ -199,19 +199,15 @@ tsq_result count_in_batch(db::connection& conn, const std::string& domain,
   return out;
 }
 
-// Runs `fn` in a transaction on a pooled connection.
+// Runs `fn` in a transaction on a pooled connection (rolled back when `fn`
+// throws).
 template <class F>
 auto in_transaction(db::pool& pool, F fn) {
   auto conn = pool.acquire();
-  try {
-    db::transaction tx{*conn};
-    auto out = fn(*conn);
-    tx.commit();
-    return out;
-  } catch (...) {
-    db::rollback_if_open(*conn);
-    throw;
-  }
+  db::transaction tx{*conn};
+  auto out = fn(*conn);
+  tx.commit();
+  return out;
 }
 
 std::string printable_operator(const std::optional<std::string>& x) {
