@@ -238,3 +238,19 @@ TEST(CliStats, UsageErrors) {
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_NE(r.out.find("--watch"), std::string::npos);
 }
+
+TEST(CliStats, WatchPrintsSnapshotsUntilSigint) {
+  bus_env env;
+  auto domain = prepared_domain(env);
+  // Not a terminal: one JSON document per line and interval; SIGINT (sent by
+  // timeout(1) after 2 s) ends it with exit code 0.
+  auto r = run_process({"/usr/bin/timeout", "--preserve-status", "-s", "INT",
+                        "2", CMDBUS_BINARY, "stats", domain, "--watch",
+                        "--interval", "100ms", "--json", "--dsn", dsn()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_GE(line_count(r.out), 1u) << r.out;
+  auto first = r.out.substr(0, r.out.find('\n'));
+  auto e = element_of(env.conn, first, domain);
+  ASSERT_TRUE(e) << first;
+  EXPECT_EQ(jget(env.conn, *e, "{commands,COMPLETED}"), "3");
+}
