@@ -136,9 +136,13 @@ result_info find_result(db::connection& conn, const command_metadata& m) {
     info.note = "-";
     return info;
   }
-  if (!m.reply_to || !db::queue_name_problem(*m.reply_to).empty()) {
+  if (!m.reply_to) {
     info.note = "not stored (handler results are kept only in a reply, and "
                 "the command had no reply_to)";
+    return info;
+  }
+  if (!db::queue_name_problem(*m.reply_to).empty()) {
+    info.note = "not stored (reply_to is not a valid queue name)";
     return info;
   }
   auto& queue = *m.reply_to;

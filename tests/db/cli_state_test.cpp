@@ -61,6 +61,14 @@ void set_status(bus_env& env, const sent_command& s, const std::string& st) {
                  st, s.domain, s.id.to_string());
 }
 
+/// Archives or deletes (`op`) the command's message and sets its status.
+void settle(bus_env& env, const sent_command& s, const std::string& op,
+            const std::string& status) {
+  env.conn.query("SELECT pgmq." + op + "($1, $2::bigint)", queue_of(s.domain),
+                 s.msg_id);
+  set_status(env, s, status);
+}
+
 std::string success_reply(const uuid& id, const std::string& result) {
   reply x;
   x.command_id = id;
@@ -72,6 +80,12 @@ std::string success_reply(const uuid& id, const std::string& result) {
 void push(db::connection& c, const std::string& queue,
           const std::string& message) {
   c.query("SELECT pgmq.send($1, $2::jsonb)", queue, message);
+}
+
+/// The length of the array `key` of the JSON object `text`.
+opt_str array_length(db::connection& c, const std::string& text,
+                     const std::string& key) {
+  return scalar(c, "SELECT jsonb_array_length($1::jsonb -> $2)", text, key);
 }
 
 /// Whether a `cmdbus` process is connected to the test database.
@@ -88,10 +102,26 @@ void finish(db::connection& c, const sent_command& s,
           s.id.to_string(), status);
 }
 
+/// Runs `cmdbus wait ... --timeout 60s <extra>` on the command, made
+/// IN_PROGRESS, and finishes it with `status` (sp_finish_command) while the
+/// wait runs; returns what the wait printed.
+process_result wait_while_finishing(bus_env& env, const sent_command& s,
+                                    const std::string& status,
+                                    std::vector<std::string> extra) {
+  set_status(env, s, "IN_PROGRESS");
+  std::vector<std::string> args{"wait", s.domain, s.id.to_string(), "--timeout",
+                                "60s"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto waiting = std::async(std::launch::async, [&] { return cli(args); });
+  EXPECT_TRUE(eventually([&] { return cli_connected(env.conn); }))
+    << "the wait did not connect";
+  finish(env.conn, s, status);
+  return waiting.get();
+}
+
 } // namespace
 
-// -- show
-// ----------------------------------------------------------------------
+// -- show -------------------------------------------------------------------
 
 TEST(CliShow, PayloadFromTheQueue) {
   bus_env env;
@@ -112,9 +142,7 @@ TEST(CliShow, PayloadFromTheQueue) {
 TEST(CliShow, PayloadFromTheArchive) {
   bus_env env;
   auto s = send_one(env);
-  env.conn.query("SELECT pgmq.archive($1, $2::bigint)", queue_of(s.domain),
-                 s.msg_id);
-  set_status(env, s, "IN_TROUBLESHOOTING_QUEUE");
+  settle(env, s, "archive", "IN_TROUBLESHOOTING_QUEUE");
   auto r = cli({"show", s.domain, s.id.to_string(), "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(jget(env.conn, r.out, "{payload,n}"), "7") << r.out;
@@ -125,9 +153,7 @@ TEST(CliShow, PayloadFromTheArchive) {
 TEST(CliShow, CompletedCommandWithoutReplyHasNoPayloadAndNoResult) {
   bus_env env;
   auto s = send_one(env);
-  env.conn.query("SELECT pgmq.delete($1, $2::bigint)", queue_of(s.domain),
-                 s.msg_id);
-  set_status(env, s, "COMPLETED");
+  settle(env, s, "delete", "COMPLETED");
   auto r = cli({"show", s.domain, s.id.to_string(), "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(jget(env.conn, r.out, "{payload_source}"), std::nullopt) << r.out;
@@ -163,9 +189,7 @@ TEST(CliShow, ResultFromTheReplyInTheQueueThenInTheArchive) {
   auto replies = unique_name("state_r");
   env.bus.ensure_queue(replies);
   auto s = send_one(env, "{}", replies);
-  env.conn.query("SELECT pgmq.delete($1, $2::bigint)", queue_of(s.domain),
-                 s.msg_id);
-  set_status(env, s, "COMPLETED");
+  settle(env, s, "delete", "COMPLETED");
   // Another command's reply first: only this command's counts.
   push(env.conn, replies, success_reply(uuid::random(), R"({"other": 1})"));
   push(env.conn, replies, success_reply(s.id, R"({"total": 42})"));
@@ -181,8 +205,7 @@ TEST(CliShow, ResultFromTheReplyInTheQueueThenInTheArchive) {
   EXPECT_EQ(jget(env.conn, r.out, "{result_source}"), "reply_archive");
 }
 
-// -- replies
-// -------------------------------------------------------------------
+// -- replies ----------------------------------------------------------------
 
 TEST(CliReplies, PeekChangesNothingAndReadConsumesIntoTheArchive) {
   bus_env env;
@@ -265,19 +288,12 @@ TEST(CliReplies, UnknownQueueExitsTwo) {
   EXPECT_EQ(cli({"replies", "bad name!"}).exit_code, 1);
 }
 
-// -- wait
-// ----------------------------------------------------------------------
+// -- wait -------------------------------------------------------------------
 
 TEST(CliWait, CompletedExitsZero) {
   bus_env env;
   auto s = send_one(env);
-  set_status(env, s, "IN_PROGRESS");
-  auto waiting = std::async(std::launch::async, [&] {
-    return cli({"wait", s.domain, s.id.to_string(), "--json"});
-  });
-  ASSERT_TRUE(eventually([&] { return cli_connected(env.conn); }));
-  finish(env.conn, s, "COMPLETED");
-  auto r = waiting.get();
+  auto r = wait_while_finishing(env, s, "COMPLETED", {"--json"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(jget(env.conn, r.out, "{status}"), "COMPLETED") << r.out;
 }
@@ -285,13 +301,7 @@ TEST(CliWait, CompletedExitsZero) {
 TEST(CliWait, TroubleshootingQueueExitsFive) {
   bus_env env;
   auto s = send_one(env);
-  set_status(env, s, "IN_PROGRESS");
-  auto waiting = std::async(std::launch::async, [&] {
-    return cli({"wait", s.domain, s.id.to_string(), "--timeout", "60s"});
-  });
-  ASSERT_TRUE(eventually([&] { return cli_connected(env.conn); }));
-  finish(env.conn, s, "IN_TROUBLESHOOTING_QUEUE");
-  auto r = waiting.get();
+  auto r = wait_while_finishing(env, s, "IN_TROUBLESHOOTING_QUEUE", {});
   EXPECT_EQ(r.exit_code, 5) << r.err;
   EXPECT_TRUE(contains(r.out, "IN_TROUBLESHOOTING_QUEUE")) << r.out;
 }
@@ -325,18 +335,14 @@ TEST(CliWait, UnknownCommandExitsTwoAndNoDatabaseThree) {
   EXPECT_TRUE(contains(help.out, "7  --timeout passed first")) << help.out;
 }
 
-// -- migrate --status
-// ----------------------------------------------------------
+// -- migrate --status -------------------------------------------------------
 
 TEST(CliMigrateStatus, FreshDatabaseHasEverythingPendingAndStaysUntouched) {
   scratch_database scratch;
   auto r = cli({"migrate", "--status", "--json"}, scratch.dsn());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto conn = db::connection::open(scratch.dsn());
-  EXPECT_EQ(scalar(conn, "SELECT jsonb_array_length($1::jsonb -> 'applied')",
-                   r.out),
-            "0")
-    << r.out;
+  EXPECT_EQ(array_length(conn, r.out, "applied"), "0") << r.out;
   EXPECT_EQ(scalar(conn,
                    "SELECT count(*) FROM jsonb_array_elements($1::jsonb ->"
                    " 'pending') e WHERE e->>'name' LIKE 'commandbus/V00%'",
@@ -355,10 +361,7 @@ TEST(CliMigrateStatus, AfterMigrateAllAppliedThenATamperedChecksum) {
   auto r = cli({"migrate", "--status", "--json"}, scratch.dsn());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto conn = db::connection::open(scratch.dsn());
-  EXPECT_EQ(scalar(conn, "SELECT jsonb_array_length($1::jsonb -> 'pending')",
-                   r.out),
-            "0")
-    << r.out;
+  EXPECT_EQ(array_length(conn, r.out, "pending"), "0") << r.out;
   EXPECT_EQ(scalar(conn,
                    "SELECT count(*) FROM jsonb_array_elements($1::jsonb ->"
                    " 'applied') e WHERE e->>'checksum_state' <> 'match'",
