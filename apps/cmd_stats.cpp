@@ -6,9 +6,11 @@
 
 #include "apps/cli.hpp"
 #include "apps/json_out.hpp"
+#include "db/error.hpp"
 #include "db/pool.hpp"
 #include "db/queue_name.hpp"
 #include "db/stats.hpp"
+#include "model/log.hpp"
 
 namespace cmdbus::cli {
 
@@ -35,7 +37,9 @@ Options:
                   terminal the screen is cleared and redrawn; when standard
                   output is not a terminal, one snapshot is printed per
                   interval (a line with the time, then the tables; with
-                  --json one document per line), so that it can be logged
+                  --json one document per line), so that it can be logged.
+                  When the database goes away while watching, the snapshot
+                  says so and the next interval tries again
   --interval DUR  time between snapshots of --watch (default 2s; e.g. 500ms,
                   10s, 1m)
   --json          print one JSON document: an array of domain objects with
@@ -166,8 +170,19 @@ int run_stats(const std::vector<std::string>& argv) {
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
   bool redraw = stdout_is_terminal() && !json;
+  bool shown = false;
   while (interrupted == 0) {
-    auto xs = snapshot();
+    std::vector<db::domain_stats> xs;
+    std::string problem;
+    try {
+      xs = snapshot();
+    } catch (const db::error& e) {
+      // Once running, an outage is shown and the next interval tries again
+      // (the pool reconnects with backoff); at start it is the exit code.
+      if (e.code() != db::errc::connection || !shown)
+        throw;
+      problem = log::one_line(e.what());
+    }
     auto now = std::chrono::time_point_cast<std::chrono::microseconds>(
       std::chrono::system_clock::now());
     if (redraw)
@@ -176,8 +191,13 @@ int run_stats(const std::vector<std::string>& argv) {
                 << "ms (Ctrl-C ends) " << format_timestamp(now) << "\n\n";
     else if (!json)
       std::cout << "-- " << format_timestamp(now) << '\n';
-    json ? print_json(std::cout, xs) : print_text(std::cout, xs);
+    if (!problem.empty())
+      (json ? std::cerr : std::cout)
+        << "database unavailable (" << problem << "); trying again\n";
+    else
+      json ? print_json(std::cout, xs) : print_text(std::cout, xs);
     std::cout.flush();
+    shown = true;
     auto until = std::chrono::steady_clock::now() + interval;
     while (interrupted == 0 && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds{50});
