@@ -1,3 +1,4 @@
+#include <cmath>
 #include <iostream>
 
 #include "apps/cli.hpp"
@@ -5,6 +6,8 @@
 #include "db/command_bus.hpp"
 #include "db/pool.hpp"
 #include "db/queue_name.hpp"
+#include "db/rows.hpp"
+#include "model/wire.hpp"
 
 namespace cmdbus::cli {
 
@@ -13,8 +16,30 @@ namespace {
 constexpr const char* help
   = R"(usage: cmdbus show DOMAIN COMMAND_ID [--dsn DSN] [--json]
 
-Shows a command's metadata and its audit trail (ordered by time, then audit
-id). Exit code 2 when the command does not exist.
+Shows a command: its metadata, its payload, the last error or the result,
+when a waiting retry is due, and its audit trail (ordered by time, then
+audit id).
+
+  payload     the `data` of the command's message: from the queue table
+              while the message is there (pending, running, waiting for a
+              retry), else from the queue's archive (the troubleshooting
+              queue, a failed or canceled command); a completed command's
+              message is deleted, so its payload is gone unless an earlier
+              message of it was archived (e.g. before a retry out of the
+              troubleshooting queue)
+  result      handler results are not stored: a completed command's result
+              is shown only when it was sent to reply_to and the reply is
+              still in that queue or its archive
+  next attempt  for a PENDING or IN_PROGRESS command whose message is
+              invisible: when it becomes visible again (a retry after a
+              transient failure, or the end of a running attempt's lease)
+
+--json prints {"command": {...}, "payload": ..., "payload_source": "queue" |
+"archive" | null, "next_attempt_at": ... | null, "result": ... | null,
+"result_source": "reply_queue" | "reply_archive" | null, "audit": [...]}.
+
+Exit codes: 0 ok, 1 usage error, 2 the command does not exist, 3 database
+unavailable.
 )";
 
 std::string opt(const std::optional<std::string>& x) {
@@ -23,6 +48,143 @@ std::string opt(const std::optional<std::string>& x) {
 
 std::string opt(const std::optional<uuid>& x) {
   return x ? x->to_string() : "";
+}
+
+std::string archive_table(const std::string& queue) {
+  return "a_" + db::queue_table(queue).substr(2);
+}
+
+// A JSON column as a value; nullopt for NULL or a value beyond our limits.
+std::optional<json> json_at(const db::result& r, int row, int col) {
+  try {
+    return db::opt_json_at(r, row, col);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+struct message_info {
+  std::optional<json> payload;
+  /// "queue" or "archive".
+  std::optional<std::string> source;
+  std::optional<timestamp> next_attempt_at;
+  double next_attempt_in_sec = 0;
+};
+
+// The command's message: a primary-key probe of the queue table, then of
+// the archive; then the newest archived message of the command (a scan of
+// the archive rows archived since the command was created, through the
+// archived_at index).
+message_info find_message(db::connection& conn, const command_metadata& m) {
+  message_info info;
+  auto queue = db::command_queue(m.domain);
+  if (conn.query("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", queue).rows()
+      == 0)
+    return info;
+  if (m.msg_id) {
+    auto r = conn.query("SELECT message -> 'data', vt, vt > now(),"
+                        " EXTRACT(EPOCH FROM vt - now()) FROM pgmq."
+                          + db::queue_table(queue) + " WHERE msg_id = $1",
+                        *m.msg_id);
+    if (r.rows() > 0) {
+      info.payload = json_at(r, 0, 0);
+      info.source = "queue";
+      if ((m.status == command_status::pending
+           || m.status == command_status::in_progress)
+          && r.boolean(0, 2)) {
+        info.next_attempt_at = db::time_at(r, 0, 1);
+        info.next_attempt_in_sec = std::stod(std::string{r.text(0, 3)});
+      }
+      return info;
+    }
+    r = conn.query("SELECT message -> 'data' FROM pgmq." + archive_table(queue)
+                     + " WHERE msg_id = $1",
+                   *m.msg_id);
+    if (r.rows() > 0) {
+      info.payload = json_at(r, 0, 0);
+      info.source = "archive";
+      return info;
+    }
+  }
+  auto r = conn.query("SELECT message -> 'data' FROM pgmq."
+                        + archive_table(queue)
+                        + " WHERE archived_at >= $1::timestamptz"
+                          " AND message ->> 'command_id' = $2"
+                          " ORDER BY archived_at DESC, msg_id DESC LIMIT 1",
+                      format_timestamp(m.created_at), m.command_id.to_string());
+  if (r.rows() > 0) {
+    info.payload = json_at(r, 0, 0);
+    info.source = "archive";
+  }
+  return info;
+}
+
+struct result_info {
+  std::optional<json> result;
+  /// "reply_queue" or "reply_archive".
+  std::optional<std::string> source;
+  /// Why there is no result, for the text output.
+  std::string note;
+};
+
+// The reply of a completed command: a scan of the reply queue (its backlog)
+// and of the archive rows archived since the command completed (the
+// archived_at index), matching the command id.
+result_info find_result(db::connection& conn, const command_metadata& m) {
+  result_info info;
+  if (m.status != command_status::completed) {
+    info.note = "-";
+    return info;
+  }
+  if (!m.reply_to) {
+    info.note = "not stored (handler results are kept only in a reply, and "
+                "the command had no reply_to)";
+    return info;
+  }
+  if (!db::queue_name_problem(*m.reply_to).empty()) {
+    info.note = "not stored (reply_to is not a valid queue name)";
+    return info;
+  }
+  auto& queue = *m.reply_to;
+  if (conn.query("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", queue).rows()
+      == 0) {
+    info.note = "not stored (reply queue " + queue + " does not exist)";
+    return info;
+  }
+  auto id = m.command_id.to_string();
+  auto take = [&](const db::result& r, const char* source) {
+    for (int i = 0; i < r.rows(); ++i) {
+      try {
+        auto rep = wire::decode_reply(r.text(i, 0));
+        info.result = rep.result;
+        info.source = source;
+        return true;
+      } catch (const std::exception&) {
+        // not a valid reply: look further
+      }
+    }
+    return false;
+  };
+  if (take(conn.query("SELECT message::text FROM pgmq." + db::queue_table(queue)
+                        + " WHERE message ->> 'command_id' = $1"
+                          " ORDER BY msg_id DESC",
+                      id),
+           "reply_queue"))
+    return info;
+  if (take(conn.query("SELECT message::text FROM pgmq." + archive_table(queue)
+                        + " WHERE archived_at >= $1::timestamptz"
+                          " AND message ->> 'command_id' = $2"
+                          " ORDER BY msg_id DESC",
+                      format_timestamp(m.updated_at), id),
+           "reply_archive"))
+    return info;
+  info.note = "not stored (no reply of this command left in " + queue
+              + " or its archive; handler results are kept only in replies)";
+  return info;
+}
+
+std::string seconds_text(double s) {
+  return std::to_string(static_cast<int64_t>(std::ceil(s))) + "s";
 }
 
 } // namespace
@@ -43,10 +205,22 @@ int run_show(const std::vector<std::string>& argv) {
   if (!m)
     throw command_not_found_error{domain, id};
   auto trail = bus.get_audit_trail(id, domain);
+  message_info msg;
+  result_info res;
+  {
+    auto conn = pool.acquire();
+    msg = find_message(*conn, *m);
+    res = find_result(*conn, *m);
+  }
   if (a.flag("--json")) {
     json_out out;
     out.begin_object().key("command");
     write_command(out, *m);
+    out.field("payload", msg.payload)
+      .field("payload_source", msg.source)
+      .field("next_attempt_at", msg.next_attempt_at)
+      .field("result", res.result)
+      .field("result_source", res.source);
     out.key("audit").begin_array();
     for (auto& ev : trail)
       write_audit_event(out, ev);
@@ -54,6 +228,22 @@ int run_show(const std::vector<std::string>& argv) {
     out.print(std::cout);
     return exit_ok;
   }
+  std::string payload = "not kept (the message was deleted when the command "
+                        "completed)";
+  if (msg.source)
+    payload = (msg.payload ? msg.payload->text() : "null") + "  (from the "
+              + *msg.source + ")";
+  else if (m->status != command_status::completed)
+    payload = "not found in the queue or its archive";
+  std::string next = "-";
+  if (msg.next_attempt_at)
+    next = "due at " + format_timestamp(*msg.next_attempt_at) + " (in "
+           + seconds_text(msg.next_attempt_in_sec) + ")";
+  std::string result = res.note;
+  if (res.source)
+    result = res.result->text() + "  (from the reply in "
+             + (*res.source == "reply_queue" ? "the queue " : "the archive of ")
+             + *m->reply_to + ")";
   print_fields(
     std::cout,
     {
@@ -63,14 +253,17 @@ int run_show(const std::vector<std::string>& argv) {
       {"status", std::string{to_string(m->status)}},
       {"attempts",
        std::to_string(m->attempts) + " of " + std::to_string(m->max_attempts)},
+      {"next_attempt", next},
       {"msg_id", m->msg_id ? std::to_string(*m->msg_id) : ""},
       {"correlation_id", opt(m->correlation_id)},
       {"reply_to", opt(m->reply_to)},
       {"batch_id", opt(m->batch_id)},
-      {"last_error", m->last_error_type ? opt(m->last_error_type) + " "
-                                            + opt(m->last_error_code) + ": "
-                                            + opt(m->last_error_msg)
-                                        : ""},
+      {"last_error", m->last_error_type
+                       ? opt(m->last_error_type) + " " + opt(m->last_error_code)
+                           + ": " + opt(m->last_error_msg)
+                       : ""},
+      {"result", result},
+      {"payload", payload},
       {"created_at", format_timestamp(m->created_at)},
       {"updated_at", format_timestamp(m->updated_at)},
     });

@@ -4,6 +4,7 @@
 #include <map>
 #include <utility>
 
+#include "db/rows.hpp"
 #include "model/log.hpp"
 
 namespace cmdbus::db {
@@ -237,6 +238,115 @@ migrate_report migrate(connection& conn,
   auto applied = load_applied(conn);
   report.pgmq = install_pgmq(conn, pgmq_files, applied, report);
   apply_pending(conn, commandbus_component, commandbus_files, applied, report);
+  return report;
+}
+
+const char* to_string(checksum_state x) noexcept {
+  switch (x) {
+    case checksum_state::match: return "match";
+    case checksum_state::superseded: return "superseded";
+    case checksum_state::changed: return "changed";
+    case checksum_state::not_bundled: return "not_bundled";
+  }
+  return "changed";
+}
+
+std::string migration_state::full_name() const {
+  return component + "/" + version + "__" + name;
+}
+
+bool migration_status_report::tampered() const noexcept {
+  for (auto& m : migrations)
+    if (m.checksum == checksum_state::changed)
+      return true;
+  return false;
+}
+
+size_t migration_status_report::pending() const noexcept {
+  size_t n = 0;
+  for (auto& m : migrations)
+    n += m.applied ? 0 : 1;
+  return n;
+}
+
+migration_status_report
+migration_status(connection& conn,
+                 const std::vector<migration_file>& pgmq_files,
+                 const std::vector<migration_file>& commandbus_files) {
+  migration_status_report report;
+  report.pgmq_extension_available = pgmq_extension_available(conn);
+  // Applied rows, without creating the bookkeeping table (read only).
+  std::vector<migration_state> applied;
+  if (!conn.exec("SELECT to_regclass('commandbus.cmdbus_migrations')")
+         .is_null(0, 0)) {
+    auto r = conn.exec("SELECT component, version, name, checksum, applied_at"
+                       " FROM commandbus.cmdbus_migrations"
+                       " ORDER BY component DESC, version");
+    for (int i = 0; i < r.rows(); ++i) {
+      migration_state m;
+      m.component = r.text(i, 0);
+      m.version = r.text(i, 1);
+      m.name = r.text(i, 2);
+      m.applied = true;
+      m.applied_at = time_at(r, i, 4);
+      m.recorded_checksum = std::string{r.text(i, 3)};
+      applied.push_back(std::move(m));
+    }
+  }
+  auto bundled =
+    [&](const std::string& component) -> const std::vector<migration_file>& {
+    return component == pgmq_component ? pgmq_files : commandbus_files;
+  };
+  for (auto& m : applied) {
+    m.checksum = checksum_state::not_bundled;
+    for (auto& f : bundled(m.component)) {
+      if (f.version != m.version)
+        continue;
+      m.bundled_checksum = migration_checksum(f.text);
+      if (*m.bundled_checksum == *m.recorded_checksum)
+        m.checksum = checksum_state::match;
+      else if (superseded_checksum(m.component, m.version,
+                                   *m.recorded_checksum))
+        m.checksum = checksum_state::superseded;
+      else
+        m.checksum = checksum_state::changed;
+    }
+  }
+  bool pgmq_recorded = false;
+  for (auto& m : applied)
+    pgmq_recorded = pgmq_recorded || m.component == pgmq_component;
+  // Which pgmq files `migrate` would apply (see install_pgmq).
+  bool pgmq_files_pending = false;
+  if (pgmq_extension_installed(conn)) {
+    report.pgmq = pgmq_source::extension;
+  } else if (pgmq_recorded) {
+    report.pgmq = pgmq_source::compat;
+    pgmq_files_pending = true;
+  } else if (pgmq_schema_exists(conn)) {
+    report.pgmq = pgmq_source::external;
+  } else {
+    pgmq_files_pending = !report.pgmq_extension_available;
+  }
+  report.migrations = applied;
+  auto add_pending = [&](const char* component,
+                         const std::vector<migration_file>& files) {
+    for (auto& f : files) {
+      bool done = false;
+      for (auto& m : applied)
+        done = done || (m.component == component && m.version == f.version);
+      if (done)
+        continue;
+      migration_state m;
+      m.component = component;
+      m.version = std::string{f.version};
+      m.name = std::string{f.name};
+      m.bundled_checksum = migration_checksum(f.text);
+      report.migrations.push_back(std::move(m));
+    }
+  };
+  if (pgmq_files_pending)
+    add_pending(pgmq_component, pgmq_files);
+  add_pending(commandbus_component, commandbus_files);
   return report;
 }
 

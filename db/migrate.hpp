@@ -1,10 +1,12 @@
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "db/connection.hpp"
+#include "model/types.hpp"
 
 namespace cmdbus::db {
 
@@ -61,5 +63,68 @@ std::string migration_checksum(std::string_view text);
 /// one (see migrate.cpp).
 bool superseded_checksum(std::string_view component, std::string_view version,
                          std::string_view checksum);
+
+/// How an applied migration's recorded checksum compares with the bundled
+/// file.
+enum class checksum_state {
+  /// The same text.
+  match,
+  /// An earlier text that differs only in comments (`superseded_checksum`).
+  superseded,
+  /// A different text: `migrate` refuses to run on this database.
+  changed,
+  /// No bundled file has this version (applied by another build).
+  not_bundled,
+};
+
+/// Returns "match", "superseded", "changed" or "not_bundled".
+const char* to_string(checksum_state x) noexcept;
+
+/// One migration as `migration_status` reports it.
+struct migration_state {
+  /// "pgmq" or "commandbus".
+  std::string component;
+  std::string version;
+  std::string name;
+  /// Whether the database records it.
+  bool applied = false;
+  std::optional<timestamp> applied_at;
+  /// The recorded checksum (applied) and the bundled one (bundled).
+  std::optional<std::string> recorded_checksum;
+  std::optional<std::string> bundled_checksum;
+  /// Set for applied migrations only.
+  std::optional<checksum_state> checksum;
+
+  /// Returns "component/version__name".
+  std::string full_name() const;
+};
+
+/// What `migration_status` found.
+struct migration_status_report {
+  /// Where `pgmq` comes from; unset when the database has no pgmq schema
+  /// yet (`migrate` would create the extension when it is available, else
+  /// apply the bundled pgmq files).
+  std::optional<pgmq_source> pgmq;
+  /// Whether the pgmq extension is available on the server.
+  bool pgmq_extension_available = false;
+  /// Applied migrations first (component, version order), then pending
+  /// ones: bundled files not recorded. The bundled pgmq files are pending
+  /// only when `migrate` would apply them (no pgmq schema yet and no
+  /// extension available, or the compatible install is in use).
+  std::vector<migration_state> migrations;
+
+  /// Returns whether any applied migration's checksum is `changed`.
+  bool tampered() const noexcept;
+  /// Returns the number of pending migrations.
+  size_t pending() const noexcept;
+};
+
+/// Reports which migrations the database behind `conn` has applied and which
+/// of the bundled ones are pending. Only reads (also on a fresh database,
+/// where everything is pending): it never creates or changes anything.
+migration_status_report
+migration_status(connection& conn,
+                 const std::vector<migration_file>& pgmq_files,
+                 const std::vector<migration_file>& commandbus_files);
 
 } // namespace cmdbus::db
