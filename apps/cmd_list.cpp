@@ -11,12 +11,13 @@ namespace cmdbus::cli {
 namespace {
 
 constexpr const char* help
-  = R"(usage: cmdbus list DOMAIN [--status S] [--type T] [--limit N] [--offset N]
-                   [--dsn DSN] [--json]
+  = R"(usage: cmdbus list DOMAIN [--status S] [--type T] [--batch B] [--limit N]
+                   [--offset N] [--dsn DSN] [--json]
 
-Lists the domain's commands, newest first. S is one of PENDING, IN_PROGRESS,
-COMPLETED, FAILED, CANCELED, IN_TROUBLESHOOTING_QUEUE (any case; TSQ for
-the last). Default limit 100.
+Lists the domain's commands, newest first, with the batch each belongs to
+(empty when none). S is one of PENDING, IN_PROGRESS, COMPLETED, FAILED,
+CANCELED, IN_TROUBLESHOOTING_QUEUE (any case; TSQ for the last); B is a
+batch id: only that batch's commands. Default limit 100.
 )";
 
 } // namespace
@@ -24,7 +25,7 @@ the last). Default limit 100.
 int run_list(const std::vector<std::string>& argv) {
   args a{argv,
          {"--help", "--json"},
-         {"--dsn", "--status", "--type", "--limit", "--offset"}};
+         {"--dsn", "--status", "--type", "--batch", "--limit", "--offset"}};
   if (a.flag("--help")) {
     std::cout << help;
     return exit_ok;
@@ -36,6 +37,8 @@ int run_list(const std::vector<std::string>& argv) {
   if (auto s = a.option("--status"))
     q.status = parse_status_arg("--status", *s);
   q.command_type = a.option("--type");
+  if (auto b = a.option("--batch"))
+    q.batch_id = parse_uuid_arg("--batch", *b);
   q.limit = a.int_option("--limit", 0).value_or(100);
   q.offset = a.int_option("--offset", 0).value_or(0);
   db::pool pool{pool_options_for(a, 1)};
@@ -56,10 +59,11 @@ int run_list(const std::vector<std::string>& argv) {
       {m.command_id.to_string(), m.command_type,
        std::string{to_string(m.status)},
        std::to_string(m.attempts) + "/" + std::to_string(m.max_attempts),
-       format_timestamp(m.created_at), m.last_error_code.value_or("")});
+       format_timestamp(m.created_at), m.last_error_code.value_or(""),
+       m.batch_id ? m.batch_id->to_string() : ""});
   print_table(std::cout,
               {"command_id", "type", "status", "attempts", "created_at",
-               "last_error"},
+               "last_error", "batch"},
               rows);
   return exit_ok;
 }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 
@@ -10,6 +11,7 @@
 #include "db/command_bus.hpp"
 #include "db/pool.hpp"
 #include "db/queue_name.hpp"
+#include "model/errors.hpp"
 #include "model/json.hpp"
 
 namespace cmdbus::cli {
@@ -17,23 +19,59 @@ namespace cmdbus::cli {
 namespace {
 
 constexpr const char* send_batch_help
-  = R"(usage: cmdbus send-batch DOMAIN --file F.jsonl [--chunk-size N] [--dsn DSN] [--json]
+  = R"(usage: cmdbus send-batch DOMAIN --file F.jsonl [--create] [--chunk-size N]
+                         [--dsn DSN] [--json]
+       cmdbus send-batch DOMAIN --file F.jsonl --batch [--name NAME]
+                         [--batch-id ID] [--custom-data JSON] [--create]
+                         [--dsn DSN] [--json]
 
 Sends the commands of a JSON-lines file (one JSON object per line; empty
-lines are skipped; `--file -` reads standard input) to DOMAIN__commands, in
-chunks of N commands (default 1000), one transaction per chunk. Each line:
+lines are skipped; `--file -` reads standard input) to DOMAIN__commands.
+Each line:
   {"command_type": "Debit",            required
    "data": {...},                      optional, an object (default {})
    "command_id": "<uuid>",             optional (default: a new UUID)
    "correlation_id": "<uuid>",         optional (default: a new UUID)
    "reply_to": "queue_name",           optional
    "max_attempts": 5}                  optional
-The whole file is validated before anything is sent; an invalid line is
-reported as FILE:LINE: problem.
+Any other key is an error. The whole file is validated before anything is
+sent; an invalid line is reported as FILE:LINE: problem.
 
-Exit codes: 0 sent, 1 invalid input, 2 duplicate command id, 3 database
-unavailable, 4 other failure.
+Without --batch the commands are sent in chunks of N (default 1000), one
+transaction per chunk: a failure leaves the chunks before it sent.
+
+With --batch (implied by --name, --batch-id and --custom-data) the file
+becomes ONE batch of DOMAIN: the batch row and all its commands are written
+in a single transaction (all or nothing), and the batch id is printed.
+Follow it with `cmdbus batch show DOMAIN ID` or `cmdbus list DOMAIN --batch
+ID`. Batches are created whole: an existing batch id is refused, and nothing
+is ever added to an existing batch.
+
+Options:
+  --file F                the JSON-lines file (`-` for standard input)
+  --create                create DOMAIN__commands if it does not exist
+                          (without it, a missing queue is exit code 2)
+  --chunk-size N          commands per transaction (not with --batch)
+  --batch                 create one batch of all the file's commands
+  --name NAME             the batch's name
+  --batch-id ID           the batch's id (default: a new UUID)
+  --custom-data JSON      the batch's custom data, an object (JSON text,
+                          @FILE, or - for standard input)
+  --dsn DSN               PostgreSQL connection string (else $CMDBUS_DSN)
+  --json                  print the result as JSON: without --batch
+                          {queue, total_commands, chunks, results}, with it
+                          {batch_id, total, queue, results}; results are
+                          [{command_id, msg_id}] in file order
+  -h, --help              show this help
+
+Exit codes: 0 sent, 1 invalid input, 2 duplicate command id, existing batch
+id or missing queue, 3 database unavailable, 4 other failure.
 )";
+
+// The keys a line may have.
+const std::vector<std::string> line_keys{"command_type", "data",
+                                         "command_id",   "correlation_id",
+                                         "reply_to",     "max_attempts"};
 
 // Decodes one line of a send-batch file; throws usage_error naming the line.
 send_request parse_line(const std::string& where, const std::string& domain,
@@ -51,6 +89,15 @@ send_request parse_line(const std::string& where, const std::string& domain,
   doc.Parse(validated.text().c_str());
   if (!doc.IsObject())
     fail("each line must be a JSON object");
+  for (auto& m : doc.GetObject()) {
+    std::string key{m.name.GetString(), m.name.GetStringLength()};
+    if (std::find(line_keys.begin(), line_keys.end(), key) == line_keys.end()) {
+      std::string expected;
+      for (auto& k : line_keys)
+        expected += (expected.empty() ? "" : ", ") + k;
+      fail("unknown field \"" + key + "\" (expected " + expected + ")");
+    }
+  }
   send_request req;
   req.domain = domain;
   auto str = [&](const char* key) -> std::optional<std::string> {
@@ -105,10 +152,70 @@ send_request parse_line(const std::string& where, const std::string& domain,
   return req;
 }
 
+// The batch form of a parsed line (the batch supplies the domain).
+batch_command to_batch_command(send_request req) {
+  batch_command c;
+  c.command_type = std::move(req.command_type);
+  c.command_id = req.command_id;
+  c.data = std::move(req.data);
+  c.correlation_id = req.correlation_id;
+  c.reply_to = std::move(req.reply_to);
+  c.max_attempts = req.max_attempts;
+  return c;
+}
+
+void print_results(json_out& out, const std::vector<send_result>& results) {
+  out.key("results").begin_array();
+  for (auto& r : results)
+    out.begin_object()
+      .field("command_id", r.command_id)
+      .field("msg_id", r.msg_id)
+      .end_object();
+  out.end_array();
+}
+
+// Creates one batch of `reqs`; prints its id.
+int create_one_batch(const args& a, const std::string& domain,
+                     std::vector<send_request> reqs,
+                     const create_batch_options& opts, db::pool& pool) {
+  std::vector<batch_command> cmds;
+  cmds.reserve(reqs.size());
+  for (auto& r : reqs)
+    cmds.push_back(to_batch_command(std::move(r)));
+  auto queue = db::command_queue(domain);
+  require_queue(pool, queue, a.flag("--create"));
+  command_bus bus{pool};
+  create_batch_result res;
+  try {
+    res = bus.create_batch(domain, cmds, opts);
+  } catch (const invalid_operation_error& e) {
+    throw not_found{std::string{e.what()}
+                    + ": batches are created whole, nothing is added to an "
+                      "existing batch"};
+  }
+  if (a.flag("--json")) {
+    json_out out;
+    out.begin_object()
+      .field("batch_id", res.batch_id)
+      .field("total", res.total_commands)
+      .field("queue", queue);
+    print_results(out, res.command_results);
+    out.end_object();
+    out.print(std::cout);
+  } else {
+    std::cout << "created batch " << res.batch_id.to_string() << " of "
+              << res.total_commands << " command(s) in " << queue << "\n";
+  }
+  return exit_ok;
+}
+
 } // namespace
 
 int run_send_batch(const std::vector<std::string>& argv) {
-  args a{argv, {"--help", "--json"}, {"--dsn", "--file", "--chunk-size"}};
+  args a{argv,
+         {"--help", "--json", "--batch", "--create"},
+         {"--dsn", "--file", "--chunk-size", "--name", "--batch-id",
+          "--custom-data"}};
   if (a.flag("--help")) {
     std::cout << send_batch_help;
     return exit_ok;
@@ -119,6 +226,21 @@ int run_send_batch(const std::vector<std::string>& argv) {
   auto file = a.option("--file");
   if (!file)
     throw usage_error{"--file is required"};
+  bool batch = a.flag("--batch") || a.option("--name") || a.option("--batch-id")
+               || a.option("--custom-data");
+  auto chunk_size = a.int_option("--chunk-size", 1);
+  if (batch && chunk_size)
+    throw usage_error{"--chunk-size does not apply to a batch: a batch is "
+                      "written in one transaction"};
+  if (a.option("--custom-data") == std::string{"-"} && *file == "-")
+    throw usage_error{"--file - and --custom-data - cannot both read "
+                      "standard input"};
+  create_batch_options batch_opts;
+  batch_opts.name = a.option("--name");
+  if (auto id = a.option("--batch-id"))
+    batch_opts.batch_id = parse_uuid_arg("--batch-id", *id);
+  if (auto data = a.option("--custom-data"))
+    batch_opts.custom_data = parse_object_arg("--custom-data", *data);
   std::ifstream in;
   std::istream* src = &std::cin;
   if (*file != "-") {
@@ -136,27 +258,24 @@ int run_send_batch(const std::vector<std::string>& argv) {
   }
   if (reqs.empty())
     throw usage_error{*file + " holds no commands"};
-  command_bus_options opts;
-  if (auto n = a.int_option("--chunk-size", 1))
-    opts.chunk_size = static_cast<size_t>(*n);
   db::pool pool{pool_options_for(a)};
+  if (batch)
+    return create_one_batch(a, domain, std::move(reqs), batch_opts, pool);
+  command_bus_options opts;
+  if (chunk_size)
+    opts.chunk_size = static_cast<size_t>(*chunk_size);
+  auto queue = db::command_queue(domain);
+  require_queue(pool, queue, a.flag("--create"));
   command_bus bus{pool, opts};
   auto res = bus.send_batch(reqs);
-  auto queue = db::command_queue(domain);
   if (a.flag("--json")) {
     json_out out;
     out.begin_object()
       .field("queue", queue)
       .field("total_commands", res.total_commands)
-      .field("chunks", res.chunks_processed)
-      .key("results")
-      .begin_array();
-    for (auto& r : res.results)
-      out.begin_object()
-        .field("command_id", r.command_id)
-        .field("msg_id", r.msg_id)
-        .end_object();
-    out.end_array().end_object();
+      .field("chunks", res.chunks_processed);
+    print_results(out, res.results);
+    out.end_object();
     out.print(std::cout);
   } else {
     std::cout << "sent " << res.total_commands << " command(s) to " << queue

@@ -79,8 +79,8 @@ command_bus::create_batch(const std::string& domain,
                static_cast<int>(commands.size()));
   } catch (const db::error& e) {
     if (e.sqlstate() == db::sqlstate_unique_violation)
-      throw command_bus_error("batch " + out.batch_id.to_string()
-                              + " already exists in domain " + domain);
+      throw invalid_operation_error("batch " + out.batch_id.to_string()
+                                    + " already exists in domain " + domain);
     throw;
   }
   out.command_results = send_chunk(items, conn, false);
@@ -100,18 +100,38 @@ db::param status_param(const std::optional<Status>& status) {
   return std::string{to_string(*status)};
 }
 
+std::optional<batch_metadata> read_batch(db::connection& conn,
+                                         const std::string& domain,
+                                         const uuid& batch_id) {
+  auto r = conn.query(std::string{"SELECT "} + db::batch_columns
+                        + " FROM commandbus.batch WHERE domain = $1 AND "
+                          "batch_id = $2::uuid",
+                      domain, batch_id.to_string());
+  if (r.rows() == 0)
+    return std::nullopt;
+  return db::to_batch_metadata(r, 0);
+}
+
 } // namespace
 
 std::optional<batch_metadata> command_bus::get_batch(const std::string& domain,
                                                      const uuid& batch_id) {
   auto conn = pool_.acquire();
-  auto r = conn->query(std::string{"SELECT "} + db::batch_columns
-                         + " FROM commandbus.batch WHERE domain = $1 AND "
-                           "batch_id = $2::uuid",
-                       domain, batch_id.to_string());
+  return read_batch(*conn, domain, batch_id);
+}
+
+std::optional<batch_metadata>
+command_bus::refresh_batch(const std::string& domain, const uuid& batch_id) {
+  auto conn = pool_.acquire();
+  // The function returns no row for a missing batch. Its UPDATE is visible
+  // to the next statement only (a statement's snapshot predates the
+  // function's writes), hence the second query.
+  auto r = conn->query(
+    "SELECT 1 FROM commandbus.sp_refresh_batch_stats($1, $2::uuid)", domain,
+    batch_id.to_string());
   if (r.rows() == 0)
     return std::nullopt;
-  return db::to_batch_metadata(r, 0);
+  return read_batch(*conn, domain, batch_id);
 }
 
 std::vector<batch_metadata>

@@ -168,6 +168,10 @@ command_bus::query_commands(const command_query& q) {
     add("created_at >=", format_timestamp(*q.created_after));
   if (q.created_before)
     add("created_at <=", format_timestamp(*q.created_before));
+  if (q.batch_id) {
+    params.push_back(q.batch_id->to_string());
+    sql += " AND batch_id = $" + std::to_string(params.size()) + "::uuid";
+  }
   params.push_back(std::to_string(std::max(0, q.limit)));
   sql += " ORDER BY created_at DESC, command_id LIMIT $"
          + std::to_string(params.size());

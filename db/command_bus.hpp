@@ -57,6 +57,8 @@ struct command_query {
   std::optional<std::string> command_type;
   std::optional<timestamp> created_after;
   std::optional<timestamp> created_before;
+  /// Commands of this batch only.
+  std::optional<uuid> batch_id;
   int limit = 100;
   int offset = 0;
 };
@@ -112,7 +114,9 @@ public:
 
   /// Creates a batch atomically: the batch row (PENDING, total_count),
   /// all messages, command rows and SENT audits in one transaction. Throws
-  /// `command_bus_error` for an empty list or an existing batch id,
+  /// `command_bus_error` for an empty list, `invalid_operation_error` (a
+  /// `command_bus_error`) for a batch id that exists in the domain already
+  /// (batches are created whole: nothing is ever added to one),
   /// `duplicate_command_error` for a duplicate command.
   create_batch_result create_batch(const std::string& domain,
                                    const std::vector<batch_command>& commands,
@@ -150,6 +154,25 @@ public:
   list_batches(const std::string& domain,
                std::optional<batch_status> status = std::nullopt,
                int limit = 100, int offset = 0);
+
+  /// Repairs a batch's counters (the repair path, for counters that went
+  /// wrong, e.g. after rows were changed by hand) and returns the batch as
+  /// it is afterwards; nullopt when it does not exist. Calls
+  /// `commandbus.sp_refresh_batch_stats`, which, under a lock of the batch
+  /// row, recounts completed, failed, canceled and in_troubleshooting from
+  /// the command rows (for a PROCESS batch: from its processes) and
+  /// overwrites the four counters with those counts. Commands in the
+  /// troubleshooting queue count as finished for it: once completed +
+  /// failed + canceled + in_troubleshooting >= total_count the status
+  /// becomes COMPLETED_WITH_FAILURES when any of the last three is > 0,
+  /// else COMPLETED, and completed_at is set if it was not. Otherwise a
+  /// PENDING batch with anything counted becomes IN_PROGRESS and any other
+  /// status is kept (a finished batch is never reopened); started_at is set
+  /// once anything is counted. Writes no audit event and runs no
+  /// completion callback. Note that the recount matches command rows by
+  /// batch_id alone, not by domain.
+  std::optional<batch_metadata> refresh_batch(const std::string& domain,
+                                              const uuid& batch_id);
 
   /// Returns the commands of a batch, oldest first.
   std::vector<command_metadata>

@@ -360,7 +360,7 @@ TEST(CliSend, SendBatchFromFile) {
       + "__replies\",\"max_attempts\":4}\n"
       + "   \n"
       + "{\"command_type\":\"Debit\",\"data\":{}}\n");
-  auto r = with_dsn({"send-batch", d, "--file", file});
+  auto r = with_dsn({"send-batch", d, "--file", file, "--create"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.out, "sent 3 command(s)")) << r.out;
   EXPECT_TRUE(contains(r.out, d + "__commands")) << r.out;
@@ -401,7 +401,7 @@ TEST(CliSend, SendBatchChunkSizeAndJson) {
   }
   auto file = dir.write("five.jsonl", content);
   auto r = with_dsn({"send-batch", d, "--file", file, "--chunk-size", "2",
-                     "--json"});
+                     "--json", "--create"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(balanced_json(r.out)) << r.out;
   EXPECT_EQ(json_field(r.out, "total_commands"), opt_str{"5"}) << r.out;
@@ -464,7 +464,7 @@ TEST(CliSend, SendBatchDuplicatesExitTwo) {
   // Twice within the file: nothing sent.
   auto twice = dir.write("twice.jsonl",
                          line + "{\"command_type\":\"T\"}\n" + line);
-  auto r = with_dsn({"send-batch", d, "--file", twice});
+  auto r = with_dsn({"send-batch", d, "--file", twice, "--create"});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(contains(r.err, id)) << r.err;
   EXPECT_EQ(command_rows(conn, d), 0);
