@@ -168,9 +168,10 @@ public:
   /// else COMPLETED, and completed_at is set if it was not. Otherwise a
   /// PENDING batch with anything counted becomes IN_PROGRESS and any other
   /// status is kept (a finished batch is never reopened); started_at is set
-  /// once anything is counted. Writes no audit event and runs no
-  /// completion callback. Note that the recount matches command rows by
-  /// batch_id alone, not by domain.
+  /// once anything is counted. Writes no audit event; a batch that the
+  /// repair finishes has its completion recorded for delivery, so that a
+  /// worker with batch callbacks for the domain runs them. Note that the
+  /// recount matches command rows by batch_id alone, not by domain.
   std::optional<batch_metadata> refresh_batch(const std::string& domain,
                                               const uuid& batch_id);
 

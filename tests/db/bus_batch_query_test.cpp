@@ -137,6 +137,21 @@ TEST(BusBatchQuery, RefreshRepairsTamperedCounters) {
                    "AND command_id = $2::uuid",
                    d, id),
             opt_str{"0"});
+  // The completion is recorded for delivery (a worker with batch callbacks
+  // runs them), once: a second refresh of the finished batch adds nothing.
+  auto deliveries = [&] {
+    return scalar(e.conn,
+                  "SELECT count(*) FROM commandbus.cmdbus_batch_delivery "
+                  "WHERE domain = $1 AND batch_id = $2::uuid AND "
+                  "delivered_at IS NULL",
+                  d, id);
+  };
+  EXPECT_EQ(deliveries(), opt_str{"1"});
+  e.conn.query("DELETE FROM commandbus.cmdbus_batch_delivery WHERE domain = "
+               "$1 AND batch_id = $2::uuid",
+               d, id);
+  ASSERT_TRUE(e.bus.refresh_batch(d, res.batch_id));
+  EXPECT_EQ(deliveries(), opt_str{"0"});
 }
 
 TEST(BusBatchQuery, RefreshOfUnknownOrForeignBatchIsNullopt) {
