@@ -100,9 +100,11 @@ std::vector<std::string> command_names() {
 // Names an unknown command (or global option) and the nearest known one.
 std::string unknown_command(const std::string& name) {
   if (name.rfind("-", 0) == 0) {
-    auto near = cli::nearest(name,
+    // The name only: a mistyped --dsn=... may carry a password.
+    auto option = name.substr(0, name.find('='));
+    auto near = cli::nearest(option,
                              {"--help", "--version", "--dsn", "--log-level"});
-    return "unknown option '" + name.substr(0, name.find('=')) + "'"
+    return "unknown option '" + option + "'"
            + (near.empty() ? "" : "; did you mean " + near + "?");
   }
   auto near = cli::nearest(name, command_names());
