@@ -2,6 +2,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
 
 #include <pthread.h>
@@ -16,6 +18,7 @@
 #include "db/pool.hpp"
 #include "db/queue_name.hpp"
 #include "model/log.hpp"
+#include "sql/bundle.hpp"
 
 namespace cmdbus::cli {
 
@@ -83,6 +86,26 @@ args check_worker_options(const std::vector<std::string>& argv) {
   return args{argv, flags, options};
 }
 
+// Throws unless every migration of this build is applied: without them the
+// worker's statements fail, and it would retry them forever.
+void require_schema(db::pool& pool) {
+  auto conn = pool.acquire();
+  auto r = conn->exec("SELECT version FROM commandbus.cmdbus_migrations "
+                      "WHERE component = 'commandbus'");
+  std::set<std::string> applied;
+  for (int i = 0; i < r.rows(); ++i)
+    applied.emplace(r.text(i, 0));
+  size_t pending = 0;
+  for (auto& f : sql::commandbus_files())
+    if (applied.count(std::string{f.version}) == 0)
+      ++pending;
+  if (pending > 0)
+    throw exit_with{exit_failed, "the database's cmdbus schema lacks "
+                                   + std::to_string(pending)
+                                   + " migration(s): run `cmdbus migrate` "
+                                     "first"};
+}
+
 // Counts the messages left in the domains' command queues, or nothing when
 // the database cannot tell (logged).
 std::optional<int64_t> remaining_messages(const config::worker_config& cfg) {
@@ -133,11 +156,13 @@ int run_worker(const std::vector<std::string>& argv) {
     return exit_ok;
   }
   {
-    // Every configured domain's queue must exist (or be created now).
+    // The schema must be up to date, and every configured domain's queue
+    // must exist (or be created now).
     auto popts = pool_options_for(a, 1);
     popts.dsn = cfg.dsn;
     popts.connection.application_name = "cmdbus-worker";
     db::pool pool{popts};
+    require_schema(pool);
     for (auto& d : cfg.domains)
       require_queue(pool, db::command_queue(d), a.flag("--create"));
   }

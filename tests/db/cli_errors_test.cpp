@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "db/connection.hpp"
+#include "db/migrate.hpp"
+#include "sql/bundle.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/sql_checks.hpp"
 #include "tests/support/test_db.hpp"
@@ -230,6 +233,28 @@ TEST(CliErrors, UnmigratedDatabaseSaysRunMigrate) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = run_cmdbus({"list", "ce_x", "--dsn", scratch.dsn()});
   EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(CliErrors, DatabaseWithPgmqButNoCommandbusSchemaSaysRunMigrate) {
+  test::scratch_database scratch;
+  {
+    auto conn = db::connection::open(scratch.dsn());
+    db::migrate(conn, sql::pgmq_files(), {});
+  }
+  // PGMQ works here: queues and the queue check do; what needs our
+  // schema says what to do.
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"send", "ce_x", "T", "--create"},
+        {"show", "ce_x", test::new_uuid()},
+        {"list", "ce_x"},
+        {"worker", "--tick", "--domain", "ce_x"}}) {
+    args.insert(args.end(), {"--dsn", scratch.dsn()});
+    auto r = run_cmdbus(args);
+    EXPECT_EQ(r.exit_code, 4) << args[0] << ": " << r.err;
+    EXPECT_TRUE(contains(r.err, "run `cmdbus migrate` first"))
+      << args[0] << ": " << r.err;
+    EXPECT_FALSE(contains(r.err, "does not exist")) << r.err;
+  }
 }
 
 // -- errors under --json
