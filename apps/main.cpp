@@ -75,9 +75,11 @@ Output: human-readable text; --json prints JSON instead (errors too, as
 Exit codes:
   0  ok
   1  usage error or invalid input
-  2  not found, duplicate, or not in the state the operation needs
+  2  not found, duplicate, not in the state the operation needs, or a
+     domain whose queue does not exist (`send`, `worker` without --create)
   3  database unavailable (cannot connect, or the connection broke)
-  4  other failure (e.g. a failed migration, a database without the schema)
+  4  other failure (e.g. a failed migration, a database without the schema
+     or with migrations pending: run `cmdbus migrate`)
   5  the commands did not all complete (`wait`, `worker --tick`)
   6  the server refused the login (wrong password, unknown role or database)
   7  timed out (`wait --timeout`)
