@@ -33,12 +33,13 @@ Also:
   --json                   print the final counters as JSON
   --quiet                  omit the progress lines
 
-Exit codes: 0 ok (with --tick: every received command finished and none is
-left in the queues), 1 usage error or invalid setting, 2 a domain's queue
-does not exist (see --create), 3 database unavailable, 4 other failure (e.g.
-a database without the cmdbus schema), 5 with --tick: commands went to the
-troubleshooting queue during the run, or remain in the queues afterwards
-(retries not due yet, or held by another worker), 6 login refused.
+Exit codes: 0 ok (with --tick: no command went to the troubleshooting queue
+and none is left in the queues), 1 usage error or invalid setting, 2 a
+domain's queue does not exist (see --create), 3 database unavailable, 4 other
+failure (e.g. a database without the cmdbus schema, or with migrations
+pending), 5 with --tick: commands went to the troubleshooting queue during
+the run, or remain in the queues afterwards (retries not due yet, or held by
+another worker), 6 login refused.
 )";
 
 // Prints the counters; `remaining` (tick mode) is the number of messages
