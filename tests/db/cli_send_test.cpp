@@ -1,8 +1,9 @@
 // Tests of the `cmdbus` command-line tool's send and inspect commands
 // (send, send-batch, show, list, queues) and their documented exit codes:
-// 0 ok, 1 usage error or invalid input, 2 not found or duplicate, 3 database
-// unavailable, 4 other failure. The binary runs as a child process with a
-// clean libpq environment and an explicit --dsn.
+// 0 ok, 1 usage error or invalid input, 2 not found, duplicate or (send) a
+// domain without a queue and no --create, 3 database unavailable, 4 other
+// failure. The binary runs as a child process with a clean libpq
+// environment and an explicit --dsn.
 
 #include <gtest/gtest.h>
 
