@@ -12,33 +12,40 @@ namespace cmdbus::cli {
 namespace {
 
 constexpr const char* send_help
-  = R"(usage: cmdbus send DOMAIN TYPE [--data JSON] [--id UUID] [--reply-to QUEUE]
-                   [--correlation-id UUID] [--max-attempts N] [--dsn DSN] [--json]
+  = R"(usage: cmdbus send DOMAIN TYPE [--data JSON|@FILE|-] [--id UUID]
+                   [--reply-to QUEUE] [--correlation-id UUID]
+                   [--max-attempts N] [--create] [--dsn DSN] [--json]
 
-Sends one command of type TYPE to the queue DOMAIN__commands (created when
-missing) in one transaction: PGMQ message, command row (PENDING), SENT audit
-and NOTIFY.
+Sends one command of type TYPE to the queue DOMAIN__commands in one
+transaction: PGMQ message, command row (PENDING), SENT audit and NOTIFY.
+The queue must exist (a worker or an earlier `--create` made it), so that a
+mistyped DOMAIN fails instead of creating a queue nobody reads.
 
 Options:
-  --data JSON             the payload, a JSON object (default {})
+  --data JSON             the payload, a JSON object (default {}); @FILE reads
+                          it from FILE, - from standard input
   --id UUID               the command id (default: a new random UUID); sending
                           an id that exists in DOMAIN fails with exit code 2
   --reply-to QUEUE        queue for the reply (created when missing)
   --correlation-id UUID   default: a new random UUID
   --max-attempts N        default: 3
+  --create                create DOMAIN__commands when it does not exist
   --dsn DSN               connection string (default: $CMDBUS_DSN, then libpq env)
   --json                  print the result as JSON
   -h, --help              show this help
 
-Exit codes: 0 sent, 1 invalid input, 2 duplicate command id, 3 database
-unavailable, 4 other failure.
+Use `--` before a TYPE that starts with '-'.
+
+Exit codes: 0 sent, 1 invalid input, 2 duplicate command id or no queue
+DOMAIN__commands (without --create), 3 database unavailable, 4 other failure
+(e.g. a database without the cmdbus schema), 6 login refused.
 )";
 
 } // namespace
 
 int run_send(const std::vector<std::string>& argv) {
   args a{argv,
-         {"--help", "--json"},
+         {"--help", "--json", "--create"},
          {"--dsn", "--data", "--id", "--reply-to", "--correlation-id",
           "--max-attempts"}};
   if (a.flag("--help")) {
@@ -64,10 +71,11 @@ int run_send(const std::vector<std::string>& argv) {
     req.reply_to = *q;
   }
   req.max_attempts = a.int_option("--max-attempts", 1);
+  auto queue = db::command_queue(req.domain);
   db::pool pool{pool_options_for(a)};
+  require_queue(pool, queue, a.flag("--create"));
   command_bus bus{pool};
   auto res = bus.send(req);
-  auto queue = db::command_queue(req.domain);
   if (a.flag("--json")) {
     json_out out;
     out.begin_object()

@@ -2,6 +2,8 @@
 #include <cstdlib>
 #include <iostream>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
 
 #include <pthread.h>
@@ -9,14 +11,36 @@
 #include "actors/worker.hpp"
 #include "apps/cli.hpp"
 #include "apps/demo_handlers.hpp"
+#include "apps/json_out.hpp"
+#include "config/settings.hpp"
 #include "config/worker_config.hpp"
 #include "db/connection.hpp"
+#include "db/pool.hpp"
 #include "db/queue_name.hpp"
 #include "model/log.hpp"
+#include "sql/bundle.hpp"
 
 namespace cmdbus::cli {
 
 namespace {
+
+constexpr const char* worker_help_tail = R"(
+Also:
+  --create                 create the command queue of a configured domain
+                           that does not exist (without it, such a domain
+                           stops the worker with exit code 2: a mistyped
+                           domain would otherwise get a queue nobody sends to)
+  --json                   print the final counters as JSON
+  --quiet                  omit the progress lines
+
+Exit codes: 0 ok (with --tick: no command went to the troubleshooting queue
+and none is left in the queues), 1 usage error or invalid setting, 2 a
+domain's queue does not exist (see --create), 3 database unavailable, 4 other
+failure (e.g. a database without the cmdbus schema, or with migrations
+pending), 5 with --tick: commands went to the troubleshooting queue during
+the run, or remain in the queues afterwards (retries not due yet, or held by
+another worker), 6 login refused.
+)";
 
 // Prints the counters; `remaining` (tick mode) is the number of messages
 // still in the domains' queues: not due yet (retries backing off) or held
@@ -24,15 +48,19 @@ namespace {
 void print_stats(const worker_stats& s, bool json,
                  std::optional<int64_t> remaining = std::nullopt) {
   if (json) {
-    std::cout << "{\"received\":" << s.received
-              << ",\"completed\":" << s.completed
-              << ",\"retried\":" << s.retried
-              << ",\"moved_to_tsq\":" << s.moved_to_tsq
-              << ",\"failed\":" << s.failed << ",\"rejected\":" << s.rejected
-              << ",\"in_flight\":" << s.in_flight;
+    json_out out;
+    out.begin_object()
+      .field("received", s.received)
+      .field("completed", s.completed)
+      .field("retried", s.retried)
+      .field("moved_to_tsq", s.moved_to_tsq)
+      .field("failed", s.failed)
+      .field("rejected", s.rejected)
+      .field("in_flight", s.in_flight);
     if (remaining)
-      std::cout << ",\"remaining\":" << *remaining;
-    std::cout << "}\n";
+      out.field("remaining", *remaining);
+    out.end_object();
+    out.print(std::cout);
     return;
   }
   std::cout << "received " << s.received << ", completed " << s.completed
@@ -44,6 +72,39 @@ void print_stats(const worker_stats& s, bool json,
               << (*remaining > 0 ? " (not due yet, or held by another worker)"
                                  : "");
   std::cout << std::endl;
+}
+
+// Checks the worker's options against the settings table, so that a
+// mistyped one names the nearest (config::load reads them afterwards).
+args check_worker_options(const std::vector<std::string>& argv) {
+  std::vector<std::string> flags{"--help",       "--json", "--quiet",
+                                 "--create",     "--tick", "--no-notify",
+                                 "--dump-config"};
+  std::vector<std::string> options{"--config", "--domain"};
+  for (auto& s : config::detail::settings)
+    if (!s.option.empty())
+      options.emplace_back(s.option);
+  return args{argv, flags, options};
+}
+
+// Throws unless every migration of this build is applied: without them the
+// worker's statements fail, and it would retry them forever.
+void require_schema(db::pool& pool) {
+  auto conn = pool.acquire();
+  auto r = conn->exec("SELECT version FROM commandbus.cmdbus_migrations "
+                      "WHERE component = 'commandbus'");
+  std::set<std::string> applied;
+  for (int i = 0; i < r.rows(); ++i)
+    applied.emplace(r.text(i, 0));
+  size_t pending = 0;
+  for (auto& f : sql::commandbus_files())
+    if (applied.count(std::string{f.version}) == 0)
+      ++pending;
+  if (pending > 0)
+    throw exit_with{exit_failed, "the database's cmdbus schema lacks "
+                                   + std::to_string(pending)
+                                   + " migration(s): run `cmdbus migrate` "
+                                     "first"};
 }
 
 // Counts the messages left in the domains' command queues, or nothing when
@@ -70,29 +131,23 @@ std::optional<int64_t> remaining_messages(const config::worker_config& cfg) {
 } // namespace
 
 int run_worker(const std::vector<std::string>& argv) {
-  std::vector<std::string> args;
-  bool json = false;
-  bool quiet = false;
-  for (auto& a : argv) {
-    if (a == "--json")
-      json = true;
-    else if (a == "--quiet")
-      quiet = true;
-    else
-      args.push_back(a);
-  }
+  auto a = check_worker_options(argv);
+  std::vector<std::string> settings_args;
+  for (auto& arg : argv)
+    if (arg != "--json" && arg != "--quiet" && arg != "--create")
+      settings_args.push_back(arg);
+  bool json = a.flag("--json");
+  bool quiet = a.flag("--quiet");
   config::worker_config cfg;
   try {
-    cfg = config::load(args,
+    cfg = config::load(settings_args,
                        [](const char* name) -> std::optional<std::string> {
                          if (const char* v = std::getenv(name))
                            return std::string{v};
                          return std::nullopt;
                        });
   } catch (const config::help_requested&) {
-    std::cout << config::worker_help()
-              << "\nOutput: --json prints the final counters as JSON; "
-                 "--quiet omits the progress lines.\n";
+    std::cout << config::worker_help() << worker_help_tail;
     return exit_ok;
   } catch (const config::config_error& e) {
     throw usage_error{e.what()};
@@ -100,6 +155,17 @@ int run_worker(const std::vector<std::string>& argv) {
   if (cfg.dump_config) {
     std::cout << config::describe(cfg);
     return exit_ok;
+  }
+  {
+    // The schema must be up to date, and every configured domain's queue
+    // must exist (or be created now).
+    auto popts = pool_options_for(a, 1);
+    popts.dsn = cfg.dsn;
+    popts.connection.application_name = "cmdbus-worker";
+    db::pool pool{popts};
+    require_schema(pool);
+    for (auto& d : cfg.domains)
+      require_queue(pool, db::command_queue(d), a.flag("--create"));
   }
   handler_registry registry;
   for (auto& d : cfg.domains)
@@ -115,8 +181,12 @@ int run_worker(const std::vector<std::string>& argv) {
   });
   if (tick) {
     auto stats = w.run_tick(std::chrono::hours{24});
-    print_stats(stats, json, remaining_messages(cfg));
-    return exit_ok;
+    auto remaining = remaining_messages(cfg);
+    print_stats(stats, json, remaining);
+    // Not all done: some went to the troubleshooting queue, or some are
+    // left (or, when they could not be counted, may be).
+    return stats.moved_to_tsq > 0 || remaining.value_or(1) > 0 ? exit_incomplete
+                                                               : exit_ok;
   }
   // Block SIGINT/SIGTERM in every thread; this one waits for them.
   sigset_t sigs;

@@ -9,6 +9,7 @@
 #include "apps/json_out.hpp"
 #include "db/error.hpp"
 #include "model/errors.hpp"
+#include "model/log.hpp"
 
 namespace {
 
@@ -20,15 +21,22 @@ struct command_entry {
 };
 
 constexpr command_entry commands[] = {
-  {"migrate", cli::run_migrate},       {"send", cli::run_send},
-  {"send-batch", cli::run_send_batch}, {"show", cli::run_show},
-  {"list", cli::run_list},             {"wait", cli::run_wait},
-  {"tsq", cli::run_tsq},               {"batch", cli::run_batch},
-  {"stats", cli::run_stats},           {"queues", cli::run_queues},
-  {"replies", cli::run_replies},       {"worker", cli::run_worker},
+  {"migrate", cli::run_migrate},
+  {"send", cli::run_send},
+  {"send-batch", cli::run_send_batch},
+  {"show", cli::run_show},
+  {"list", cli::run_list},
+  {"wait", cli::run_wait},
+  {"tsq", cli::run_tsq},
+  {"batch", cli::run_batch},
+  {"stats", cli::run_stats},
+  {"queues", cli::run_queues},
+  {"replies", cli::run_replies},
+  {"worker", cli::run_worker},
 };
 
-constexpr const char* main_help = R"(usage: cmdbus [--dsn DSN] [--log-level LEVEL] <command> [options]
+constexpr const char* main_help
+  = R"(usage: cmdbus [--dsn DSN] [--log-level LEVEL] <command> [options]
        cmdbus help <command>
 
 Commands:
@@ -67,9 +75,11 @@ Output: human-readable text; --json prints JSON instead (errors too, as
 Exit codes:
   0  ok
   1  usage error or invalid input
-  2  not found, duplicate, or not in the state the operation needs
+  2  not found, duplicate, not in the state the operation needs, or a
+     domain whose queue does not exist (`send`, `worker` without --create)
   3  database unavailable (cannot connect, or the connection broke)
-  4  other failure (e.g. a failed migration, a database without the schema)
+  4  other failure (e.g. a failed migration, a database without the schema
+     or with migrations pending: run `cmdbus migrate`)
   5  the commands did not all complete (`wait`, `worker --tick`)
   6  the server refused the login (wrong password, unknown role or database)
   7  timed out (`wait --timeout`)
@@ -87,6 +97,21 @@ std::vector<std::string> command_names() {
   for (auto& c : commands)
     names.emplace_back(c.name);
   return names;
+}
+
+// Names an unknown command (or global option) and the nearest known one.
+std::string unknown_command(const std::string& name) {
+  if (name.rfind("-", 0) == 0) {
+    // The name only: a mistyped --dsn=... may carry a password.
+    auto option = name.substr(0, name.find('='));
+    auto near = cli::nearest(option,
+                             {"--help", "--version", "--dsn", "--log-level"});
+    return "unknown option '" + option + "'"
+           + (near.empty() ? "" : "; did you mean " + near + "?");
+  }
+  auto near = cli::nearest(name, command_names());
+  return "unknown command '" + name + "'"
+         + (near.empty() ? "" : "; did you mean " + near + "?");
 }
 
 // Moves the global options that stand before the command (--dsn) behind it,
@@ -122,16 +147,33 @@ bool wants_json(const std::vector<std::string>& argv) {
 // the database was never migrated.
 bool schema_missing(const db::error& e) {
   if (e.code() != db::errc::undefined_table
-      && e.code() != db::errc::undefined_function
-      && e.sqlstate() != "3F000")
+      && e.code() != db::errc::undefined_function && e.sqlstate() != "3F000")
     return false;
   std::string what = e.what();
   return what.find("commandbus.") != std::string::npos
          || what.find("pgmq.") != std::string::npos
-            && what.find("pgmq.q_") == std::string::npos
-            && what.find("pgmq.a_") == std::string::npos
+              && what.find("pgmq.q_") == std::string::npos
+              && what.find("pgmq.a_") == std::string::npos
          || what.find("schema \"commandbus\"") != std::string::npos
          || what.find("schema \"pgmq\"") != std::string::npos;
+}
+
+// What to do about a refused login, by its reason (see
+// db::login_failure_sqlstate).
+std::string login_advice(const db::error& e) {
+  const auto& s = e.sqlstate();
+  if (s == "28P01")
+    return " (the server refused the password: check the password in --dsn, "
+           "$CMDBUS_DSN or $PGPASSWORD; with password authentication the "
+           "server gives this same answer for a user that does not exist)";
+  if (s == "3D000")
+    return " (the database does not exist on that server: check dbname in "
+           "--dsn or $CMDBUS_DSN, or create it and run `cmdbus migrate`)";
+  if (std::string{e.what()}.find("no pg_hba.conf entry") != std::string::npos)
+    return " (the server's pg_hba.conf allows no connection from this host "
+           "for this user and database: ask its administrator)";
+  return " (the server knows no such user: check user in --dsn or "
+         "$CMDBUS_DSN)";
 }
 
 struct failure {
@@ -159,19 +201,18 @@ failure describe(std::exception_ptr ep) {
     return {cli::exit_not_found, e.what()};
   } catch (const db::error& e) {
     if (db::is_login_refused(e))
-      return {cli::exit_auth,
-              std::string{e.what()}
-                + " (the server refused the login: check the user, password "
-                  "and database name in --dsn or $CMDBUS_DSN)"};
+      return {cli::exit_auth, std::string{e.what()} + login_advice(e)};
     if (e.code() == db::errc::connection)
       return {cli::exit_db_unavailable,
               std::string{e.what()}
-                + " (is the server running, and are --dsn or $CMDBUS_DSN "
-                  "right?)"};
-    if (schema_missing(e))
+                + " (is the server running, and are host and port in --dsn "
+                  "or $CMDBUS_DSN right?)"};
+    if (schema_missing(e)) {
+      log::debug("no cmdbus schema: {}", log::one_line(e.what()));
       return {cli::exit_failed,
-              "the database has no cmdbus schema (" + std::string{e.what()}
-                + "): run `cmdbus migrate` first"};
+              "the database has no cmdbus schema (it was never migrated): "
+              "run `cmdbus migrate` first"};
+    }
     return {cli::exit_failed, e.what()};
   } catch (const std::exception& e) {
     return {cli::exit_failed, e.what()};
@@ -206,10 +247,13 @@ int main(int argc, char** argv) {
         std::cout << main_help;
         return cli::exit_ok;
       }
-      command = args.front();
-      if (find_command(command) == nullptr)
-        throw cli::usage_error{"unknown command '" + command + "'"};
-      return find_command(command)->run({"--help"});
+      auto* entry = find_command(args.front());
+      if (entry == nullptr) {
+        auto message = unknown_command(args.front());
+        command.clear();
+        throw cli::usage_error{message};
+      }
+      return entry->run({"--help"});
     }
     if (command == "--version") {
       std::cout << "cmdbus 0.1.0\n";
@@ -217,14 +261,13 @@ int main(int argc, char** argv) {
     }
     if (auto* entry = find_command(command))
       return entry->run(args);
-    auto near = cli::nearest(command, command_names());
-    auto message = "unknown command '" + command + "'"
-                   + (near.empty() ? "" : "; did you mean " + near + "?");
+    auto message = unknown_command(command);
     command.clear();
     throw cli::usage_error{message};
   } catch (...) {
     auto f = describe(std::current_exception());
-    if (f.code == cli::exit_usage && f.message.find("--help`") == std::string::npos)
+    if (f.code == cli::exit_usage
+        && f.message.find("--help`") == std::string::npos)
       f.message += command.empty() || command[0] == '-'
                      ? " (see `cmdbus --help`)"
                      : " (see `cmdbus " + command + " --help`)";

@@ -44,8 +44,7 @@ std::optional<std::string> apply_args(worker_config& cfg,
   for (size_t i = 0; i < args.size(); ++i) {
     const auto& arg = args[i];
     if (arg.size() < 3 || arg.compare(0, 2, "--") != 0)
-      throw config_error("unexpected argument " + db::printable(shown(arg))
-                         + " (see --help)");
+      throw config_error("unexpected argument " + db::printable(shown(arg)));
     auto eq = arg.find('=');
     auto name = arg.substr(0, eq);
     std::optional<std::string> value;
@@ -64,8 +63,7 @@ std::optional<std::string> apply_args(worker_config& cfg,
     }
     const auto* s = find_option(name);
     if (s == nullptr && name != "--config" && name != "--domain")
-      throw config_error("unknown option " + db::printable(name)
-                         + " (see --help)");
+      throw config_error("unknown option " + db::printable(name));
     if (!value) {
       if (i + 1 >= args.size())
         throw config_error("option " + name + " needs a value");

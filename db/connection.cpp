@@ -105,11 +105,13 @@ connection connection::open(const std::string& dsn,
   if (ptr->conn == nullptr)
     throw error{errc::connection, "", "out of memory allocating a connection"};
   if (PQstatus(ptr->conn) != CONNECTION_OK) {
+    // libpq's message may span lines ("\n\tIs the server running..."); the
+    // error is one line, as the tools print it.
     auto msg = trim(PQerrorMessage(ptr->conn));
     // A refused login keeps the connection class (the runtime retries it
     // like any other) and carries its SQLSTATE for the tools' messages.
     throw error{errc::connection, login_failure_sqlstate(msg),
-                "cannot connect to " + ptr->target + ": " + msg};
+                "cannot connect to " + ptr->target + ": " + log::one_line(msg)};
   }
   PQsetNoticeReceiver(ptr->conn, &impl::on_notice, ptr.get());
   connection result{std::move(ptr)};

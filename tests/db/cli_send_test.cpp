@@ -1,8 +1,9 @@
 // Tests of the `cmdbus` command-line tool's send and inspect commands
 // (send, send-batch, show, list, queues) and their documented exit codes:
-// 0 ok, 1 usage error or invalid input, 2 not found or duplicate, 3 database
-// unavailable, 4 other failure. The binary runs as a child process with a
-// clean libpq environment and an explicit --dsn.
+// 0 ok, 1 usage error or invalid input, 2 not found, duplicate or (send) a
+// domain without a queue and no --create, 3 database unavailable, 4 other
+// failure. The binary runs as a child process with a clean libpq
+// environment and an explicit --dsn.
 
 #include <gtest/gtest.h>
 
@@ -145,7 +146,7 @@ TEST(CliSend, SendsAndPrintsIdAndMsgId) {
   auto d = test::unique_name("cs");
   auto id = test::new_uuid();
   auto corr = test::new_uuid();
-  auto r = with_dsn({"send", d, "DebitAccount", "--data",
+  auto r = with_dsn({"send", d, "DebitAccount", "--create", "--data",
                      R"({"amount":100,"tags":["x"]})", "--id", id,
                      "--correlation-id", corr, "--reply-to", d + "__replies",
                      "--max-attempts", "5"});
@@ -183,7 +184,7 @@ TEST(CliSend, SendsAndPrintsIdAndMsgId) {
 TEST(CliSend, DefaultsAndJsonOutput) {
   auto conn = test::connect();
   auto d = test::unique_name("cs");
-  auto r = with_dsn({"send", d, "Credit", "--json"});
+  auto r = with_dsn({"send", d, "Credit", "--json", "--create"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(balanced_json(r.out)) << r.out;
   EXPECT_EQ(r.out.front(), '{');
@@ -218,7 +219,7 @@ TEST(CliSend, DuplicateIdExitsTwo) {
   auto conn = test::connect();
   auto d = test::unique_name("cs");
   auto id = test::new_uuid();
-  auto r = with_dsn({"send", d, "T", "--id", id});
+  auto r = with_dsn({"send", d, "T", "--id", id, "--create"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = with_dsn({"send", d, "T", "--id", id});
   EXPECT_EQ(r.exit_code, 2);
@@ -229,6 +230,98 @@ TEST(CliSend, DuplicateIdExitsTwo) {
   EXPECT_TRUE(r.out.empty()) << r.out;
   EXPECT_EQ(command_rows(conn, d), 1);
   EXPECT_EQ(queue_length(conn, d + "__commands"), 1);
+}
+
+TEST(CliSend, MissingQueueIsRefusedUnlessCreate) {
+  auto conn = test::connect();
+  auto d = test::unique_name("cs");
+  auto queue_exists = [&] {
+    return scalar(conn, "SELECT count(*) FROM pgmq.meta WHERE queue_name = $1",
+                  d + "__commands")
+           == opt_str{"1"};
+  };
+  auto r = with_dsn({"send", d, "T"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(contains(r.err, "queue " + d + "__commands does not exist"))
+    << r.err;
+  EXPECT_TRUE(contains(r.err, "--create")) << r.err;
+  EXPECT_EQ(line_count(r.err), 1u) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_FALSE(queue_exists());
+  EXPECT_EQ(command_rows(conn, d), 0);
+  // Under --json the refusal is JSON on stdout.
+  r = with_dsn({"send", d, "T", "--json"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(balanced_json(r.out)) << r.out;
+  EXPECT_EQ(json_field(r.out, "exit_code"), opt_str{"2"}) << r.out;
+  EXPECT_TRUE(contains(*json_field(r.out, "error"), "--create")) << r.out;
+  // --create makes the queue; later sends need no flag.
+  r = with_dsn({"send", d, "T", "--create"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(queue_exists());
+  r = with_dsn({"send", d, "T"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(command_rows(conn, d), 2);
+  EXPECT_EQ(queue_length(conn, d + "__commands"), 2);
+  // The C++ API still creates the queue of a new domain.
+  bus_env env;
+  auto other = test::unique_name("cs");
+  env.bus.send(make_req(other));
+  EXPECT_EQ(queue_length(conn, other + "__commands"), 1);
+}
+
+TEST(CliSend, DataFromFileAndStandardInput) {
+  auto conn = test::connect();
+  auto d = test::unique_name("cs");
+  temp_dir dir;
+  auto file = dir.write("data.json", "{\"from\": \"file\",\n \"n\": 1}\n");
+  auto r = with_dsn({"send", d, "T", "--create", "--json", "--data", "@" + file});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto from_file = json_field(r.out, "msg_id");
+  ASSERT_TRUE(from_file) << r.out;
+  r = test::run_cmdbus({"send", d, "T", "--json", "--data", "-", "--dsn",
+                        test::dsn()},
+                       {}, std::string{R"({"from": "stdin", "n": 2})"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto from_stdin = json_field(r.out, "msg_id");
+  ASSERT_TRUE(from_stdin) << r.out;
+  auto data_of = [&](const std::string& msg_id) {
+    return scalar(conn,
+                  "SELECT message->>'data' FROM pgmq.q_" + d
+                    + "__commands WHERE msg_id = $1::bigint",
+                  msg_id);
+  };
+  EXPECT_EQ(data_of(*from_file), opt_str{R"({"n": 1, "from": "file"})"});
+  EXPECT_EQ(data_of(*from_stdin), opt_str{R"({"n": 2, "from": "stdin"})"});
+  // Unreadable file, and invalid JSON on stdin: usage errors naming --data.
+  r = with_dsn({"send", d, "T", "--data", "@" + file + ".missing"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "--data: cannot read " + file + ".missing"))
+    << r.err;
+  r = test::run_cmdbus({"send", d, "T", "--data", "-", "--dsn", test::dsn()},
+                       {}, std::string{"{not json"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "--data is not valid JSON")) << r.err;
+  EXPECT_EQ(command_rows(conn, d), 2);
+}
+
+TEST(CliSend, DoubleDashEndsOptionsForATypeStartingWithADash) {
+  auto conn = test::connect();
+  auto d = test::unique_name("cs");
+  auto r = test::run_cmdbus(
+    {"send", "--dsn", test::dsn(), "--create", "--json", "--", d, "-Odd"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto id = json_field(r.out, "command_id");
+  ASSERT_TRUE(id) << r.out;
+  EXPECT_EQ(scalar(conn,
+                   "SELECT command_type FROM commandbus.command WHERE domain "
+                   "= $1 AND command_id = $2::uuid",
+                   d, *id),
+            opt_str{"-Odd"});
+  // Without --, it is an unknown option.
+  r = with_dsn({"send", d, "-Odd"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(contains(r.err, "unknown option '-Odd'")) << r.err;
 }
 
 TEST(CliSend, InvalidDataExitsOneWithOneLine) {
@@ -284,7 +377,7 @@ TEST(CliSend, InvalidNamesAndArgumentsExitOne) {
   }
   auto r = with_dsn({"send", d, "T", "--bogus"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_TRUE(contains(r.err, "unknown argument '--bogus'")) << r.err;
+  EXPECT_TRUE(contains(r.err, "unknown option '--bogus'")) << r.err;
   r = with_dsn({"send", d});
   EXPECT_EQ(r.exit_code, 1);
   r = with_dsn({"send", d, "T", "extra"});
@@ -653,7 +746,13 @@ TEST(CliList, StatusFilterAndBadStatus) {
   r = with_dsn({"list", f.domain, "--status", "CANCELED", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "[]\n");
-  for (std::string bad : {"BOGUS", "pending", ""}) {
+  // Case-insensitive.
+  r = with_dsn({"list", f.domain, "--status", "completed"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, f.ids[1])) << r.out;
+  EXPECT_FALSE(contains(r.out, f.ids[0]));
+  EXPECT_FALSE(contains(r.out, f.ids[2]));
+  for (std::string bad : {"BOGUS", "done", ""}) {
     r = with_dsn({"list", f.domain, "--status", bad});
     EXPECT_EQ(r.exit_code, 1) << bad;
     EXPECT_EQ(line_count(r.err), 1u) << r.err;

@@ -114,8 +114,9 @@ TEST_P(CrashBetweenSideEffects, NothingIsLost) {
       break;
     ASSERT_LT(std::chrono::steady_clock::now(), deadline)
       << fault << "/" << sc.name << " stuck in " << status;
+    // Exit 5 while the message is invisible or once it went to the TSQ.
     auto r = run_worker(domain, "");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 5) << r.err;
   }
 
   // 3. Exactly one final transition, exact batch counters, replies.

@@ -73,7 +73,8 @@ TEST(DemoHandler, TransientAttemptsAndFixedOutcomesAreDeterministic) {
   }
   auto r = test::run_cmdbus({"worker", "--tick", "--quiet", "--domain", domain,
                              "--dsn", test::dsn(), "--backoff", "0"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Exit 5: some cases end in the troubleshooting queue.
+  ASSERT_EQ(r.exit_code, 5) << r.err;
   auto conn = test::connect();
   for (size_t i = 0; i < ids.size(); ++i) {
     auto row = conn.query("SELECT status, attempts, last_error_code FROM "

@@ -1,10 +1,14 @@
 // The `cmdbus worker` command line: a tick with the demo handler and its
-// JSON counters, what a tick leaves for later, usage errors and an
-// unreachable database (exit codes 0, 1 and 3, no password in the output).
+// JSON counters, what a tick leaves for later (exit code 5), domains whose
+// queue does not exist (exit code 2 unless --create), usage errors and an
+// unreachable database (exit codes 1 and 3, no password in the output).
 // The binary runs as a child process with a clean environment.
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <utility>
 
@@ -19,7 +23,7 @@ using namespace std::chrono_literals;
 
 TEST(WorkerCli, TickReportsWhatIsLeftForLater) {
   // A transient failure whose retry is due in a minute stays in the queue:
-  // the tick ends (exit 0) and says so.
+  // the tick ends with exit code 5 and says so.
   bus_env e;
   auto d = test::unique_name("wkcli");
   auto req = make_req(d, "Test", R"({"behavior":{"fail_transient_pct":100}})");
@@ -27,14 +31,14 @@ TEST(WorkerCli, TickReportsWhatIsLeftForLater) {
   e.bus.send(make_req(d, "Test"));
   auto r = test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn",
                              test::dsn(), "--json", "--backoff", "60"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 5) << r.err;
   auto line = last_line(r.out);
   EXPECT_EQ(jget(e.conn, line, "{completed}"), opt_str{"1"}) << line;
   EXPECT_EQ(jget(e.conn, line, "{retried}"), opt_str{"1"}) << line;
   EXPECT_EQ(jget(e.conn, line, "{remaining}"), opt_str{"1"}) << line;
   r = test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
                         "--backoff", "60"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_EQ(r.exit_code, 5) << r.err;
   EXPECT_NE(r.out.find("remaining in the queue 1 (not due yet"),
             std::string::npos)
     << r.out;
@@ -61,7 +65,8 @@ TEST(WorkerCli, TickRunsTheDemoHandlerAndPrintsJsonCounters) {
   auto r =
       test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
                         "--json", "--max-attempts", "3", "--backoff", "0"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Exit 5: two commands went to the troubleshooting queue.
+  ASSERT_EQ(r.exit_code, 5) << r.err;
   // The last stdout line is the JSON counters.
   auto line = last_line(r.out);
   EXPECT_EQ(jget(e.conn, line, "{received}"), opt_str{"5"}) << line;
@@ -100,6 +105,76 @@ TEST(WorkerCli, TickRunsTheDemoHandlerAndPrintsJsonCounters) {
             opt_str{rule.command_id.to_string()});
   EXPECT_EQ(jget(e.conn, replies[1], "{error_code}"), opt_str{"LIMIT"});
   EXPECT_EQ(queue_rows(e.conn, queue_of(d)), 0);
+}
+
+TEST(WorkerCli, TickExitsZeroWhenEveryCommandCompleted) {
+  bus_env e;
+  auto d = test::unique_name("wkcli");
+  auto ok = e.bus.send(make_req(d, "Test", R"({"behavior":{"outcome":"success"}})"));
+  auto r = test::run_cmdbus(
+    {"worker", "--tick", "--domain", d, "--dsn", test::dsn(), "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto line = last_line(r.out);
+  EXPECT_EQ(jget(e.conn, line, "{completed}"), opt_str{"1"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{moved_to_tsq}"), opt_str{"0"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{remaining}"), opt_str{"0"}) << line;
+  EXPECT_EQ(status_of(e.conn, d, ok.command_id), opt_str{"COMPLETED"});
+  // Nothing to do at all is a success too.
+  r = test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn", test::dsn()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(WorkerCli, TickExitsFiveWhenACommandWentToTheTsq) {
+  bus_env e;
+  auto d = test::unique_name("wkcli");
+  auto perm = e.bus.send(
+    make_req(d, "Test", R"({"behavior":{"outcome":"permanent"}})"));
+  auto r = test::run_cmdbus(
+    {"worker", "--tick", "--domain", d, "--dsn", test::dsn(), "--json"});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  auto line = last_line(r.out);
+  EXPECT_EQ(jget(e.conn, line, "{moved_to_tsq}"), opt_str{"1"}) << line;
+  EXPECT_EQ(jget(e.conn, line, "{remaining}"), opt_str{"0"}) << line;
+  EXPECT_EQ(status_of(e.conn, d, perm.command_id),
+            opt_str{"IN_TROUBLESHOOTING_QUEUE"});
+}
+
+TEST(WorkerCli, MissingQueuesAreRefusedUnlessCreate) {
+  bus_env e;
+  auto known = test::unique_name("wkcli");
+  auto missing = test::unique_name("wkcli");
+  e.bus.ensure_queue(queue_of(known));
+  auto queue_exists = [&](const std::string& domain) {
+    return scalar(e.conn,
+                  "SELECT count(*) FROM pgmq.meta WHERE queue_name = $1",
+                  queue_of(domain))
+           == opt_str{"1"};
+  };
+  auto r = test::run_cmdbus({"worker", "--tick", "--domain", known, "--domain",
+                             missing, "--dsn", test::dsn()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err, "cmdbus: queue " + queue_of(missing)
+                     + " does not exist: check the domain's spelling, or "
+                       "pass --create to create it\n");
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_FALSE(queue_exists(missing));
+  // The domains of a config file are checked the same way.
+  auto file = (std::filesystem::temp_directory_path()
+               / (test::unique_name("wkcli") + ".ini"))
+                .string();
+  finally remove_file{[&] { std::remove(file.c_str()); }};
+  std::ofstream{file} << "[worker]\ndomains = [\"" << known << "\", \""
+                      << missing << "\"]\n";
+  r = test::run_cmdbus(
+    {"worker", "--tick", "--config", file, "--dsn", test::dsn()});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_TRUE(r.err.find(queue_of(missing)) != std::string::npos) << r.err;
+  EXPECT_FALSE(queue_exists(missing));
+  // --create creates them, and the tick runs.
+  r = test::run_cmdbus(
+    {"worker", "--tick", "--config", file, "--dsn", test::dsn(), "--create"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(queue_exists(missing));
 }
 
 // -- usage and errors ---------------------------------------------------------

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <stdexcept>
 
@@ -39,9 +40,10 @@ std::vector<std::string> merged_env(const std::vector<std::string>& overrides) {
 // fails the calling test.
 void fail_on_sanitizer_report(const std::string& program,
                               const std::string& err) {
-  static constexpr const char* markers[] = {
-    "ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
-    "WARNING: ThreadSanitizer", ": runtime error: "};
+  static constexpr const char* markers[] = {"ERROR: AddressSanitizer",
+                                            "ERROR: LeakSanitizer",
+                                            "WARNING: ThreadSanitizer",
+                                            ": runtime error: "};
   for (const char* m : markers) {
     if (err.find(m) != std::string::npos) {
       ADD_FAILURE() << program << " printed a sanitizer report:\n" << err;
@@ -53,14 +55,22 @@ void fail_on_sanitizer_report(const std::string& program,
 } // namespace
 
 process_result run_process(const std::vector<std::string>& argv,
-                           const std::vector<std::string>& env_overrides) {
+                           const std::vector<std::string>& env_overrides,
+                           const std::optional<std::string>& input) {
   int out_pipe[2];
   int err_pipe[2];
-  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0)
+  int in_pipe[2] = {-1, -1};
+  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0
+      || (input && pipe(in_pipe) != 0))
     throw std::runtime_error("pipe failed");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  if (input) {
+    posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0);
+    posix_spawn_file_actions_addclose(&actions, in_pipe[1]);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  }
   posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
   posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
   posix_spawn_file_actions_addclose(&actions, out_pipe[0]);
@@ -80,22 +90,51 @@ process_result run_process(const std::vector<std::string>& argv,
   posix_spawn_file_actions_destroy(&actions);
   close(out_pipe[1]);
   close(err_pipe[1]);
+  if (input)
+    close(in_pipe[0]);
   if (rc != 0) {
     close(out_pipe[0]);
     close(err_pipe[0]);
+    if (input)
+      close(in_pipe[1]);
     throw std::runtime_error("cannot start " + argv[0] + ": "
                              + std::strerror(rc));
   }
   process_result res;
-  pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+  // The input is written as the child reads it, alongside its output, so
+  // that neither side waits for the other with a full pipe.
+  size_t written = 0;
+  if (input) {
+    // A child that exits without reading all of it must not kill us.
+    std::signal(SIGPIPE, SIG_IGN);
+    fcntl(in_pipe[1], F_SETFL, O_NONBLOCK);
+  }
+  pollfd fds[3] = {{out_pipe[0], POLLIN, 0},
+                   {err_pipe[0], POLLIN, 0},
+                   {input ? in_pipe[1] : -1, POLLOUT, 0}};
   std::string* sinks[2] = {&res.out, &res.err};
   int open_fds = 2;
   char buf[4096];
   while (open_fds > 0) {
-    if (poll(fds, 2, -1) < 0) {
+    if (fds[2].fd >= 0 && written == input->size()) {
+      close(fds[2].fd);
+      fds[2].fd = -1;
+    }
+    if (poll(fds, 3, -1) < 0) {
       if (errno == EINTR)
         continue;
       break;
+    }
+    if (fds[2].fd >= 0 && fds[2].revents != 0) {
+      auto n = write(fds[2].fd, input->data() + written,
+                     input->size() - written);
+      if (n > 0) {
+        written += static_cast<size_t>(n);
+      } else if (errno != EAGAIN && errno != EINTR) {
+        // The child closed its standard input: the rest is not read.
+        close(fds[2].fd);
+        fds[2].fd = -1;
+      }
     }
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || fds[i].revents == 0)
@@ -121,7 +160,8 @@ process_result run_process(const std::vector<std::string>& argv,
 }
 
 process_result run_cmdbus(const std::vector<std::string>& args,
-                          const std::vector<std::string>& env) {
+                          const std::vector<std::string>& env,
+                          const std::optional<std::string>& input) {
   std::vector<std::string> argv{CMDBUS_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<std::string> overrides{"CMDBUS_DSN=",
@@ -145,7 +185,7 @@ process_result run_cmdbus(const std::vector<std::string>& args,
                                      "PGPASSWORD=",
                                      "PGDATABASE="};
   overrides.insert(overrides.end(), env.begin(), env.end());
-  return run_process(argv, overrides);
+  return run_process(argv, overrides, input);
 }
 
 bool crashed(const process_result& r) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,15 +18,21 @@ struct process_result {
 
 /// Runs `argv` (argv[0] is a path) with the current environment plus
 /// `env_overrides` ("NAME=value"; "NAME=" alone removes NAME), waits for it
-/// and returns its exit code and output. Standard input is /dev/null.
-process_result run_process(const std::vector<std::string>& argv,
-                           const std::vector<std::string>& env_overrides = {});
+/// and returns its exit code and output. Standard input is `input` (then
+/// end of file), or /dev/null without it.
+process_result
+run_process(const std::vector<std::string>& argv,
+            const std::vector<std::string>& env_overrides = {},
+            const std::optional<std::string>& input = std::nullopt);
 
 /// Runs the `cmdbus` binary under test with `args`. The caller's CMDBUS_*
 /// settings and libpq environment (PGHOST, ...) are removed, so that only
 /// what a test passes counts; `env` ("NAME=value") sets variables on top.
-process_result run_cmdbus(const std::vector<std::string>& args,
-                          const std::vector<std::string>& env = {});
+/// `input`, if given, is its standard input.
+process_result
+run_cmdbus(const std::vector<std::string>& args,
+           const std::vector<std::string>& env = {},
+           const std::optional<std::string>& input = std::nullopt);
 
 /// Whether a child died of a signal or of an uncaught exception instead of
 /// exiting with one of its exit codes.

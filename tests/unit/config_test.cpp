@@ -536,14 +536,14 @@ TEST(ConfigArgs, reports_bad_command_lines) {
     });
   };
   EXPECT_EQ(args_error({"--concurency", "4"}),
-            "unknown option \"--concurency\" (see --help)");
+            "unknown option \"--concurency\"");
   EXPECT_EQ(args_error({"--concurrency"}),
             "option --concurrency needs a value");
   EXPECT_EQ(args_error({"--concurrency=x"}),
             "option --concurrency expects an integer, got \"x\"");
   EXPECT_EQ(args_error({"--tick=yes"}), "option --tick takes no value");
   EXPECT_EQ(args_error({"payments"}),
-            "unexpected argument \"payments\" (see --help)");
+            "unexpected argument \"payments\"");
   EXPECT_EQ(args_error({"--config="}), "option --config needs a file name");
   EXPECT_TRUE(contains(args_error({"--poll-interval", "7"}),
                        "option --poll-interval expects a duration"));
