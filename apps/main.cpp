@@ -59,6 +59,7 @@ Options:
   -h, --help         show this help (`cmdbus CMD --help` for a command's)
   --version          print the version
   --dsn DSN          the database, before or after the command
+  --json             JSON output, before or after the command
   --log-level LEVEL  trace, debug, info, warn, error, critical or off, before
                      or after any command (default: $CMDBUS_LOG_LEVEL, else
                      $SPDLOG_LEVEL, else info for worker and warn for the
@@ -104,8 +105,8 @@ std::string unknown_command(const std::string& name) {
   if (name.rfind("-", 0) == 0) {
     // The name only: a mistyped --dsn=... may carry a password.
     auto option = name.substr(0, name.find('='));
-    auto near = cli::nearest(option,
-                             {"--help", "--version", "--dsn", "--log-level"});
+    auto near = cli::nearest(option, {"--help", "--version", "--dsn", "--json",
+                                      "--log-level"});
     return "unknown option '" + option + "'"
            + (near.empty() ? "" : "; did you mean " + near + "?");
   }
@@ -114,17 +115,17 @@ std::string unknown_command(const std::string& name) {
          + (near.empty() ? "" : "; did you mean " + near + "?");
 }
 
-// Moves the global options that stand before the command (--dsn) behind it,
-// where the command's own parser reads them.
-std::vector<std::string> take_global_dsn(std::vector<std::string>& argv) {
+// Moves the global options that stand before the command (--dsn, --json)
+// behind it, where the command's own parser reads them.
+std::vector<std::string> take_global_options(std::vector<std::string>& argv) {
   std::vector<std::string> moved;
   while (!argv.empty()) {
     auto& a = argv.front();
     if (a == "--dsn" && argv.size() >= 2) {
-      moved = {"--dsn", argv[1]};
+      moved.insert(moved.end(), {"--dsn", argv[1]});
       argv.erase(argv.begin(), argv.begin() + 2);
-    } else if (a.rfind("--dsn=", 0) == 0) {
-      moved = {a};
+    } else if (a.rfind("--dsn=", 0) == 0 || a == "--json") {
+      moved.push_back(a);
       argv.erase(argv.begin());
     } else {
       break;
@@ -227,12 +228,12 @@ int main(int argc, char** argv) {
   bool json = wants_json(args);
   try {
     auto level = cli::take_log_level(args);
-    auto dsn = take_global_dsn(args);
+    auto global = take_global_options(args);
     if (!args.empty()) {
       command = args.front();
       args.erase(args.begin());
     }
-    args.insert(args.begin(), dsn.begin(), dsn.end());
+    args.insert(args.begin(), global.begin(), global.end());
     cli::set_log_level(command, level);
     if (command.empty()) {
       std::cerr << main_help;

@@ -60,6 +60,12 @@ std::vector<std::vector<std::string>> one_shot_commands() {
           {"show", "ce_x", test::new_uuid()},
           {"list", "ce_x"},
           {"queues"},
+          {"wait", "ce_x", test::new_uuid()},
+          {"tsq", "list", "ce_x"},
+          {"tsq", "retry", "ce_x", "--all"},
+          {"batch", "list", "ce_x"},
+          {"stats"},
+          {"replies", "ce_x__replies", "--peek"},
           {"worker", "--tick", "--domain", "ce_x"}};
 }
 
@@ -148,7 +154,7 @@ TEST(CliErrors, UnknownNamesSuggestTheNearest) {
                    "`cmdbus --help`)\n");
 }
 
-TEST(CliErrors, DsnIsAcceptedBeforeTheCommand) {
+TEST(CliErrors, DsnAndJsonAreAcceptedBeforeTheCommand) {
   auto r = run_cmdbus({"--dsn", test::dsn(), "queues", "--json"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.front(), '[') << r.out;
@@ -157,6 +163,14 @@ TEST(CliErrors, DsnIsAcceptedBeforeTheCommand) {
   // Before the command it counts like after it: a closed port fails.
   r = run_cmdbus({"--dsn", closed_port_dsn, "queues"});
   EXPECT_EQ(r.exit_code, 3) << r.err;
+  // So does --json, for the output and for errors.
+  r = run_cmdbus({"--json", "--dsn", test::dsn(), "list",
+                  test::unique_name("ce")});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "[]\n");
+  r = run_cmdbus({"--json", "queues", "--dsn", closed_port_dsn});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  EXPECT_EQ(r.out.rfind("{\"error\":", 0), 0u) << r.out;
 }
 
 // -- connection failures
