@@ -15,6 +15,7 @@
 #include "db/queue_name.hpp"
 #include "model/errors.hpp"
 #include "model/log.hpp"
+#include "model/text.hpp"
 
 namespace cmdbus::cli {
 
@@ -22,23 +23,6 @@ namespace {
 
 bool contains(const std::vector<std::string>& xs, const std::string& x) {
   return std::find(xs.begin(), xs.end(), x) != xs.end();
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j)
-    row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
-                         diag + (a[i - 1] == b[j - 1] ? 0u : 1u)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 std::string upper(std::string x) {
@@ -250,7 +234,8 @@ std::chrono::milliseconds parse_duration(const std::string& what,
     throw usage_error{what + ": '" + text
                       + "' is not a duration (a number with unit ms, s, m, h "
                         "or d, e.g. 90s or 15m)"};
-  return std::chrono::milliseconds{static_cast<int64_t>(std::llround(n * scale))};
+  return std::chrono::milliseconds{
+    static_cast<int64_t>(std::llround(n * scale))};
 }
 
 db::pool_options pool_options_for(const args& a, size_t max_size) {
@@ -269,8 +254,7 @@ void require_queue(db::pool& pool, const std::string& queue, bool create) {
     conn->exec("SELECT pgmq.create($1)", {queue});
     return;
   }
-  auto r = conn->exec("SELECT 1 FROM pgmq.meta WHERE queue_name = $1",
-                      {queue});
+  auto r = conn->exec("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", {queue});
   if (r.rows() == 0)
     throw not_found{"queue " + queue
                     + " does not exist: check the domain's spelling, or pass "

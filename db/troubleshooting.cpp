@@ -214,6 +214,28 @@ std::string printable_operator(const std::optional<std::string>& x) {
   return x ? *x : "(none)";
 }
 
+// The part that cancel and complete share: the command, locked and in the
+// TSQ, takes `status` and its reply (if it has a reply_to) is sent with the
+// outcome `outcome` filled in by `fill`.
+template <class Fill>
+locked_command settle(db::connection& conn, const std::string& domain,
+                      const uuid& command_id, const char* status,
+                      reply_outcome outcome, Fill fill) {
+  auto cmd = lock_in_tsq(conn, domain, command_id);
+  conn.query("UPDATE commandbus.command SET status = $3, updated_at = NOW() "
+             "WHERE domain = $1 AND command_id = $2::uuid",
+             domain, command_id.to_string(), std::string{status});
+  if (cmd.reply_to) {
+    reply r;
+    r.command_id = command_id;
+    r.correlation_id = cmd.correlation_id;
+    r.outcome = outcome;
+    fill(r);
+    send_and_notify(conn, *cmd.reply_to, wire::encode_reply(r));
+  }
+  return cmd;
+}
+
 } // namespace
 
 const char* to_string(tsq_operation::kind x) noexcept {
@@ -347,19 +369,9 @@ troubleshooting_queue::cancel(const std::string& domain, const uuid& command_id,
                               const std::optional<std::string>& operator_name) {
   db::validate_domain(domain);
   auto out = in_transaction(pool_, [&](db::connection& conn) {
-    auto cmd = lock_in_tsq(conn, domain, command_id);
-    conn.query("UPDATE commandbus.command SET status = 'CANCELED', "
-               "updated_at = NOW() WHERE domain = $1 AND command_id = "
-               "$2::uuid",
-               domain, command_id.to_string());
-    if (cmd.reply_to) {
-      reply r;
-      r.command_id = command_id;
-      r.correlation_id = cmd.correlation_id;
-      r.outcome = reply_outcome::canceled;
-      r.reason = reason;
-      send_and_notify(conn, *cmd.reply_to, wire::encode_reply(r));
-    }
+    auto cmd = settle(conn, domain, command_id, "CANCELED",
+                      reply_outcome::canceled,
+                      [&](reply& r) { r.reason = reason; });
     audit(conn, domain, command_id, "OPERATOR_CANCEL",
           "jsonb_build_object('operator', $4::text, 'reason', $5::text, "
           "'reply_to', $6::text)",
@@ -377,19 +389,10 @@ tsq_result troubleshooting_queue::complete(
   const std::optional<std::string>& operator_name) {
   db::validate_domain(domain);
   auto out = in_transaction(pool_, [&](db::connection& conn) {
-    auto cmd = lock_in_tsq(conn, domain, command_id);
-    conn.query("UPDATE commandbus.command SET status = 'COMPLETED', "
-               "updated_at = NOW() WHERE domain = $1 AND command_id = "
-               "$2::uuid",
-               domain, command_id.to_string());
-    if (cmd.reply_to) {
-      reply r;
-      r.command_id = command_id;
-      r.correlation_id = cmd.correlation_id;
-      r.outcome = reply_outcome::success;
-      r.result = result ? *result : json::null();
-      send_and_notify(conn, *cmd.reply_to, wire::encode_reply(r));
-    }
+    auto cmd = settle(conn, domain, command_id, "COMPLETED",
+                      reply_outcome::success, [&](reply& r) {
+                        r.result = result ? *result : json::null();
+                      });
     audit(conn, domain, command_id, "OPERATOR_COMPLETE",
           "jsonb_build_object('operator', $4::text, 'has_result_data', "
           "$5::boolean, 'reply_to', $6::text)",
