@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -45,6 +47,37 @@ std::string nearest(const std::string& given,
     }
   }
   return best;
+}
+
+subcommand take_subcommand(const std::vector<std::string>& argv) {
+  subcommand out;
+  size_t i = 0;
+  while (i < argv.size() && argv[i].size() > 1 && argv[i][0] == '-'
+         && argv[i] != "--help" && argv[i] != "-h" && argv[i] != "--") {
+    out.argv.push_back(argv[i]);
+    if (argv[i] == "--dsn" && i + 1 < argv.size())
+      out.argv.push_back(argv[++i]);
+    ++i;
+  }
+  if (i < argv.size()) {
+    out.name = argv[i] == "-h" || argv[i] == "help" ? "--help" : argv[i];
+    out.argv.insert(out.argv.end(), argv.begin() + static_cast<long>(i) + 1,
+                    argv.end());
+  }
+  return out;
+}
+
+void unknown_subcommand(const std::string& command, const std::string& name,
+                        const std::vector<std::string>& known) {
+  std::string choices;
+  for (size_t i = 0; i < known.size(); ++i)
+    choices += (i == 0 ? "" : i + 1 == known.size() ? " or " : ", ") + known[i];
+  if (name.empty())
+    throw usage_error{"missing subcommand of " + command + ": " + choices};
+  auto near = nearest(name, known);
+  throw usage_error{"unknown " + command + " subcommand '" + name + "'"
+                    + (near.empty() ? " (choose " + choices + ")"
+                                    : "; did you mean " + near + "?")};
 }
 
 args::args(const std::vector<std::string>& argv,
@@ -169,7 +202,8 @@ json parse_json_arg(const std::string& what, const std::string& text) {
     } else {
       std::ifstream in{text.substr(1), std::ios::binary};
       if (!in)
-        throw usage_error{what + ": cannot read " + text.substr(1)};
+        throw usage_error{what + ": cannot read " + text.substr(1) + ": "
+                          + std::strerror(errno)};
       content << in.rdbuf();
     }
     source = content.str();
@@ -261,6 +295,16 @@ void require_queue(db::pool& pool, const std::string& queue, bool create) {
                       "--create to create it"};
 }
 
+void note_if_unknown_domain(db::pool& pool, const std::string& domain) {
+  auto queue = db::command_queue(domain);
+  auto conn = pool.acquire();
+  if (conn->query("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", queue).rows()
+      == 0)
+    std::cerr << "cmdbus: note: there is no queue " << queue
+              << "; is the domain name right? (`cmdbus queues` lists the "
+                 "queues)\n";
+}
+
 std::optional<std::string> take_log_level(std::vector<std::string>& argv) {
   constexpr std::string_view option = "--log-level";
   std::optional<std::string> given;
@@ -335,6 +379,14 @@ void print_fields(
     width = std::max(width, row.first.size());
   for (auto& [name, value] : rows)
     out << name << std::string(width - name.size() + 2, ' ') << value << '\n';
+}
+
+void print_help(const char* text) {
+  std::cout << text
+            << "\nEvery command also exits 3 when the database is unavailable, "
+               "4 when it has\nno cmdbus schema (run `cmdbus migrate`) and 6 "
+               "when the server refuses the\nlogin; `cmdbus --help` lists "
+               "every exit code.\n";
 }
 
 bool stdout_is_terminal() {

@@ -102,6 +102,24 @@ private:
   std::vector<std::string> flags_;
 };
 
+/// A command with subcommands (`tsq list ...`): the subcommand's name ("" when
+/// none is given; "--help" for a help request before it) and its arguments,
+/// which include the options that stood before the subcommand (`cmdbus tsq
+/// --dsn DSN list ...`).
+struct subcommand {
+  std::string name;
+  std::vector<std::string> argv;
+};
+
+/// Splits `argv` of a command with subcommands.
+subcommand take_subcommand(const std::vector<std::string>& argv);
+
+/// Throws usage_error for an unknown subcommand `name` of `command`, naming
+/// the nearest of `known`; for a missing one, listing them.
+[[noreturn]] void unknown_subcommand(const std::string& command,
+                                     const std::string& name,
+                                     const std::vector<std::string>& known);
+
 /// Returns the candidate nearest to `given` (edit distance at most a third
 /// of its length, at least 2), or "" when none is near.
 std::string nearest(const std::string& given,
@@ -146,6 +164,10 @@ db::pool_options pool_options_for(const args& a, size_t max_size = 2);
 /// queue from a mistyped domain.
 void require_queue(db::pool& pool, const std::string& queue, bool create);
 
+/// For a listing that came out empty: says on stderr when DOMAIN has no
+/// command queue, since a mistyped domain otherwise looks like a quiet one.
+void note_if_unknown_domain(db::pool& pool, const std::string& domain);
+
 // -- log level ---------------------------------------------------------------
 
 /// Removes every `--log-level LEVEL` or `--log-level=LEVEL` from `argv`, a
@@ -170,6 +192,10 @@ void print_table(std::ostream& out, const std::vector<std::string>& header,
 /// Prints `name value` pairs with the values aligned.
 void print_fields(std::ostream& out,
                   const std::vector<std::pair<std::string, std::string>>& rows);
+
+/// Prints a command's help text followed by the exit codes every command
+/// shares (3, 4 for a database without the schema, 6).
+void print_help(const char* text);
 
 /// Returns whether standard output is a terminal (for bars and --watch).
 bool stdout_is_terminal();

@@ -151,6 +151,8 @@ int batch_list(const args& a) {
   db::pool pool{pool_options_for(a, 1)};
   command_bus bus{pool};
   auto batches = bus.list_batches(domain, status, limit, offset);
+  if (batches.empty())
+    note_if_unknown_domain(pool, domain);
   if (a.flag("--json")) {
     json_out out;
     out.begin_array();
@@ -281,26 +283,22 @@ int run_batch(const std::vector<std::string>& argv) {
     {"show", show_help, batch_show, {"--dsn"}},
     {"refresh", refresh_help, batch_refresh, {"--dsn"}},
   };
-  if (argv.empty())
-    throw usage_error{"a subcommand is required: list, show or refresh"};
-  if (argv[0] == "--help" || argv[0] == "-h") {
-    std::cout << batch_help;
+  auto [name, rest] = take_subcommand(argv);
+  if (name == "--help") {
+    print_help(batch_help);
     return exit_ok;
   }
   for (auto& s : subs) {
-    if (argv[0] != s.name)
+    if (name != s.name)
       continue;
-    std::vector<std::string> rest{argv.begin() + 1, argv.end()};
     args a{rest, {"--help", "--json"}, s.options};
     if (a.flag("--help")) {
-      std::cout << s.help;
+      print_help(s.help);
       return exit_ok;
     }
     return s.run(a);
   }
-  auto near = nearest(argv[0], {"list", "show", "refresh"});
-  throw usage_error{"unknown batch subcommand '" + argv[0] + "'"
-                    + (near.empty() ? "" : "; did you mean " + near + "?")};
+  unknown_subcommand("batch", name, {"list", "show", "refresh"});
 }
 
 } // namespace cmdbus::cli

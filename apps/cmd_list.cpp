@@ -17,7 +17,22 @@ constexpr const char* help
 Lists the domain's commands, newest first, with the batch each belongs to
 (empty when none). S is one of PENDING, IN_PROGRESS, COMPLETED, FAILED,
 CANCELED, IN_TROUBLESHOOTING_QUEUE (any case; TSQ for the last); B is a
-batch id: only that batch's commands. Default limit 100.
+batch id: only that batch's commands.
+
+Options:
+  --status S     only commands in status S
+  --type T       only commands of type T
+  --batch B      only the commands of batch B
+  --limit N      at most N commands (default 100)
+  --offset N     skip the first N
+  --dsn DSN      connection string (default: $CMDBUS_DSN, then libpq env)
+  --json         print a JSON array of commands
+  -h, --help     show this help
+
+An empty list says nothing about whether DOMAIN exists: a mistyped domain
+lists nothing, like a quiet one (`cmdbus queues` lists the real ones).
+
+Exit codes: 0 ok, 1 usage error (e.g. an unknown status or a bad UUID).
 )";
 
 } // namespace
@@ -27,7 +42,7 @@ int run_list(const std::vector<std::string>& argv) {
          {"--help", "--json"},
          {"--dsn", "--status", "--type", "--batch", "--limit", "--offset"}};
   if (a.flag("--help")) {
-    std::cout << help;
+    print_help(help);
     return exit_ok;
   }
   a.expect_positional(1, "DOMAIN");
@@ -44,6 +59,8 @@ int run_list(const std::vector<std::string>& argv) {
   db::pool pool{pool_options_for(a, 1)};
   command_bus bus{pool};
   auto cmds = bus.query_commands(q);
+  if (cmds.empty())
+    note_if_unknown_domain(pool, *q.domain);
   if (a.flag("--json")) {
     json_out out;
     out.begin_array();

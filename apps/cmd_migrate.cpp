@@ -109,7 +109,7 @@ int print_status(const args& a, db::connection& conn) {
 int run_migrate(const std::vector<std::string>& argv) {
   args a{argv, {"--help", "--verbose", "--json", "--status"}, {"--dsn"}};
   if (a.flag("--help")) {
-    std::cout << help;
+    print_help(help);
     return exit_ok;
   }
   a.expect_positional(0, "no positional arguments");

@@ -12,6 +12,13 @@ constexpr const char* help = R"(usage: cmdbus queues [--dsn DSN] [--json]
 
 Shows PGMQ metrics of every queue: length, visible length, age of the newest
 and oldest message in seconds, and messages ever sent.
+
+Options:
+  --dsn DSN      connection string (default: $CMDBUS_DSN, then libpq env)
+  --json         print a JSON array, one object per queue
+  -h, --help     show this help
+
+Exit codes: 0 ok, 1 usage error.
 )";
 
 } // namespace
@@ -19,7 +26,7 @@ and oldest message in seconds, and messages ever sent.
 int run_queues(const std::vector<std::string>& argv) {
   args a{argv, {"--help", "--json"}, {"--dsn"}};
   if (a.flag("--help")) {
-    std::cout << help;
+    print_help(help);
     return exit_ok;
   }
   a.expect_positional(0, "no positional arguments");

@@ -175,7 +175,7 @@ void print_replies_json(const std::vector<reply_row>& rows) {
 int run_replies(const std::vector<std::string>& argv) {
   args a{argv, {"--help", "--json", "--peek"}, {"--dsn", "--limit", "--wait"}};
   if (a.flag("--help")) {
-    std::cout << replies_help;
+    print_help(replies_help);
     return exit_ok;
   }
   a.expect_positional(1, "QUEUE");
@@ -222,7 +222,9 @@ int run_replies(const std::vector<std::string>& argv) {
               {"msg_id", "enqueued_at", "command_id", "correlation_id",
                "outcome", "result / error / reason"},
               table);
-  if (peek)
+  if (rows.empty())
+    std::cout << "\nno replies waiting in " << queue << '\n';
+  else if (peek)
     std::cout << '\n' << rows.size() << " message(s) shown, nothing consumed\n";
   else
     std::cout << '\n'
@@ -266,7 +268,7 @@ bool finished(command_status s) {
 int run_wait(const std::vector<std::string>& argv) {
   args a{argv, {"--help", "--json"}, {"--dsn", "--timeout"}};
   if (a.flag("--help")) {
-    std::cout << wait_help;
+    print_help(wait_help);
     return exit_ok;
   }
   a.expect_positional(2, "DOMAIN and COMMAND_ID");

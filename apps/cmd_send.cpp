@@ -49,7 +49,7 @@ int run_send(const std::vector<std::string>& argv) {
          {"--dsn", "--data", "--id", "--reply-to", "--correlation-id",
           "--max-attempts"}};
   if (a.flag("--help")) {
-    std::cout << send_help;
+    print_help(send_help);
     return exit_ok;
   }
   a.expect_positional(2, "DOMAIN and TYPE");

@@ -217,7 +217,7 @@ int run_send_batch(const std::vector<std::string>& argv) {
          {"--dsn", "--file", "--chunk-size", "--name", "--batch-id",
           "--custom-data"}};
   if (a.flag("--help")) {
-    std::cout << send_batch_help;
+    print_help(send_batch_help);
     return exit_ok;
   }
   a.expect_positional(1, "DOMAIN");

@@ -192,7 +192,7 @@ std::string seconds_text(double s) {
 int run_show(const std::vector<std::string>& argv) {
   args a{argv, {"--help", "--json"}, {"--dsn"}};
   if (a.flag("--help")) {
-    std::cout << help;
+    print_help(help);
     return exit_ok;
   }
   a.expect_positional(2, "DOMAIN and COMMAND_ID");

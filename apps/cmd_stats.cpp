@@ -139,7 +139,7 @@ void print_text(std::ostream& os, const std::vector<db::domain_stats>& xs) {
 int run_stats(const std::vector<std::string>& argv) {
   args a{argv, {"--help", "--json", "--watch"}, {"--dsn", "--interval"}};
   if (a.flag("--help")) {
-    std::cout << help;
+    print_help(help);
     return exit_ok;
   }
   if (a.positional().size() > 1)

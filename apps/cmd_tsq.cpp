@@ -5,6 +5,9 @@
 #include <iostream>
 #include <limits>
 
+#include <pwd.h>
+#include <unistd.h>
+
 #include "apps/cli.hpp"
 #include "apps/json_out.hpp"
 #include "db/pool.hpp"
@@ -55,7 +58,7 @@ Each command is changed in its own transaction; commands that left the TSQ
 meanwhile (another operator, a re-run) are skipped and counted, so an
 interrupted bulk run can simply be run again. --dry-run lists what would be
 touched and changes nothing. --operator NAME is recorded in the audit
-(default: $USER).
+(default: $USER, else $LOGNAME, else the account's name).
 
 Exit codes: 0 ok (bulk: also when some were skipped); 1 usage error (bad
 UUID, no selector, ids together with a bulk selector, invalid --result);
@@ -115,7 +118,7 @@ int tsq_list(const std::vector<std::string>& argv) {
          {"--dsn", "--type", "--error-code", "--batch", "--older-than",
           "--limit", "--offset"}};
   if (a.flag("--help")) {
-    std::cout << help;
+    print_help(help);
     return exit_ok;
   }
   a.expect_positional(1, "DOMAIN");
@@ -133,6 +136,8 @@ int tsq_list(const std::vector<std::string>& argv) {
   troubleshooting_queue tsq{pool};
   auto items = tsq.list(f);
   auto total = tsq.count(f);
+  if (total == 0)
+    note_if_unknown_domain(pool, f.domain);
   if (a.flag("--json")) {
     json_out out;
     out.begin_object().field("total", total).key("items").begin_array();
@@ -163,7 +168,7 @@ int tsq_list(const std::vector<std::string>& argv) {
 int tsq_show(const std::vector<std::string>& argv) {
   args a{argv, {"--help", "--json"}, {"--dsn"}};
   if (a.flag("--help")) {
-    std::cout << help;
+    print_help(help);
     return exit_ok;
   }
   a.expect_positional(2, "DOMAIN and COMMAND_ID");
@@ -239,11 +244,14 @@ const char* outcome_name(tsq_item_outcome::kind k) {
   }
 }
 
+// The login name: $USER, else $LOGNAME, else the account of the process.
 std::optional<std::string> default_operator() {
-  const char* user = std::getenv("USER");
-  if (user == nullptr || *user == '\0')
-    return std::nullopt;
-  return std::string{user};
+  for (const char* name : {"USER", "LOGNAME"})
+    if (const char* user = std::getenv(name); user != nullptr && *user != '\0')
+      return std::string{user};
+  if (const passwd* pw = getpwuid(geteuid()); pw != nullptr)
+    return std::string{pw->pw_name};
+  return std::nullopt;
 }
 
 int run_operation(tsq_operation::kind kind,
@@ -256,7 +264,7 @@ int run_operation(tsq_operation::kind kind,
     options.push_back("--result");
   args a{argv, {"--help", "--json", "--all", "--dry-run"}, options};
   if (a.flag("--help")) {
-    std::cout << help;
+    print_help(help);
     return exit_ok;
   }
   auto domain = domain_arg(a);
@@ -364,7 +372,9 @@ int run_operation(tsq_operation::kind kind,
     if (x.outcome != tsq_item_outcome::kind::done) {
       std::cerr << "cmdbus: "
                 << (x.outcome == tsq_item_outcome::kind::failed ? "failed: "
-                                                                : "skipped: ")
+                    : x.outcome == tsq_item_outcome::kind::not_found
+                      ? ""
+                      : "skipped: ")
                 << x.message << '\n';
       return;
     }
@@ -380,17 +390,20 @@ int run_operation(tsq_operation::kind kind,
       .field("matched", result.matched)
       .field("done", result.done)
       .field("skipped", result.skipped)
+      .field("not_found", result.not_found)
       .field("failed", result.failed)
       .end_object();
     out.print(std::cout);
   } else {
     std::cout << to_string(kind) << ": " << result.matched << " matched, "
-              << result.done << " done, " << result.skipped << " skipped, "
-              << result.failed << " failed\n";
+              << result.done << " done, " << result.skipped << " skipped, ";
+    if (result.not_found > 0)
+      std::cout << result.not_found << " not found, ";
+    std::cout << result.failed << " failed\n";
   }
   if (result.failed > 0)
     return exit_failed;
-  if (!bulk && result.skipped > 0)
+  if (!bulk && (result.skipped > 0 || result.not_found > 0))
     return exit_not_found;
   return exit_ok;
 }
@@ -398,23 +411,9 @@ int run_operation(tsq_operation::kind kind,
 } // namespace
 
 int run_tsq(const std::vector<std::string>& argv) {
-  // Options before the subcommand (a global --dsn, --json) go to it.
-  std::vector<std::string> rest;
-  size_t i = 0;
-  while (i < argv.size() && argv[i].size() > 1 && argv[i][0] == '-'
-         && argv[i] != "--help" && argv[i] != "-h") {
-    rest.push_back(argv[i]);
-    if (argv[i] == "--dsn" && i + 1 < argv.size())
-      rest.push_back(argv[++i]);
-    ++i;
-  }
-  if (i == argv.size())
-    throw usage_error{"missing subcommand: list, show, retry, cancel or "
-                      "complete"};
-  auto sub = argv[i];
-  rest.insert(rest.end(), argv.begin() + static_cast<long>(i) + 1, argv.end());
-  if (sub == "--help" || sub == "-h" || sub == "help") {
-    std::cout << help;
+  auto [sub, rest] = take_subcommand(argv);
+  if (sub == "--help") {
+    print_help(help);
     return exit_ok;
   }
   if (sub == "list")
@@ -427,9 +426,8 @@ int run_tsq(const std::vector<std::string>& argv) {
     return run_operation(tsq_operation::kind::cancel, rest);
   if (sub == "complete")
     return run_operation(tsq_operation::kind::complete, rest);
-  auto near = nearest(sub, {"list", "show", "retry", "cancel", "complete"});
-  throw usage_error{"unknown tsq subcommand '" + sub + "'"
-                    + (near.empty() ? "" : "; did you mean " + near + "?")};
+  unknown_subcommand("tsq", sub,
+                     {"list", "show", "retry", "cancel", "complete"});
 }
 
 } // namespace cmdbus::cli

@@ -1,6 +1,7 @@
 // The `cmdbus` command-line tool: migrations, sending, inspecting and
 // repairing commands, batches and queues, and the demo worker.
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -121,7 +122,9 @@ std::vector<std::string> take_global_options(std::vector<std::string>& argv) {
   std::vector<std::string> moved;
   while (!argv.empty()) {
     auto& a = argv.front();
-    if (a == "--dsn" && argv.size() >= 2) {
+    if (a == "--dsn") {
+      if (argv.size() < 2)
+        throw cli::usage_error{"--dsn needs a value"};
       moved.insert(moved.end(), {"--dsn", argv[1]});
       argv.erase(argv.begin(), argv.begin() + 2);
     } else if (a.rfind("--dsn=", 0) == 0 || a == "--json") {
@@ -203,11 +206,15 @@ failure describe(std::exception_ptr ep) {
   } catch (const db::error& e) {
     if (db::is_login_refused(e))
       return {cli::exit_auth, std::string{e.what()} + login_advice(e)};
-    if (e.code() == db::errc::connection)
+    if (e.code() == db::errc::connection) {
+      std::string what = e.what();
       return {cli::exit_db_unavailable,
-              std::string{e.what()}
-                + " (is the server running, and are host and port in --dsn "
-                  "or $CMDBUS_DSN right?)"};
+              what
+                + (what.find("Is the server running") != std::string::npos
+                     ? " (check host and port in --dsn or $CMDBUS_DSN)"
+                     : " (is the server running, and are host and port in "
+                       "--dsn or $CMDBUS_DSN right?)")};
+    }
     if (schema_missing(e)) {
       log::debug("no cmdbus schema: {}", log::one_line(e.what()));
       return {cli::exit_failed,
@@ -233,7 +240,10 @@ int main(int argc, char** argv) {
       command = args.front();
       args.erase(args.begin());
     }
-    args.insert(args.begin(), global.begin(), global.end());
+    // Behind the command's own arguments (a subcommand stays first), before
+    // a `--`.
+    args.insert(std::find(args.begin(), args.end(), "--"), global.begin(),
+                global.end());
     cli::set_log_level(command, level);
     if (command.empty()) {
       std::cerr << main_help;

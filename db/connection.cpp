@@ -23,6 +23,26 @@ namespace {
 
 constexpr size_t max_kept_notices = 100;
 
+// The lines of a libpq message as one line: "failed: Connection refused;
+// Is the server running ...?".
+std::string joined_lines(const std::string& text) {
+  std::string out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    auto end = text.find('\n', pos);
+    if (end == std::string::npos)
+      end = text.size();
+    auto line = log::one_line(std::string_view{text}.substr(pos, end - pos));
+    if (!line.empty()) {
+      if (!out.empty())
+        out += "; ";
+      out += line;
+    }
+    pos = end + 1;
+  }
+  return out;
+}
+
 } // namespace
 
 // -- connection --------------------------------------------------------------
@@ -111,7 +131,7 @@ connection connection::open(const std::string& dsn,
     // A refused login keeps the connection class (the runtime retries it
     // like any other) and carries its SQLSTATE for the tools' messages.
     throw error{errc::connection, login_failure_sqlstate(msg),
-                "cannot connect to " + ptr->target + ": " + log::one_line(msg)};
+                "cannot connect to " + ptr->target + ": " + joined_lines(msg)};
   }
   PQsetNoticeReceiver(ptr->conn, &impl::on_notice, ptr.get());
   connection result{std::move(ptr)};

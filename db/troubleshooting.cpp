@@ -433,7 +433,7 @@ tsq_bulk_result troubleshooting_queue::apply(
     } catch (const command_not_found_error& e) {
       x.outcome = tsq_item_outcome::kind::not_found;
       x.message = e.what();
-      ++out.skipped;
+      ++out.not_found;
     } catch (const not_in_tsq_error& e) {
       x.outcome = tsq_item_outcome::kind::not_in_tsq;
       x.message = e.what();

@@ -121,13 +121,15 @@ struct tsq_item_outcome {
   tsq_result batch;
 };
 
-/// Counts of a bulk operation; `skipped` are the commands that were not
-/// (or no longer) in the TSQ, so a re-run after an interruption counts the
-/// ones done before as skipped.
+/// Counts of a bulk operation: of the `matched` ids, `done` were changed,
+/// `skipped` were no longer in the TSQ (so a re-run after an interruption
+/// counts the ones done before as skipped), `not_found` do not exist, and
+/// `failed` failed otherwise.
 struct tsq_bulk_result {
   int matched = 0;
   int done = 0;
   int skipped = 0;
+  int not_found = 0;
   int failed = 0;
 };
 

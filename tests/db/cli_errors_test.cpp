@@ -171,6 +171,53 @@ TEST(CliErrors, DsnAndJsonAreAcceptedBeforeTheCommand) {
   r = run_cmdbus({"--json", "queues", "--dsn", closed_port_dsn});
   EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_EQ(r.out.rfind("{\"error\":", 0), 0u) << r.out;
+  // Commands with subcommands take them too, before the command or before
+  // the subcommand.
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"--dsn", test::dsn(), "--json", "batch",
+                                 "list", test::unique_name("ce")},
+        {"--json", "--dsn", test::dsn(), "tsq", "list", test::unique_name("ce")},
+        {"batch", "--dsn", test::dsn(), "--json", "list",
+         test::unique_name("ce")},
+        {"tsq", "--json", "--dsn", test::dsn(), "list",
+         test::unique_name("ce")}}) {
+    r = run_cmdbus(args);
+    EXPECT_EQ(r.exit_code, 0) << args[0] << " " << args[3] << ": " << r.err;
+    ASSERT_FALSE(r.out.empty());
+    EXPECT_TRUE(r.out.front() == '[' || r.out.front() == '{') << r.out;
+  }
+  // A global --dsn without its value says so.
+  r = run_cmdbus({"--dsn"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(contains(r.err, "--dsn needs a value")) << r.err;
+}
+
+// -- a mistyped domain -----------------------------------------------------------
+
+TEST(CliErrors, AnEmptyListingOfADomainWithoutQueueSaysSo) {
+  auto typo = test::unique_name("ce");
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"list", typo},
+        {"tsq", "list", typo},
+        {"batch", "list", typo}}) {
+    args.insert(args.end(), {"--dsn", test::dsn()});
+    auto r = run_cmdbus(args);
+    EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
+    EXPECT_TRUE(contains(r.err, "there is no queue " + typo + "__commands"))
+      << args[0] << ": " << r.err;
+  }
+  // A real domain that is merely quiet gets no note.
+  auto quiet = test::unique_name("ce");
+  auto r = run_cmdbus({"send", quiet, "T", "--create", "--dsn", test::dsn()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (std::vector<std::string> args :
+       {std::vector<std::string>{"tsq", "list", quiet},
+        {"batch", "list", quiet}}) {
+    args.insert(args.end(), {"--dsn", test::dsn()});
+    r = run_cmdbus(args);
+    EXPECT_EQ(r.exit_code, 0) << args[0] << ": " << r.err;
+    EXPECT_EQ(r.err, "") << args[0];
+  }
 }
 
 // -- connection failures
@@ -185,7 +232,9 @@ TEST(CliErrors, ClosedPortSaysSoOnceAndExitsThree) {
     EXPECT_EQ(line_count(r.err), 1u) << args[0] << ": " << r.err;
     EXPECT_EQ(occurrences(r.err, "cannot connect to u@127.0.0.1:1/x"), 1u)
       << args[0] << ": " << r.err;
-    EXPECT_TRUE(contains(r.err, "is the server running")) << r.err;
+    EXPECT_TRUE(contains(r.err, "Connection refused; Is the server running"))
+      << r.err;
+    EXPECT_TRUE(contains(r.err, "(check host and port in --dsn")) << r.err;
     EXPECT_FALSE(contains(r.err, "next attempt")) << args[0] << ": " << r.err;
     EXPECT_FALSE(contains(r.err, "pw-secret")) << r.err;
     EXPECT_TRUE(r.out.empty()) << args[0] << ": " << r.out;

@@ -3,8 +3,10 @@
 // interrupted run (the API's apply and `cmdbus tsq`).
 
 #include <algorithm>
+#include <thread>
 
 #include "tests/db/tsq_support.hpp"
+#include "tests/support/eventually.hpp"
 
 using namespace cmdbus;
 using namespace cmdbus::test;
@@ -149,6 +151,55 @@ TEST_F(TsqBulk, AnInterruptedRunIsCompletedByARerun) {
     EXPECT_EQ(count_events(conn, d, id, "OPERATOR_RETRY"), 1);
   }
   EXPECT_EQ(queue_rows(conn, q), 5);
+}
+
+TEST_F(TsqBulk, ARunCutOffMidwayIsCompletedByARerun) {
+  std::vector<uuid> ids;
+  for (int i = 0; i < 5; ++i) {
+    ids.push_back(park());
+    age(conn, d, ids.back(), 10 - i);
+  }
+  // The run waits on the third command (its row is locked here) when its
+  // connection is lost: the two before it committed, nothing after it ran.
+  auto app = unique_name("tsqcut");
+  auto holder = connect();
+  holder.exec("BEGIN");
+  holder.query("SELECT 1 FROM commandbus.command WHERE domain = $1 AND "
+               "command_id = $2::uuid FOR UPDATE",
+               d, ids[2].to_string());
+  process_result r;
+  std::thread run{[&] {
+    r = run_cmdbus({"tsq", "cancel", d, "--all", "--reason", "cut"},
+                   {"CMDBUS_DSN=" + dsn() + " application_name=" + app});
+  }};
+  bool waiting = eventually([&] {
+    return scalar(conn,
+                  "SELECT count(*) FROM pg_stat_activity WHERE "
+                  "application_name = $1 AND wait_event_type = 'Lock'",
+                  app)
+           == opt_str{"1"};
+  });
+  conn.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+             "application_name = $1",
+             app);
+  run.join();
+  holder.exec("ROLLBACK");
+  ASSERT_TRUE(waiting);
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_EQ(status(ids[0]), opt_str{"CANCELED"});
+  EXPECT_EQ(status(ids[1]), opt_str{"CANCELED"});
+  for (size_t i = 2; i < ids.size(); ++i)
+    EXPECT_EQ(status(ids[i]), opt_str{"IN_TROUBLESHOOTING_QUEUE"});
+  // The same command again does the rest, and nothing twice.
+  r = cli({"tsq", "cancel", d, "--all", "--reason", "cut"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("cancel: 3 matched, 3 done, 0 skipped, 0 failed"),
+            std::string::npos)
+    << r.out;
+  for (auto& id : ids) {
+    EXPECT_EQ(status(id), opt_str{"CANCELED"});
+    EXPECT_EQ(count_events(conn, d, id, "OPERATOR_CANCEL"), 1);
+  }
 }
 
 TEST_F(TsqBulk, CommandsThatLeftTheTsqAfterTheSelectionAreSkipped) {
