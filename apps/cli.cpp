@@ -37,6 +37,17 @@ std::string upper(std::string x) {
 
 std::string nearest(const std::string& given,
                     const std::vector<std::string>& candidates) {
+  // An abbreviation of exactly one candidate ("--oldest") names it.
+  std::string prefixed;
+  int prefixes = 0;
+  for (auto& c : candidates)
+    if (given.size() >= 3 && c.size() > given.size()
+        && c.compare(0, given.size(), given) == 0) {
+      prefixed = c;
+      ++prefixes;
+    }
+  if (prefixes == 1)
+    return prefixed;
   std::string best;
   size_t best_distance = std::max<size_t>(2, given.size() / 3) + 1;
   for (auto& c : candidates) {

@@ -120,8 +120,9 @@ subcommand take_subcommand(const std::vector<std::string>& argv);
                                      const std::string& name,
                                      const std::vector<std::string>& known);
 
-/// Returns the candidate nearest to `given` (edit distance at most a third
-/// of its length, at least 2), or "" when none is near.
+/// Returns the candidate `given` abbreviates, when it abbreviates exactly
+/// one; else the candidate nearest to it (edit distance at most a third of
+/// its length, at least 2); else "".
 std::string nearest(const std::string& given,
                     const std::vector<std::string>& candidates);
 

@@ -143,6 +143,10 @@ TEST(CliErrors, UnknownNamesSuggestTheNearest) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err, "cmdbus: unknown option '--stauts'; did you mean "
                    "--status? (see `cmdbus list --help`)\n");
+  r = run_cmdbus({"tsq", "list", "d", "--oldest"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "cmdbus: unknown option '--oldest'; did you mean "
+                   "--oldest-first? (see `cmdbus tsq --help`)\n");
   r = run_cmdbus({"worker", "--concurency", "4"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.err, "cmdbus: unknown option '--concurency'; did you mean "
