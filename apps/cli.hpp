@@ -39,6 +39,11 @@ constexpr int exit_auth = 6;
 /// A wait ended at its --timeout before the awaited state.
 constexpr int exit_timeout = 7;
 
+/// What the tools say for a database that was never migrated (exit 4).
+constexpr const char* never_migrated
+  = "the database has no cmdbus schema (it was never migrated): run `cmdbus "
+    "migrate` first";
+
 /// A usage error: one line on stderr, exit code 1. `main` appends the hint
 /// "(see `cmdbus CMD --help`)" once; messages do not carry it themselves.
 struct usage_error {

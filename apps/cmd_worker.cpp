@@ -1,8 +1,8 @@
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <optional>
-#include <set>
 #include <string>
 #include <thread>
 
@@ -15,6 +15,7 @@
 #include "config/settings.hpp"
 #include "config/worker_config.hpp"
 #include "db/connection.hpp"
+#include "db/migrate.hpp"
 #include "db/pool.hpp"
 #include "db/queue_name.hpp"
 #include "model/log.hpp"
@@ -91,20 +92,16 @@ args check_worker_options(const std::vector<std::string>& argv) {
 // worker's statements fail, and it would retry them forever.
 void require_schema(db::pool& pool) {
   auto conn = pool.acquire();
-  auto r = conn->exec("SELECT version FROM commandbus.cmdbus_migrations "
-                      "WHERE component = 'commandbus'");
-  std::set<std::string> applied;
-  for (int i = 0; i < r.rows(); ++i)
-    applied.emplace(r.text(i, 0));
-  size_t pending = 0;
-  for (auto& f : sql::commandbus_files())
-    if (applied.count(std::string{f.version}) == 0)
-      ++pending;
-  if (pending > 0)
-    throw exit_with{exit_failed, "the database's cmdbus schema lacks "
-                                   + std::to_string(pending)
-                                   + " migration(s): run `cmdbus migrate` "
-                                     "first"};
+  auto report = db::migration_status(*conn, sql::pgmq_files(),
+                                     sql::commandbus_files());
+  auto applied = std::any_of(report.migrations.begin(), report.migrations.end(),
+                             [](const auto& m) { return m.applied; });
+  if (!applied)
+    throw exit_with{exit_failed, never_migrated};
+  if (auto pending = report.pending(); pending > 0)
+    throw exit_with{exit_failed, "the database lacks " + std::to_string(pending)
+                                   + " cmdbus migration(s): run `cmdbus "
+                                     "migrate` first"};
 }
 
 // Counts the messages left in the domains' command queues, or nothing when

@@ -217,9 +217,7 @@ failure describe(std::exception_ptr ep) {
     }
     if (schema_missing(e)) {
       log::debug("no cmdbus schema: {}", log::one_line(e.what()));
-      return {cli::exit_failed,
-              "the database has no cmdbus schema (it was never migrated): "
-              "run `cmdbus migrate` first"};
+      return {cli::exit_failed, cli::never_migrated};
     }
     return {cli::exit_failed, e.what()};
   } catch (const std::exception& e) {
