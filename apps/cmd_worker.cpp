@@ -26,7 +26,7 @@ namespace cmdbus::cli {
 namespace {
 
 constexpr const char* worker_help_tail = R"(
-Also:
+Options of the command line only:
   --create                 create the command queue of a configured domain
                            that does not exist (without it, such a domain
                            stops the worker with exit code 2: a mistyped

@@ -12,15 +12,15 @@ const char* help_requested::what() const noexcept {
 }
 
 const char* worker_help() {
-  return R"(Usage: cmdbus worker [options]
+  return R"(usage: cmdbus worker [options]
 
 Runs the command handlers of the configured domains until stopped (SIGINT or
 SIGTERM), or drains every domain once with --tick.
 
 Options:
   --config FILE            CAF-INI config file (else $CMDBUS_CONFIG, else none)
-  --dsn DSN                libpq connection string or URI (default: the libpq
-                           environment)
+  --dsn DSN                libpq connection string or URI (default:
+                           $CMDBUS_DSN, else the libpq environment)
   --domain D               domain to serve; repeat for several; replaces the
                            domains of the file and of $CMDBUS_DOMAINS
   --concurrency N          handler slots per domain, 1..4096 (16)

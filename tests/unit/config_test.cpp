@@ -559,7 +559,7 @@ TEST(ConfigArgs, help_is_a_distinct_exception) {
   std::string help = worker_help();
   EXPECT_EQ(std::string{help_requested{}.what()}, help);
   for (const char* part :
-       {"Usage: cmdbus worker", "--config", "--dsn", "--domain",
+       {"usage: cmdbus worker", "--config", "--dsn", "--domain",
         "--concurrency", "--prefetch", "CMDBUS_PREFETCH", "--backoff", "--max-attempts", "--visibility-timeout",
         "--poll-interval", "--no-notify", "--statement-timeout",
         "--shutdown-timeout", "--flush-interval", "--jitter", "--tick",
