@@ -316,19 +316,26 @@ void note_if_unknown_domain(db::pool& pool, const std::string& domain) {
                  "queues)\n";
 }
 
-std::optional<std::string> take_log_level(std::vector<std::string>& argv) {
-  constexpr std::string_view option = "--log-level";
+namespace {
+
+// Removes every `OPTION VALUE` or `OPTION=VALUE` from `argv` and returns the
+// last VALUE; `choices` completes the message for a missing value.
+std::optional<std::string> take_global_value(std::vector<std::string>& argv,
+                                             std::string_view option,
+                                             std::string_view choices) {
   std::optional<std::string> given;
   for (size_t i = 0; i < argv.size();) {
     std::string_view arg = argv[i];
     auto at = argv.begin() + static_cast<std::ptrdiff_t>(i);
     if (arg == option) {
       if (i + 1 >= argv.size())
-        throw usage_error{"--log-level needs a value (trace, debug, info, "
-                          "warn, error, critical or off)"};
+        throw usage_error{std::string{option} + " needs a value ("
+                          + std::string{choices} + ")"};
       given = argv[i + 1];
       argv.erase(at, at + 2);
-    } else if (arg.substr(0, option.size() + 1) == "--log-level=") {
+    } else if (arg.size() > option.size()
+               && arg.substr(0, option.size()) == option
+               && arg[option.size()] == '=') {
       given = std::string{arg.substr(option.size() + 1)};
       argv.erase(at);
     } else {
@@ -336,6 +343,34 @@ std::optional<std::string> take_log_level(std::vector<std::string>& argv) {
     }
   }
   return given;
+}
+
+} // namespace
+
+std::optional<std::string> take_log_level(std::vector<std::string>& argv) {
+  return take_global_value(argv, "--log-level",
+                           "trace, debug, info, warn, error, critical or off");
+}
+
+std::optional<std::string> take_log_format(std::vector<std::string>& argv) {
+  return take_global_value(argv, "--log-format", "text or json");
+}
+
+void set_log_format(const std::optional<std::string>& given) {
+  auto f = log::format::text;
+  try {
+    f = log::format_from_env();
+  } catch (const std::invalid_argument& e) {
+    throw usage_error{std::string{"CMDBUS_LOG_FORMAT: "} + e.what()};
+  }
+  if (given) {
+    try {
+      f = log::parse_format(*given);
+    } catch (const std::invalid_argument& e) {
+      throw usage_error{std::string{"--log-format: "} + e.what()};
+    }
+  }
+  log::set_format(f);
 }
 
 void set_log_level(const std::string& command,

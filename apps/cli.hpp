@@ -189,6 +189,16 @@ std::optional<std::string> take_log_level(std::vector<std::string>& argv);
 void set_log_level(const std::string& command,
                    const std::optional<std::string>& given);
 
+/// Removes every `--log-format FORMAT` or `--log-format=FORMAT` from `argv`
+/// (a global option like --log-level) and returns the last FORMAT. Throws
+/// usage_error for a missing value.
+std::optional<std::string> take_log_format(std::vector<std::string>& argv);
+
+/// Sets the format of the "cmdbus" logger: `given` (from --log-format),
+/// else $CMDBUS_LOG_FORMAT, else text. Throws usage_error, naming the
+/// choices, for an unknown format.
+void set_log_format(const std::optional<std::string>& given);
+
 // -- text output -------------------------------------------------------------
 
 /// Prints rows as an aligned text table with a header.

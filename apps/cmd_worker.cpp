@@ -1,6 +1,10 @@
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -32,7 +36,13 @@ Options of the command line only:
                            stops the worker with exit code 2: a mistyped
                            domain would otherwise get a queue nobody sends to)
   --json                   print the final counters as JSON
-  --quiet                  omit the progress lines
+  --progress               print a progress line every 2 s (time, counters,
+                           commands completed per second since the line
+                           before) even when standard output is not a
+                           terminal, and with --tick
+  --quiet                  no progress lines (the default when standard
+                           output is not a terminal, e.g. under systemd:
+                           the log then shows state changes only)
 
 Exit codes: 0 ok (with --tick: no command went to the troubleshooting queue
 and none is left in the queues), 1 usage error or invalid setting, 2 a
@@ -42,6 +52,71 @@ pending), 5 with --tick: commands went to the troubleshooting queue during
 the run, or remain in the queues afterwards (retries not due yet, or held by
 another worker), 6 login refused.
 )";
+
+std::string counters_text(const worker_stats& s) {
+  return "received " + std::to_string(s.received) + ", completed "
+         + std::to_string(s.completed) + ", retried "
+         + std::to_string(s.retried) + ", to TSQ "
+         + std::to_string(s.moved_to_tsq) + ", failed "
+         + std::to_string(s.failed) + ", rejected " + std::to_string(s.rejected)
+         + ", in flight " + std::to_string(s.in_flight);
+}
+
+// Prints a progress line every 2 s while it lives, and a last one when it
+// ends: UTC time, the counters, and the commands completed per second since
+// the line before.
+class progress_printer {
+public:
+  explicit progress_printer(const worker& w) : w_(w) {
+    thread_ = std::thread([this] {
+      auto next = std::chrono::steady_clock::now();
+      while (!done_) {
+        next += std::chrono::seconds{2};
+        while (!done_ && std::chrono::steady_clock::now() < next)
+          std::this_thread::sleep_for(std::chrono::milliseconds{100});
+        if (!done_)
+          print();
+      }
+    });
+  }
+
+  ~progress_printer() {
+    done_ = true;
+    thread_.join();
+    print();
+  }
+
+  progress_printer(const progress_printer&) = delete;
+  progress_printer& operator=(const progress_printer&) = delete;
+
+private:
+  void print() {
+    auto now = std::chrono::steady_clock::now();
+    auto s = w_.stats();
+    double secs = std::chrono::duration<double>(now - last_time_).count();
+    double rate = secs > 0
+                    ? static_cast<double>(s.completed - last_completed_) / secs
+                    : 0.0;
+    last_time_ = now;
+    last_completed_ = s.completed;
+    auto t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    char rate_text[32];
+    std::snprintf(rate_text, sizeof rate_text, "%.1f", rate);
+    std::cout << stamp << " " << counters_text(s) << ", " << rate_text
+              << " completed/s" << std::endl;
+  }
+
+  const worker& w_;
+  std::atomic<bool> done_{false};
+  std::chrono::steady_clock::time_point last_time_
+    = std::chrono::steady_clock::now();
+  decltype(worker_stats{}.completed) last_completed_{0};
+  std::thread thread_;
+};
 
 // Prints the counters; `remaining` (tick mode) is the number of messages
 // still in the domains' queues: not due yet (retries backing off) or held
@@ -64,10 +139,7 @@ void print_stats(const worker_stats& s, bool json,
     out.print(std::cout);
     return;
   }
-  std::cout << "received " << s.received << ", completed " << s.completed
-            << ", retried " << s.retried << ", to TSQ " << s.moved_to_tsq
-            << ", failed " << s.failed << ", rejected " << s.rejected
-            << ", in flight " << s.in_flight;
+  std::cout << counters_text(s);
   if (remaining)
     std::cout << ", remaining in the queue " << *remaining
               << (*remaining > 0 ? " (not due yet, or held by another worker)"
@@ -78,9 +150,9 @@ void print_stats(const worker_stats& s, bool json,
 // Checks the worker's options against the settings table, so that a
 // mistyped one names the nearest (config::load reads them afterwards).
 args check_worker_options(const std::vector<std::string>& argv) {
-  std::vector<std::string> flags{"--help",       "--json", "--quiet",
-                                 "--create",     "--tick", "--no-notify",
-                                 "--dump-config"};
+  std::vector<std::string> flags{"--help",      "--json",       "--quiet",
+                                 "--progress",  "--create",     "--tick",
+                                 "--no-notify", "--dump-config"};
   std::vector<std::string> options{"--config", "--domain"};
   for (auto& s : config::detail::settings)
     if (!s.option.empty())
@@ -131,10 +203,15 @@ int run_worker(const std::vector<std::string>& argv) {
   auto a = check_worker_options(argv);
   std::vector<std::string> settings_args;
   for (auto& arg : argv)
-    if (arg != "--json" && arg != "--quiet" && arg != "--create")
+    if (arg != "--json" && arg != "--quiet" && arg != "--create"
+        && arg != "--progress")
       settings_args.push_back(arg);
   bool json = a.flag("--json");
-  bool quiet = a.flag("--quiet");
+  // Progress lines on a terminal, or when asked for; under systemd the
+  // log shows state changes only.
+  bool progress_on = !a.flag("--quiet")
+                     && (a.flag("--progress")
+                         || (!json && stdout_is_terminal()));
   config::worker_config cfg;
   try {
     cfg = config::load(settings_args,
@@ -173,11 +250,18 @@ int run_worker(const std::vector<std::string>& argv) {
   // Operators see batch completions in the log. Having a callback also
   // makes the worker record them for durable delivery (V005).
   w.on_batch_complete([](const std::string& domain, const uuid& batch_id) {
-    log::info("batch {} of domain {} is complete", batch_id.to_string(),
-              domain);
+    log::log_from({"worker", domain}, spdlog::level::info,
+                  "batch {} of domain {} is complete", batch_id.to_string(),
+                  domain);
   });
   if (tick) {
-    auto stats = w.run_tick(std::chrono::hours{24});
+    worker_stats stats;
+    {
+      std::optional<progress_printer> progress;
+      if (progress_on)
+        progress.emplace(w);
+      stats = w.run_tick(std::chrono::hours{24});
+    }
     auto remaining = remaining_messages(cfg);
     print_stats(stats, json, remaining);
     // Not all done: some went to the troubleshooting queue, or some are
@@ -192,26 +276,14 @@ int run_worker(const std::vector<std::string>& argv) {
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   w.start();
-  std::atomic<bool> done{false};
-  std::thread progress;
-  if (!quiet && !json)
-    progress = std::thread([&] {
-      auto next = std::chrono::steady_clock::now();
-      while (!done) {
-        next += std::chrono::seconds{2};
-        while (!done && std::chrono::steady_clock::now() < next)
-          std::this_thread::sleep_for(std::chrono::milliseconds{100});
-        if (!done)
-          print_stats(w.stats(), false);
-      }
-    });
+  std::optional<progress_printer> progress;
+  if (progress_on)
+    progress.emplace(w);
   int sig = 0;
   sigwait(&sigs, &sig);
   log::info("signal {}: stopping (up to {} ms)", sig, shutdown_timeout.count());
   w.stop(shutdown_timeout).get();
-  done = true;
-  if (progress.joinable())
-    progress.join();
+  progress.reset();
   print_stats(w.stats(), json);
   if (w.in_flight_count() > 0) {
     // Handlers abandoned at the shutdown timeout are still running in the

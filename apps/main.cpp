@@ -37,7 +37,8 @@ constexpr command_entry commands[] = {
 };
 
 constexpr const char* main_help
-  = R"(usage: cmdbus [--dsn DSN] [--log-level LEVEL] <command> [options]
+  = R"(usage: cmdbus [--dsn DSN] [--log-level LEVEL] [--log-format FORMAT]
+              <command> [options]
        cmdbus help <command>
 
 Commands:
@@ -65,6 +66,10 @@ Options:
                      or after any command (default: $CMDBUS_LOG_LEVEL, else
                      $SPDLOG_LEVEL, else info for worker and warn for the
                      others); the log goes to stderr
+  --log-format FORMAT
+                     text or json (one JSON object per line: time, level,
+                     logger, actor, domain, message), before or after any
+                     command (default: $CMDBUS_LOG_FORMAT, else text)
   --                 ends the options: what follows is positional
 
 Connection: --dsn DSN, else $CMDBUS_DSN, else the standard libpq environment
@@ -107,7 +112,7 @@ std::string unknown_command(const std::string& name) {
     // The name only: a mistyped --dsn=... may carry a password.
     auto option = name.substr(0, name.find('='));
     auto near = cli::nearest(option, {"--help", "--version", "--dsn", "--json",
-                                      "--log-level"});
+                                      "--log-level", "--log-format"});
     return "unknown option '" + option + "'"
            + (near.empty() ? "" : "; did you mean " + near + "?");
   }
@@ -233,6 +238,7 @@ int main(int argc, char** argv) {
   bool json = wants_json(args);
   try {
     auto level = cli::take_log_level(args);
+    auto format = cli::take_log_format(args);
     auto global = take_global_options(args);
     if (!args.empty()) {
       command = args.front();
@@ -243,6 +249,7 @@ int main(int argc, char** argv) {
     args.insert(std::find(args.begin(), args.end(), "--"), global.begin(),
                 global.end());
     cli::set_log_level(command, level);
+    cli::set_log_format(format);
     if (command.empty()) {
       std::cerr << main_help;
       return cli::exit_usage;

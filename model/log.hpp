@@ -8,6 +8,7 @@
 // Entries are one line each: texts that may hold line breaks (libpq's
 // messages do) go through one_line() first.
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -38,6 +39,50 @@ void set_level(spdlog::level::level_enum level);
 /// std::invalid_argument.
 spdlog::level::level_enum level_from_env(spdlog::level::level_enum fallback);
 
+/// The format of the entries: `text` (spdlog's default pattern) or `json`
+/// (one JSON object per line: time, level, logger, actor, domain, message).
+enum class format { text, json };
+
+/// Parses a format name (text, json; any case); throws std::invalid_argument
+/// naming the choices.
+format parse_format(std::string_view text);
+
+/// Returns the format CMDBUS_LOG_FORMAT sets, else text. An unknown name
+/// throws std::invalid_argument.
+format format_from_env();
+
+/// Sets the format of the "cmdbus" logger (a new formatter on its sinks).
+void set_format(format f);
+
+/// Who writes an entry: an actor instance ("poller/payments") and its
+/// domain, when known. The JSON format prints them as fields; the text
+/// format does not (the text says it where it matters).
+struct origin {
+  std::string actor;
+  std::string domain;
+};
+
+/// Sets the origin of the entries this thread logs while it lives (the
+/// previous one comes back afterwards).
+class scoped_origin {
+public:
+  explicit scoped_origin(origin o);
+  ~scoped_origin();
+  scoped_origin(const scoped_origin&) = delete;
+  scoped_origin& operator=(const scoped_origin&) = delete;
+
+private:
+  origin previous_;
+};
+
+/// One JSON object on one line (no line break), built with RapidJSON's
+/// writer: `time` (ISO 8601 UTC with microseconds), `level`, `logger`,
+/// `actor` and `domain` (when not empty), `message`. Bytes that are not
+/// UTF-8 become U+FFFD, so the line always parses.
+std::string json_line(std::chrono::system_clock::time_point time,
+                      spdlog::level::level_enum level, std::string_view logger,
+                      const origin& from, std::string_view message);
+
 /// Returns `text` on one line: line breaks and tabs become spaces, runs of
 /// spaces collapse to one, and leading and trailing spaces go.
 std::string one_line(std::string_view text);
@@ -65,6 +110,14 @@ void warn(spdlog::format_string_t<Ts...> fmt, Ts&&... xs) {
 template <class... Ts>
 void error(spdlog::format_string_t<Ts...> fmt, Ts&&... xs) {
   logger()->error(fmt, std::forward<Ts>(xs)...);
+}
+
+/// Logs at `level` with `from` as the entry's origin (see origin).
+template <class... Ts>
+void log_from(const origin& from, spdlog::level::level_enum level,
+              spdlog::format_string_t<Ts...> fmt, Ts&&... xs) {
+  scoped_origin scope{from};
+  logger()->log(level, fmt, std::forward<Ts>(xs)...);
 }
 
 } // namespace cmdbus::log

@@ -1,0 +1,124 @@
+// The JSON format of the "cmdbus" logger: one object per line that parses
+// back with the right fields, whatever the message holds.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <sstream>
+#include <string>
+
+#include <rapidjson/document.h>
+#include <spdlog/sinks/ostream_sink.h>
+
+#include "model/log.hpp"
+
+using namespace cmdbus;
+
+namespace {
+
+rapidjson::Document parse(const std::string& line) {
+  rapidjson::Document doc;
+  doc.Parse(line.data(), line.size());
+  EXPECT_FALSE(doc.HasParseError()) << line;
+  EXPECT_TRUE(doc.IsObject()) << line;
+  return doc;
+}
+
+std::string field(const rapidjson::Document& doc, const char* name) {
+  auto it = doc.FindMember(name);
+  if (it == doc.MemberEnd() || !it->value.IsString())
+    return "<missing>";
+  return {it->value.GetString(), it->value.GetStringLength()};
+}
+
+std::string line_of(std::string_view message, const log::origin& from = {}) {
+  return log::json_line(
+    std::chrono::system_clock::time_point{
+      std::chrono::microseconds{1700000000123456}},
+    spdlog::level::warn, "cmdbus", from, message);
+}
+
+} // namespace
+
+TEST(LogFormat, JsonLineHasTheFields) {
+  auto line = line_of("started", {"poller/payments", "payments"});
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  auto doc = parse(line);
+  EXPECT_EQ(field(doc, "time"), "2023-11-14T22:13:20.123456Z");
+  EXPECT_EQ(field(doc, "level"), "warning");
+  EXPECT_EQ(field(doc, "logger"), "cmdbus");
+  EXPECT_EQ(field(doc, "actor"), "poller/payments");
+  EXPECT_EQ(field(doc, "domain"), "payments");
+  EXPECT_EQ(field(doc, "message"), "started");
+}
+
+TEST(LogFormat, NoOriginLeavesActorAndDomainOut) {
+  auto doc = parse(line_of("plain"));
+  EXPECT_FALSE(doc.HasMember("actor"));
+  EXPECT_FALSE(doc.HasMember("domain"));
+}
+
+TEST(LogFormat, AwkwardMessagesStayOneValidLine) {
+  std::string control{"a\x01\x1f\x7f"};
+  std::string long_text(100000, 'x');
+  for (std::string message :
+       {std::string{"say \"hi\" \\ back\\"}, std::string{"two\nlines\r\ttab"},
+        control, long_text, std::string{"\xC3\xA9t\xC3\xA9"}}) {
+    auto line = line_of(message);
+    EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+    EXPECT_EQ(field(parse(line), "message"), message);
+  }
+}
+
+TEST(LogFormat, InvalidUtf8BecomesReplacementCharacters) {
+  std::string bad{"a\xff"
+                  "b\xC3"
+                  "c\xED\xA0\x80"
+                  "d"};
+  auto line = line_of(bad);
+  auto doc = parse(line);
+  EXPECT_EQ(field(doc, "message"), "a\xEF\xBF\xBD"
+                                   "b\xEF\xBF\xBD"
+                                   "c\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD"
+                                   "d");
+}
+
+TEST(LogFormat, ParseFormatNamesTheChoices) {
+  EXPECT_EQ(log::parse_format("JSON"), log::format::json);
+  EXPECT_EQ(log::parse_format("text"), log::format::text);
+  try {
+    log::parse_format("xml");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string{e.what()}.find("text or json"), std::string::npos);
+  }
+}
+
+TEST(LogFormat, LoggerWritesJsonWithTheOrigin) {
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  auto logger = log::logger();
+  auto sinks = logger->sinks();
+  logger->sinks() = {sink};
+  log::set_format(log::format::json);
+  auto level = logger->level();
+  logger->set_level(spdlog::level::info);
+  log::log_from({"poller/orders", "orders"}, spdlog::level::info, "got {}",
+                "it");
+  log::info("after");
+  log::set_format(log::format::text);
+  logger->set_level(level);
+  logger->sinks() = sinks;
+  std::istringstream lines{out.str()};
+  std::string first, second;
+  std::getline(lines, first);
+  std::getline(lines, second);
+  auto a = parse(first);
+  EXPECT_EQ(field(a, "actor"), "poller/orders");
+  EXPECT_EQ(field(a, "domain"), "orders");
+  EXPECT_EQ(field(a, "message"), "got it");
+  EXPECT_EQ(field(a, "level"), "info");
+  auto b = parse(second);
+  EXPECT_FALSE(b.HasMember("actor"));
+  EXPECT_EQ(field(b, "message"), "after");
+}
