@@ -27,6 +27,13 @@ void domain_health_counters::outage_ended() noexcept {
     outage_since_ms.store(0);
 }
 
+void domain_health_counters::clear_running() noexcept {
+  stuck_handlers.store(0);
+  stalled_writers.store(0);
+  restarting.store(false);
+  restarts.store(0);
+}
+
 domain_health_inputs read_inputs(const domain_health_counters& c,
                                  int64_t now_ms) noexcept {
   domain_health_inputs in;

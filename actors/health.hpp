@@ -68,6 +68,9 @@ struct domain_health_counters {
   void outage_began(int64_t now_ms) noexcept;
   /// A failing session of the domain works again (or is gone).
   void outage_ended() noexcept;
+  /// The domain's actors start or stop: what they counted no longer runs
+  /// (failures in a row are kept).
+  void clear_running() noexcept;
 };
 
 /// The figures one evaluation reads.

@@ -72,6 +72,7 @@ struct worker::impl {
         conn.query("SELECT pgmq.create($1)", db::command_queue(d));
     }
     cancelled->store(false);
+    clear_health();
     auto shared = std::make_shared<const config::worker_config>(cfg);
     actors::batch_delivery_settings delivery;
     delivery.cfg = shared;
@@ -83,6 +84,12 @@ struct worker::impl {
     running = true;
     log::info("worker started for {} domain(s), concurrency {}",
               cfg.domains.size(), cfg.concurrency);
+  }
+
+  // Clears the health inputs of running actors (at start and once stopped).
+  void clear_health() {
+    for (auto& h : health)
+      h->clear_running();
   }
 
   // Returns the running actors, if any, leaving them in place.
@@ -124,6 +131,7 @@ struct worker::impl {
       log::warn("{}: some actors did not end within {} ms (a handler still "
                 "runs); they end in the background",
                 what, grace.count());
+    clear_health();
   }
 
   void stop_now() {
@@ -133,6 +141,7 @@ struct worker::impl {
     cancelled->store(true);
     mine->stop(caf::exit_reason::user_shutdown);
     actors::retire(std::move(mine), stop_now_grace);
+    clear_health();
   }
 };
 

@@ -126,5 +126,21 @@ TEST(Health, ARestartingDomainDegradesAndRepeatedRestartsAreCritical) {
   EXPECT_EQ(evaluate("d", read_inputs(c, 0)).state, health_state::healthy);
 }
 
+TEST(Health, StoppingClearsWhatRanButKeepsFailuresInARow) {
+  domain_health_counters c;
+  c.stuck_handlers = 3;
+  c.stalled_writers = 1;
+  c.restarting = true;
+  c.restarts = 5;
+  c.consecutive_failures = 11;
+  c.clear_running();
+  auto in = read_inputs(c, 0);
+  EXPECT_EQ(in.stuck_handlers, 0);
+  EXPECT_EQ(in.stalled_writers, 0);
+  EXPECT_FALSE(in.restarting);
+  EXPECT_EQ(in.restarts, 0);
+  EXPECT_EQ(in.consecutive_failures, 11);
+}
+
 } // namespace
 } // namespace cmdbus
