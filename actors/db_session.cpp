@@ -1,6 +1,7 @@
 #include "actors/db_session.hpp"
 
 #include "actors/counters.hpp"
+#include "actors/health.hpp"
 #include "db/error.hpp"
 #include "db/pool.hpp"
 #include "model/log.hpp"
@@ -80,6 +81,16 @@ db_session::db_session(std::string who, session_options opts,
   // nop
 }
 
+db_session::~db_session() {
+  if (reported_)
+    end_reported_outage();
+}
+
+void db_session::end_reported_outage() noexcept {
+  health_->outage_ended();
+  reported_ = false;
+}
+
 db::connection& db_session::get() {
   if (!conn_ || !conn_->is_open()) {
     conn_.reset();
@@ -96,6 +107,10 @@ db::connection& db_session::get() {
 std::chrono::milliseconds db_session::failed(const std::exception& e) {
   if (counters_)
     counters_->db_errors += 1;
+  if (health_ && !reported_) {
+    health_->outage_began(health_now_ms());
+    reported_ = true;
+  }
   if (conn_ && !conn_->is_open())
     conn_.reset();
   return outage_.failed(e);

@@ -17,6 +17,7 @@
 
 namespace cmdbus {
 struct worker_counters;
+struct domain_health_counters;
 } // namespace cmdbus
 
 namespace cmdbus::actors {
@@ -113,9 +114,21 @@ public:
   /// connection when it is broken and counts a database error.
   std::chrono::milliseconds failed(const std::exception& e);
 
+  db_session(const db_session&) = delete;
+  db_session& operator=(const db_session&) = delete;
+  ~db_session();
+
+  /// Reports this session's outages to its domain's health inputs (may be
+  /// null): one failing session while an outage lasts.
+  void report_outages_to(std::shared_ptr<domain_health_counters> health) {
+    health_ = std::move(health);
+  }
+
   /// Records a successful round trip.
   void succeeded() {
     outage_.succeeded();
+    if (reported_)
+      end_reported_outage();
   }
 
   /// Closes the connection.
@@ -137,6 +150,11 @@ private:
   std::shared_ptr<worker_counters> counters_;
   std::unique_ptr<db::connection> conn_;
   outage_tracker outage_;
+  std::shared_ptr<domain_health_counters> health_;
+  /// Whether health_ counts this session as failing.
+  bool reported_ = false;
+
+  void end_reported_outage() noexcept;
 };
 
 } // namespace cmdbus::actors

@@ -273,6 +273,7 @@ start_writer(writer_pointer<State> self, domain_settings settings,
   st.session = std::make_unique<db_session>(
     st.name, session_for(st.settings, "cmdbus-worker"), st.settings.counters,
     [self] { return self->clock().now(); });
+  st.session->report_outages_to(st.settings.health);
   self->set_exit_handler([self](caf::exit_msg& em) {
     auto& st = self->state;
     if (!st.buffer.empty() && st.session->outage().failing())

@@ -214,6 +214,7 @@ poller(poller_actor::stateful_pointer<poller_state> self,
                                             st.settings.counters, [self] {
                                               return self->clock().now();
                                             });
+  st.session->report_outages_to(st.settings.health);
   if (receive) {
     st.receive = std::move(receive);
   } else {

@@ -20,6 +20,10 @@ void start_domain(self_ptr self, size_t i) {
   auto& st = self->state;
   st.supervisors[i] = st.spawn(self, st.domains[i]);
   st.started[i] = std::chrono::steady_clock::now();
+  if (auto& h = st.domains[i].health) {
+    h->restarting.store(false);
+    evaluate_and_log(st.domains[i].domain, *h);
+  }
 }
 
 // A domain's supervisor ended: its messages reappear after their
@@ -37,6 +41,14 @@ void domain_stopped(self_ptr self, size_t i, const caf::error& reason) {
       > std::chrono::minutes{1})
     st.restarts[i] = 0;
   auto delay = restart_delay(++st.restarts[i]);
+  if (d.health) {
+    // What the ended supervisor counted no longer runs.
+    d.health->stuck_handlers.store(0);
+    d.health->stalled_writers.store(0);
+    d.health->restarts.store(st.restarts[i]);
+    d.health->restarting.store(true);
+    evaluate_and_log(d.domain, *d.health);
+  }
   log::error("worker-root: domain {} stopped ({}); restarting in {} ms",
              d.domain, to_string(reason), delay.count());
   self->delayed_send(self, delay, atom::restart::value, i);

@@ -15,6 +15,7 @@
 #include "actors/counters.hpp"
 #include "actors/db_session.hpp"
 #include "actors/handler_registry.hpp"
+#include "actors/health.hpp"
 #include "actors/interfaces.hpp"
 #include "actors/worker.hpp"
 #include "config/worker_config.hpp"
@@ -43,6 +44,8 @@ struct domain_settings {
   /// This domain's share of counters->in_flight, so that the root can
   /// correct the total when the domain's supervisor dies.
   std::shared_ptr<std::atomic<int64_t>> domain_in_flight;
+  /// This domain's health inputs (actors/health.hpp).
+  std::shared_ptr<domain_health_counters> health;
 };
 
 /// Returns how long a writer that holds side effects may make no progress,

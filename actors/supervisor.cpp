@@ -49,6 +49,12 @@ void hand_over(self_ptr self, const Writer& writer,
 // Routes a handler's outcome to the writer that owns its side effects.
 void route(self_ptr self, const received_command& rc, outcome out) {
   auto& st = self->state;
+  if (st.settings.health) {
+    if (out.kind == outcome_kind::success)
+      st.settings.health->consecutive_failures.store(0);
+    else if (out.kind != outcome_kind::business_rule)
+      st.settings.health->consecutive_failures += 1;
+  }
   if (out.kind == outcome_kind::transient && rc.attempt < rc.max_attempts) {
     db::retry_command x{rc, std::move(out),
                         backoff_seconds(st.settings.cfg->retry, rc.attempt,
@@ -260,6 +266,31 @@ bool check_writers(self_ptr self) {
   return true;
 }
 
+// Counts the stuck handlers and stalled writers for the domain's health
+// and logs a change of its state (once per heartbeat: a pass over what the
+// domain holds, no query).
+void report_health(self_ptr self) {
+  auto& st = self->state;
+  if (!st.settings.health)
+    return;
+  auto now = self->clock().now();
+  auto stuck_after = st.settings.cfg->visibility_timeout
+                     + std::chrono::milliseconds{health_limits::stuck_grace_ms};
+  int64_t stuck = 0;
+  for (auto& [delivery, run] : st.running)
+    if (now - run.read_at > stuck_after)
+      ++stuck;
+  int64_t stalled = 0;
+  for (auto* wl : {&st.completion_log, &st.retry_log})
+    if (!wl->pending.empty()
+        && now - wl->last_progress
+             > std::chrono::milliseconds{health_limits::writer_stalled_ms})
+      ++stalled;
+  st.settings.health->stuck_handlers.store(stuck);
+  st.settings.health->stalled_writers.store(stalled);
+  evaluate_and_log(st.settings.domain, *st.settings.health);
+}
+
 void add_handler(self_ptr self, handler_mode mode) {
   auto& st = self->state;
   auto h = st.spawn.handler(self, st.settings, mode);
@@ -449,6 +480,7 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
                          heartbeat_period(st.settings.cfg->visibility_timeout),
                          atom::heartbeat::value);
       extend_leases(self);
+      report_health(self);
     },
   };
 }

@@ -32,6 +32,10 @@ struct worker::impl {
     = std::make_shared<std::atomic<bool>>(false);
   std::vector<batch_callback> callbacks;
   std::atomic<bool> running{false};
+  /// Per configured domain (same order) its health inputs, kept across
+  /// restarts of the worker.
+  std::vector<std::shared_ptr<domain_health_counters>> health;
+
   /// Guards `rt`: the one place where the running actors are handed from
   /// start to exactly one stopper.
   std::mutex mtx;
@@ -49,6 +53,9 @@ struct worker::impl {
     s.registry = registry;
     s.cancelled = cancelled;
     s.domain_in_flight = std::make_shared<std::atomic<int64_t>>(0);
+    for (size_t i = 0; i < cfg.domains.size(); ++i)
+      if (cfg.domains[i] == domain)
+        s.health = health[i];
     return s;
   }
 
@@ -65,6 +72,7 @@ struct worker::impl {
         conn.query("SELECT pgmq.create($1)", db::command_queue(d));
     }
     cancelled->store(false);
+    clear_health();
     auto shared = std::make_shared<const config::worker_config>(cfg);
     actors::batch_delivery_settings delivery;
     delivery.cfg = shared;
@@ -76,6 +84,12 @@ struct worker::impl {
     running = true;
     log::info("worker started for {} domain(s), concurrency {}",
               cfg.domains.size(), cfg.concurrency);
+  }
+
+  // Clears the health inputs of running actors (at start and once stopped).
+  void clear_health() {
+    for (auto& h : health)
+      h->clear_running();
   }
 
   // Returns the running actors, if any, leaving them in place.
@@ -117,6 +131,7 @@ struct worker::impl {
       log::warn("{}: some actors did not end within {} ms (a handler still "
                 "runs); they end in the background",
                 what, grace.count());
+    clear_health();
   }
 
   void stop_now() {
@@ -126,6 +141,7 @@ struct worker::impl {
     cancelled->store(true);
     mine->stop(caf::exit_reason::user_shutdown);
     actors::retire(std::move(mine), stop_now_grace);
+    clear_health();
   }
 };
 
@@ -136,6 +152,8 @@ worker::worker(config::worker_config cfg, handler_registry registry)
     throw std::invalid_argument("invalid worker configuration: "
                                 + problems.front());
   impl_->cfg = std::move(cfg);
+  for (size_t i = 0; i < impl_->cfg.domains.size(); ++i)
+    impl_->health.push_back(std::make_shared<domain_health_counters>());
   impl_->registry = std::make_shared<const handler_registry>(
     std::move(registry));
 }
@@ -177,6 +195,14 @@ worker_stats worker::stats() const noexcept {
           c.retried.load(),   c.moved_to_tsq.load(),     c.failed.load(),
           c.rejected.load(),  c.handler_restarts.load(), c.db_errors.load(),
           c.stale.load()};
+}
+
+worker_health worker::health() const {
+  std::vector<domain_health> domains;
+  for (size_t i = 0; i < impl_->cfg.domains.size(); ++i)
+    domains.push_back(
+      evaluate_and_log(impl_->cfg.domains[i], *impl_->health[i]));
+  return combine(std::move(domains));
 }
 
 void worker::on_batch_complete(batch_callback cb) {

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "actors/handler_registry.hpp"
+#include "actors/health.hpp"
 #include "config/worker_config.hpp"
 #include "model/types.hpp"
 
@@ -85,6 +86,11 @@ public:
 
   /// Returns the counters so far.
   worker_stats stats() const noexcept;
+
+  /// Evaluates the health of every domain and of the worker (the worst of
+  /// them) from counters the actors keep; cheap (no query). Logs each
+  /// change of a domain's state it sees, once (docs/worker.md, "Health").
+  worker_health health() const;
 
   /// Registers a batch-completion callback. With callbacks registered, the
   /// worker records each batch it completes in the same transaction as the

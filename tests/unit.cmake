@@ -5,7 +5,9 @@ include(GoogleTest)
 
 file(GLOB unit_test_sources CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/*.cpp)
-add_executable(cmdbus-unit-test ${unit_test_sources})
+# The health evaluation (plain C++, no CAF) is tested without the actors.
+add_executable(cmdbus-unit-test ${unit_test_sources}
+  ${PROJECT_SOURCE_DIR}/actors/health.cpp)
 target_link_libraries(cmdbus-unit-test PRIVATE
   cmdbus_model cmdbus_config GTest::gtest GTest::gtest_main)
 target_compile_definitions(cmdbus-unit-test PRIVATE
