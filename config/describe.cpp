@@ -29,6 +29,8 @@ std::string describe(const worker_config& cfg) {
   out += "statement-timeout = " + duration_text(cfg.statement_timeout) + "\n";
   out += "shutdown-timeout = " + duration_text(cfg.shutdown_timeout) + "\n";
   out += "flush-interval = " + duration_text(cfg.flush_interval) + "\n";
+  if (!cfg.http.empty())
+    out += "http = " + ini_string(cfg.http) + "\n";
   out += std::string{"tick = "} + (cfg.tick ? "true" : "false") + "\n";
   out += "[retry]\n";
   out += "max-attempts = " + std::to_string(cfg.retry.max_attempts) + "\n";

@@ -39,6 +39,9 @@ Options:
   --backoff LIST           retry delays in seconds (10,60,300); an empty
                            list (--backoff=) means 30s after every attempt
   --jitter X               random fraction 0..1 of each delay (0)
+  --http ADDR:PORT          serve /healthz, /readyz, /metrics and a status
+                           page on ADDR:PORT (off; e.g. 127.0.0.1:9464;
+                           port 0 picks a free one)
   --tick                   drain every domain once, then exit
   --dump-config            print the effective configuration and exit
   --log-level LEVEL        trace, debug, info, warn, error, critical or off
@@ -53,7 +56,8 @@ Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DOMAINS (a,b),
   CMDBUS_CONCURRENCY, CMDBUS_PREFETCH, CMDBUS_VISIBILITY_TIMEOUT,
   CMDBUS_POLL_INTERVAL, CMDBUS_USE_NOTIFY (true/false/1/0),
   CMDBUS_STATEMENT_TIMEOUT,
-  CMDBUS_SHUTDOWN_TIMEOUT, CMDBUS_FLUSH_INTERVAL, CMDBUS_MAX_ATTEMPTS,
+  CMDBUS_SHUTDOWN_TIMEOUT, CMDBUS_FLUSH_INTERVAL, CMDBUS_HTTP,
+  CMDBUS_MAX_ATTEMPTS,
   CMDBUS_BACKOFF (10,60,300), CMDBUS_BACKOFF_JITTER; the log level:
   CMDBUS_LOG_LEVEL, else SPDLOG_LEVEL, else info.
 
@@ -69,6 +73,7 @@ Config file (CAF INI; ';' starts a comment):
   statement-timeout = 25s
   shutdown-timeout = 30s
   flush-interval = 2ms
+  http = "127.0.0.1:9464"
   [retry]
   max-attempts = 3
   backoff = [10, 60, 300]

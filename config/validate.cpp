@@ -1,7 +1,9 @@
 // The rules a worker_config must meet, each checked on its own so that one
 // run reports every problem.
 
+#include <cctype>
 #include <set>
+#include <stdexcept>
 
 #include "config/values.hpp"
 #include "config/worker_config.hpp"
@@ -69,7 +71,40 @@ std::vector<std::string> validate(const worker_config& cfg) {
       || cfg.flush_interval > milliseconds{1000})
     report("flush-interval (" + ms_text(cfg.flush_interval)
            + ") must be between 0ms and 1000ms");
+  if (!cfg.http.empty()) {
+    try {
+      parse_http_address(cfg.http);
+    } catch (const std::invalid_argument& e) {
+      report("http (" + db::printable(cfg.http) + "): " + e.what());
+    }
+  }
   return problems;
+}
+
+http_address parse_http_address(std::string_view text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string_view::npos)
+    throw std::invalid_argument(
+      "expected ADDR:PORT, e.g. 127.0.0.1:9464 or :9464");
+  auto host = text.substr(0, colon);
+  auto port = text.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  else if (host.find(':') != std::string_view::npos)
+    throw std::invalid_argument(
+      "an IPv6 address needs brackets, e.g. [::1]:9464");
+  if (host.empty())
+    host = "127.0.0.1";
+  for (char c : host)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-'
+        && c != ':' && c != '_')
+      throw std::invalid_argument("the address may hold letters, digits, "
+                                  "'.', '-', '_' and ':' only");
+  if (port.empty() || port.size() > 5
+      || port.find_first_not_of("0123456789") != std::string_view::npos
+      || std::stoi(std::string{port}) > 65535)
+    throw std::invalid_argument("the port must be a number from 0 to 65535");
+  return {std::string{host}, std::stoi(std::string{port})};
 }
 
 } // namespace cmdbus::config

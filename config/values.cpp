@@ -179,6 +179,7 @@ void assign(worker_config& cfg, const setting& s, const raw_value& v,
     case setting_id::flush_interval:
       cfg.flush_interval = as_duration(v, false);
       break;
+    case setting_id::http: cfg.http = as_string(v); break;
     case setting_id::tick: cfg.tick = as_bool(v, lenient); break;
     case setting_id::max_attempts: cfg.retry.max_attempts = as_int(v); break;
     case setting_id::backoff: cfg.retry.backoff_seconds = as_int_list(v); break;

@@ -20,6 +20,7 @@
 // | [worker] statement-timeout   | CMDBUS_STATEMENT_TIMEOUT | (same name)
 // | [worker] shutdown-timeout    | CMDBUS_SHUTDOWN_TIMEOUT  | (same name)
 // | [worker] flush-interval      | CMDBUS_FLUSH_INTERVAL    | (same name)
+// | [worker] http                | CMDBUS_HTTP              | --http
 // | [worker] tick                | -                        | --tick
 // | [retry] max-attempts         | CMDBUS_MAX_ATTEMPTS      | --max-attempts
 // | [retry] backoff              | CMDBUS_BACKOFF (10,60)   | --backoff
@@ -108,6 +109,11 @@ struct worker_config {
   /// returned to the poller; 0 .. 1000 ms.
   std::chrono::milliseconds flush_interval{2};
 
+  /// Where the worker serves its HTTP endpoint (health, readiness,
+  /// metrics, status page): "ADDR:PORT" (see parse_http_address); "" (the
+  /// default) serves nothing.
+  std::string http;
+
   /// Run one drain of every domain and exit.
   bool tick = false;
 
@@ -115,6 +121,18 @@ struct worker_config {
   /// running. Not a setting of the file or the environment.
   bool dump_config = false;
 };
+
+/// An address to listen on.
+struct http_address {
+  /// An IPv4 or IPv6 literal (without brackets) or a host name.
+  std::string host;
+  /// 0 lets the system pick a free port.
+  int port = 0;
+};
+
+/// Parses "HOST:PORT", "[IPV6]:PORT" or ":PORT" (loopback, 127.0.0.1);
+/// throws std::invalid_argument saying what is wrong.
+http_address parse_http_address(std::string_view text);
 
 /// Problems found in the configuration; empty when valid. Each string is one
 /// clear sentence naming the setting, its value and the rule, e.g.

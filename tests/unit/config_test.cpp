@@ -675,3 +675,49 @@ TEST(ConfigErrors, never_contain_the_password) {
   EXPECT_FALSE(err.empty());
   EXPECT_FALSE(contains(err, "secret")) << err;
 }
+
+// -- the HTTP endpoint's address ----------------------------------------------
+
+TEST(ConfigHttp, is_off_by_default_and_read_from_every_source) {
+  EXPECT_EQ(worker_config{}.http, "");
+  worker_config cfg;
+  apply_ini(cfg, "[worker]\nhttp = \"127.0.0.1:9464\"\n", "w.ini");
+  EXPECT_EQ(cfg.http, "127.0.0.1:9464");
+  apply_env(cfg, fake_env{{{"CMDBUS_HTTP", "0.0.0.0:9000"}}}.lookup());
+  EXPECT_EQ(cfg.http, "0.0.0.0:9000");
+  apply_args(cfg, {"--http", ":9100"});
+  EXPECT_EQ(cfg.http, ":9100");
+  EXPECT_TRUE(contains(describe(cfg), "http = \":9100\"")) << describe(cfg);
+  worker_config again;
+  apply_ini(again, describe(cfg), "dump.ini");
+  EXPECT_EQ(again.http, ":9100");
+}
+
+TEST(ConfigHttp, parses_addresses) {
+  auto a = parse_http_address("127.0.0.1:9464");
+  EXPECT_EQ(a.host, "127.0.0.1");
+  EXPECT_EQ(a.port, 9464);
+  a = parse_http_address(":9464");
+  EXPECT_EQ(a.host, "127.0.0.1"); // loopback unless told otherwise
+  a = parse_http_address("[::1]:0");
+  EXPECT_EQ(a.host, "::1");
+  EXPECT_EQ(a.port, 0);
+  a = parse_http_address("metrics-host.local:80");
+  EXPECT_EQ(a.host, "metrics-host.local");
+}
+
+TEST(ConfigHttp, rejects_bad_addresses_with_the_rule) {
+  auto cfg = valid();
+  for (auto* bad : {"9464", "127.0.0.1:", "127.0.0.1:65536", "host:port",
+                    "::1:9464", "a b:80", "127.0.0.1:-1"}) {
+    cfg.http = bad;
+    auto problems = validate(cfg);
+    ASSERT_EQ(problems.size(), 1u) << bad;
+    EXPECT_TRUE(contains(problems[0], "http (")) << problems[0];
+  }
+  cfg.http = "127.0.0.1:70000";
+  EXPECT_TRUE(has_problem(validate(cfg), "the port must be a number from 0 "
+                                         "to 65535"));
+  cfg.http = "[::1]:9464";
+  EXPECT_TRUE(validate(cfg).empty());
+}
