@@ -107,6 +107,14 @@ public:
 
 } // namespace
 
+origin origin_of(std::string_view instance_name) {
+  auto slash = instance_name.find('/');
+  if (slash == std::string_view::npos)
+    return {std::string{instance_name}, {}};
+  return {std::string{instance_name.substr(0, slash)},
+          std::string{instance_name.substr(slash + 1)}};
+}
+
 scoped_origin::scoped_origin(origin o)
   : previous_(std::exchange(current_origin, std::move(o))) {}
 

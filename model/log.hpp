@@ -120,4 +120,50 @@ void log_from(const origin& from, spdlog::level::level_enum level,
   logger()->log(level, fmt, std::forward<Ts>(xs)...);
 }
 
+/// Logs with a fixed origin: `log::from(st.name).warn(...)`.
+class origin_logger {
+public:
+  explicit origin_logger(origin o) : from_(std::move(o)) {
+    // nop
+  }
+
+  template <class... Ts>
+  void debug(spdlog::format_string_t<Ts...> fmt, Ts&&... xs) const {
+    log_from(from_, spdlog::level::debug, fmt, std::forward<Ts>(xs)...);
+  }
+
+  template <class... Ts>
+  void info(spdlog::format_string_t<Ts...> fmt, Ts&&... xs) const {
+    log_from(from_, spdlog::level::info, fmt, std::forward<Ts>(xs)...);
+  }
+
+  template <class... Ts>
+  void warn(spdlog::format_string_t<Ts...> fmt, Ts&&... xs) const {
+    log_from(from_, spdlog::level::warn, fmt, std::forward<Ts>(xs)...);
+  }
+
+  template <class... Ts>
+  void error(spdlog::format_string_t<Ts...> fmt, Ts&&... xs) const {
+    log_from(from_, spdlog::level::err, fmt, std::forward<Ts>(xs)...);
+  }
+
+private:
+  origin from_;
+};
+
+/// The origin of an actor instance named "role/domain" ("poller/payments":
+/// actor "poller", domain "payments"); a name without '/' is the actor
+/// alone.
+origin origin_of(std::string_view instance_name);
+
+/// Returns a logger whose entries carry the origin of `instance_name`.
+inline origin_logger from(std::string_view instance_name) {
+  return origin_logger{origin_of(instance_name)};
+}
+
+/// Returns a logger whose entries carry `o`.
+inline origin_logger from(origin o) {
+  return origin_logger{std::move(o)};
+}
+
 } // namespace cmdbus::log
