@@ -28,12 +28,14 @@ void run_callbacks(counter_ptr self, const std::string& domain,
     try {
       cb(domain, id);
     } catch (const std::exception& e) {
-      log::warn("{}: a batch callback for {} failed: {}", self->state.name,
-                id.to_string(), log::one_line(e.what()));
+      log::from(self->state.name)
+        .warn("{}: a batch callback for {} failed: {}", self->state.name,
+              id.to_string(), log::one_line(e.what()));
     } catch (...) {
-      log::warn("{}: a batch callback for {} failed with a non-standard "
-                "exception",
-                self->state.name, id.to_string());
+      log::from(self->state.name)
+        .warn("{}: a batch callback for {} failed with a non-standard "
+              "exception",
+              self->state.name, id.to_string());
     }
   }
 }

@@ -17,12 +17,25 @@ void completion_state::commit(pointer self, size_t n) {
   for (auto& x : items) {
     if (std::binary_search(res.stale.begin(), res.stale.end(), x.rc.msg_id))
       continue;
+    auto* m = st.settings.metrics
+                ? &st.settings.metrics->of(x.rc.cmd.command_type)
+                : nullptr;
     switch (x.out.kind) {
-      case outcome_kind::success: st.settings.counters->completed += 1; break;
+      case outcome_kind::success:
+        st.settings.counters->completed += 1;
+        if (m)
+          m->completed += 1;
+        break;
       case outcome_kind::business_rule:
         st.settings.counters->failed += 1;
+        if (m)
+          m->failed += 1;
         break;
-      default: st.settings.counters->moved_to_tsq += 1; break;
+      default:
+        st.settings.counters->moved_to_tsq += 1;
+        if (m)
+          m->moved_to_tsq += 1;
+        break;
     }
   }
   count_stale(st.name, st.settings, res.stale.size());
@@ -37,10 +50,11 @@ void completion_state::commit(pointer self, size_t n) {
 // again into the same refusal.
 void completion_state::refused(pointer self, const std::exception& e) {
   auto& x = self->state.buffer.front();
-  log::error("{}: the database refused the outcome of command {} (msg_id "
-             "{}): {}; moving it to the troubleshooting queue",
-             self->state.name, x.rc.cmd.command_id.to_string(), x.rc.msg_id,
-             log::one_line(e.what()));
+  log::from(self->state.name)
+    .error("{}: the database refused the outcome of command {} (msg_id "
+           "{}): {}; moving it to the troubleshooting queue",
+           self->state.name, x.rc.cmd.command_id.to_string(), x.rc.msg_id,
+           log::one_line(e.what()));
   outcome out;
   out.kind = outcome_kind::permanent;
   out.error_code = "OUTCOME_NOT_WRITTEN";

@@ -39,6 +39,7 @@ struct completion_state : writer_state<db::finished_command> {
   static void refused(pointer self, const std::exception& e);
 
   static inline const char* role = "completion";
+  static constexpr db_actor metrics_actor = db_actor::completion;
 };
 
 /// The completion writer's behaviour: buffers (atom::finish,

@@ -41,19 +41,21 @@ std::chrono::milliseconds outage_tracker::failed(const std::exception& e) {
   if (failures_++ == 0) {
     since_ = now;
     reminded_ = now;
-    log::warn("{} cannot use the database ({}); retrying with backoff, "
-              "nothing is dropped",
-              who_, log::one_line(e.what()));
+    log::from(who_).warn(
+      "{} cannot use the database ({}); retrying with backoff, "
+      "nothing is dropped",
+      who_, log::one_line(e.what()));
   } else if (now - reminded_ >= reminder_period) {
     reminded_ = now;
-    log::warn(
+    log::from(who_).warn(
       "{} still cannot use the database after {} attempts in {} s "
       "({})",
       who_, failures_,
       std::chrono::duration_cast<std::chrono::seconds>(now - since_).count(),
       log::one_line(e.what()));
   } else {
-    log::debug("{} failed again ({})", who_, log::one_line(e.what()));
+    log::from(who_).debug("{} failed again ({})", who_,
+                          log::one_line(e.what()));
   }
   auto delay = db::jittered_backoff(failures_, std::chrono::milliseconds{100},
                                     2.0, max_backoff_, rng_);
@@ -64,8 +66,9 @@ std::chrono::milliseconds outage_tracker::failed(const std::exception& e) {
 void outage_tracker::succeeded() {
   if (failures_ == 0)
     return;
-  log::info("{} uses the database again after {} failed attempt(s) in {} ms",
-            who_, failures_, millis(now_() - since_));
+  log::from(who_).info(
+    "{} uses the database again after {} failed attempt(s) in {} ms", who_,
+    failures_, millis(now_() - since_));
   failures_ = 0;
   retry_at_ = {};
 }
@@ -107,6 +110,8 @@ db::connection& db_session::get() {
 std::chrono::milliseconds db_session::failed(const std::exception& e) {
   if (counters_)
     counters_->db_errors += 1;
+  if (errors_)
+    errors_->fetch_add(1, std::memory_order_relaxed);
   if (health_ && !reported_) {
     health_->outage_began(health_now_ms());
     reported_ = true;

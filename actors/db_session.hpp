@@ -124,6 +124,12 @@ public:
     health_ = std::move(health);
   }
 
+  /// Also counts this session's failed round trips in `errors` (may be
+  /// null): the per-actor figure of the metrics.
+  void count_errors_in(std::shared_ptr<std::atomic<int64_t>> errors) {
+    errors_ = std::move(errors);
+  }
+
   /// Records a successful round trip.
   void succeeded() {
     outage_.succeeded();
@@ -151,6 +157,7 @@ private:
   std::unique_ptr<db::connection> conn_;
   outage_tracker outage_;
   std::shared_ptr<domain_health_counters> health_;
+  std::shared_ptr<std::atomic<int64_t>> errors_;
   /// Whether health_ counts this session as failing.
   bool reported_ = false;
 

@@ -7,9 +7,10 @@ void count_stale(const std::string& who, const domain_settings& settings,
   if (stale == 0)
     return;
   settings.counters->stale += static_cast<int64_t>(stale);
-  log::info("{}: {} outcome(s) not written: another delivery owns their "
-            "message now",
-            who, stale);
+  log::from(who).info(
+    "{}: {} outcome(s) not written: another delivery owns their "
+    "message now",
+    who, stale);
 }
 
 bool refused_for_content(const std::exception& e) {

@@ -148,9 +148,10 @@ void flush(writer_pointer<State> self) {
         if (!refused_for_content(e))
           throw;
         if (n > 1) {
-          log::warn("{}: the database refused a write of {} items ({}); "
-                    "writing them one by one",
-                    st.name, n, log::one_line(e.what()));
+          log::from(st.name).warn(
+            "{}: the database refused a write of {} items ({}); "
+            "writing them one by one",
+            st.name, n, log::one_line(e.what()));
           one_by_one = n;
           continue;
         }
@@ -274,12 +275,15 @@ start_writer(writer_pointer<State> self, domain_settings settings,
     st.name, session_for(st.settings, "cmdbus-worker"), st.settings.counters,
     [self] { return self->clock().now(); });
   st.session->report_outages_to(st.settings.health);
+  st.session->count_errors_in(
+    db_error_counter(st.settings, State::metrics_actor));
   self->set_exit_handler([self](caf::exit_msg& em) {
     auto& st = self->state;
     if (!st.buffer.empty() && st.session->outage().failing())
-      log::warn("{} stops with {} side effect(s) not written; their "
-                "messages reappear after the visibility timeout",
-                st.name, st.buffer.size());
+      log::from(st.name).warn(
+        "{} stops with {} side effect(s) not written; their "
+        "messages reappear after the visibility timeout",
+        st.name, st.buffer.size());
     else
       flush<State>(self);
     st.session->close();

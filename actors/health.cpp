@@ -27,7 +27,25 @@ void domain_health_counters::outage_ended() noexcept {
     outage_since_ms.store(0);
 }
 
+void domain_health_counters::poller_read(int64_t now_ms,
+                                         int64_t credits) noexcept {
+  poller_credits.store(credits, std::memory_order_relaxed);
+  poller_due_since_ms.store(std::max<int64_t>(now_ms, 1),
+                            std::memory_order_relaxed);
+}
+
+void domain_health_counters::poller_credited(int64_t now_ms,
+                                             int64_t credits) noexcept {
+  // Credits after a time without any: the poller is due from now on.
+  if (poller_credits.exchange(credits, std::memory_order_relaxed) <= 0
+      && credits > 0 && polling())
+    poller_due_since_ms.store(std::max<int64_t>(now_ms, 1),
+                              std::memory_order_relaxed);
+}
+
 void domain_health_counters::clear_running() noexcept {
+  poller_due_since_ms.store(0);
+  poller_credits.store(0);
   stuck_handlers.store(0);
   stalled_writers.store(0);
   restarting.store(false);
@@ -46,6 +64,10 @@ domain_health_inputs read_inputs(const domain_health_counters& c,
   in.stalled_writers = c.stalled_writers.load();
   in.restarting = c.restarting.load();
   in.restarts = c.restarts.load();
+  in.poller_stale_after_ms = c.poller_stale_after_ms.load();
+  auto due = c.poller_due_since_ms.load();
+  if (in.poller_stale_after_ms > 0 && due > 0 && c.poller_credits.load() > 0)
+    in.poller_idle_ms = std::max<int64_t>(now_ms - due, 0);
   return in;
 }
 
@@ -79,6 +101,13 @@ domain_health evaluate(std::string domain, const domain_health_inputs& in) {
           std::to_string(in.stalled_writers)
             + " side-effect writer(s) not committing for "
             + std::to_string(health_limits::writer_stalled_ms / 1000) + "s");
+  // A poller in a database outage waits for its backoff: the outage is
+  // the reason then.
+  if (in.failing_sessions == 0 && in.poller_stale_after_ms > 0
+      && in.poller_idle_ms >= in.poller_stale_after_ms)
+    raise(health_state::degraded, "poller has not read for "
+                                    + std::to_string(in.poller_idle_ms / 1000)
+                                    + "s with free slots");
   if (in.restarting)
     raise(in.restarts >= health_limits::critical_restarts
             ? health_state::critical
@@ -96,11 +125,14 @@ bool log_if_changed(domain_health_counters& c, const domain_health& h) {
   for (auto& r : h.reasons)
     why += (why.empty() ? "" : "; ") + r;
   if (h.state == health_state::healthy)
-    log::info("domain {} is HEALTHY again", h.domain);
+    log::from({"health", h.domain})
+      .info("domain {} is HEALTHY again", h.domain);
   else if (h.state == health_state::degraded)
-    log::warn("domain {} is DEGRADED: {}", h.domain, why);
+    log::from({"health", h.domain})
+      .warn("domain {} is DEGRADED: {}", h.domain, why);
   else
-    log::error("domain {} is CRITICAL: {}", h.domain, why);
+    log::from({"health", h.domain})
+      .error("domain {} is CRITICAL: {}", h.domain, why);
   return true;
 }
 

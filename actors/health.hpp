@@ -39,6 +39,11 @@ constexpr int64_t writer_stalled_ms = 10000;
 /// the previous start) is CRITICAL while it waits to start again;
 /// DEGRADED before that.
 constexpr int64_t critical_restarts = 3;
+/// A poller with free slots that has not finished a read for this many
+/// poll intervals (at least min_poller_stale_ms) is stale (DEGRADED): it
+/// should read at least once per poll interval.
+constexpr int64_t poller_stale_intervals = 10;
+constexpr int64_t min_poller_stale_ms = 2000;
 } // namespace health_limits
 
 /// The inputs of one domain, as the actors keep them (lock-free).
@@ -63,6 +68,25 @@ struct domain_health_counters {
   std::atomic<int64_t> restarts{0};
   /// The state last logged (a health_state).
   std::atomic<int> logged_state{0};
+  /// Steady-clock milliseconds of the poller's last finished read, or of
+  /// the moment it got credits again after having none (0 before its
+  /// first read: the domain is not polling yet).
+  std::atomic<int64_t> poller_due_since_ms{0};
+  /// The poller's free credits (it reads only with credits).
+  std::atomic<int64_t> poller_credits{0};
+  /// How long a poller with credits may go without a read before it is
+  /// stale; 0 turns the check off (tick mode). Set by the worker.
+  std::atomic<int64_t> poller_stale_after_ms{0};
+
+  /// The poller finished a read (with or without messages), holding
+  /// `credits` afterwards.
+  void poller_read(int64_t now_ms, int64_t credits) noexcept;
+  /// The poller's credits changed to `credits` outside a read.
+  void poller_credited(int64_t now_ms, int64_t credits) noexcept;
+  /// Whether the poller has finished a read since the actors started.
+  bool polling() const noexcept {
+    return poller_due_since_ms.load() > 0;
+  }
 
   /// A session of the domain starts failing.
   void outage_began(int64_t now_ms) noexcept;
@@ -83,6 +107,10 @@ struct domain_health_inputs {
   int64_t stalled_writers = 0;
   bool restarting = false;
   int64_t restarts = 0;
+  /// How long a poller with free credits has not read (0 when it has no
+  /// credits, has not started, or the check is off).
+  int64_t poller_idle_ms = 0;
+  int64_t poller_stale_after_ms = 0;
 };
 
 struct domain_health {

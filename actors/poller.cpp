@@ -19,9 +19,10 @@ namespace cmdbus::actors {
 /// were: only the actors' round trips count).
 class listener {
 public:
-  listener(poller_actor target, std::string dsn, std::string channel)
+  listener(poller_actor target, std::string dsn, const std::string& domain,
+           std::string channel)
     : target_(std::move(target)), channel_(std::move(channel)),
-      session_("listener on " + channel_, options(std::move(dsn)), nullptr),
+      session_("listener/" + domain, options(std::move(dsn)), nullptr),
       thread_([this] { loop(); }) {
     // nop
   }
@@ -141,15 +142,17 @@ void read(self_ptr self) {
                    db::finished_command{*r.claimed, std::move(out), false});
       } else {
         st.settings.counters->rejected += 1;
-        log::warn("{} archived message {} of {}: {}", st.name, r.msg_id,
-                  db::command_queue(st.settings.domain),
-                  log::one_line(r.reason));
+        log::from(st.name).warn("{} archived message {} of {}: {}", st.name,
+                                r.msg_id, db::command_queue(st.settings.domain),
+                                log::one_line(r.reason));
       }
     }
     if (!runnable.empty()) {
       st.credits -= static_cast<int64_t>(runnable.size());
       self->send(st.parent, atom::run::value, std::move(runnable));
     }
+    if (st.settings.health)
+      st.settings.health->poller_read(health_now_ms(), st.credits);
     if (res.read >= qty) {
       // A full read: there may be more; read again as soon as possible.
       st.empty_reads = 0;
@@ -184,8 +187,11 @@ void schedule_read(self_ptr self) {
 
 poller_actor::behavior_type poller_behavior(self_ptr self) {
   auto on_credit = [self](atom::credit, int64_t n) {
-    self->state.credits += n;
-    ++self->state.credits_seen;
+    auto& st = self->state;
+    st.credits += n;
+    ++st.credits_seen;
+    if (st.settings.health)
+      st.settings.health->poller_credited(health_now_ms(), st.credits);
     schedule_read(self);
   };
   auto on_wakeup = [self](atom::wakeup) {
@@ -215,6 +221,7 @@ poller(poller_actor::stateful_pointer<poller_state> self,
                                               return self->clock().now();
                                             });
   st.session->report_outages_to(st.settings.health);
+  st.session->count_errors_in(db_error_counter(st.settings, db_actor::poller));
   if (receive) {
     st.receive = std::move(receive);
   } else {
@@ -227,7 +234,7 @@ poller(poller_actor::stateful_pointer<poller_state> self,
   st.credits = st.settings.cfg->concurrency + st.settings.cfg->prefetch;
   if (st.settings.cfg->use_notify && !st.settings.tick)
     st.listen = std::make_unique<listener>(
-      poller_actor{self}, st.settings.cfg->dsn,
+      poller_actor{self}, st.settings.cfg->dsn, st.settings.domain,
       db::notify_channel(db::command_queue(st.settings.domain)));
   self->set_exit_handler([self](caf::exit_msg& em) {
     self->state.listen.reset();

@@ -1,5 +1,7 @@
 #include "actors/retry_scheduler.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 
 #include "actors/errors.hpp"
@@ -14,6 +16,12 @@ void retry_scheduler_state::commit(pointer self, size_t n) {
   maybe_crash(fault_point::after_commit);
   st.settings.counters->retried += static_cast<int64_t>(n)
                                    - static_cast<int64_t>(stale.size());
+  if (st.settings.metrics) {
+    std::sort(stale.begin(), stale.end());
+    for (auto& x : items)
+      if (!std::binary_search(stale.begin(), stale.end(), x.rc.msg_id))
+        st.settings.metrics->of(x.rc.cmd.command_type).retried += 1;
+  }
   count_stale(st.name, st.settings, stale.size());
   self->send(st.parent, atom::committed::value, static_cast<int64_t>(n));
 }
@@ -23,10 +31,11 @@ void retry_scheduler_state::commit(pointer self, size_t n) {
 void retry_scheduler_state::refused(pointer self, const std::exception& e) {
   auto& st = self->state;
   auto& x = st.buffer.front();
-  log::error("{}: the database refused the retry of command {} (msg_id {}): "
-             "{}; it runs again when its visibility timeout ends",
-             st.name, x.rc.cmd.command_id.to_string(), x.rc.msg_id,
-             log::one_line(e.what()));
+  log::from(st.name).error(
+    "{}: the database refused the retry of command {} (msg_id {}): "
+    "{}; it runs again when its visibility timeout ends",
+    st.name, x.rc.cmd.command_id.to_string(), x.rc.msg_id,
+    log::one_line(e.what()));
   st.buffer.erase(st.buffer.begin());
   self->send(st.parent, atom::committed::value, int64_t{1});
 }

@@ -42,6 +42,7 @@ struct retry_scheduler_state : writer_state<db::retry_command> {
   static void refused(pointer self, const std::exception& e);
 
   static inline const char* role = "retry-scheduler";
+  static constexpr db_actor metrics_actor = db_actor::retry_scheduler;
 };
 
 /// The retry scheduler's behaviour: buffers (atom::retry, db::retry_command)

@@ -49,8 +49,9 @@ void domain_stopped(self_ptr self, size_t i, const caf::error& reason) {
     d.health->restarting.store(true);
     evaluate_and_log(d.domain, *d.health);
   }
-  log::error("worker-root: domain {} stopped ({}); restarting in {} ms",
-             d.domain, to_string(reason), delay.count());
+  log::from({"worker-root", d.domain})
+    .error("worker-root: domain {} stopped ({}); restarting in {} ms", d.domain,
+           to_string(reason), delay.count());
   self->delayed_send(self, delay, atom::restart::value, i);
 }
 
@@ -84,10 +85,11 @@ root(self_ptr self, std::vector<domain_settings> domains, domain_spawner spawn,
     if (st.counter && st.counter.address() == em.source) {
       st.counter = nullptr;
       if (!st.stopping) {
-        log::error("worker-root: the batch counter died ({}); replacing "
-                   "it (recorded completions are delivered by its first "
-                   "sweep)",
-                   to_string(em.reason));
+        log::from("worker-root")
+          .error("worker-root: the batch counter died ({}); replacing "
+                 "it (recorded completions are delivered by its first "
+                 "sweep)",
+                 to_string(em.reason));
         st.counter = st.spawn_counter(self);
       }
       return;

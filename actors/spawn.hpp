@@ -17,6 +17,7 @@
 #include "actors/handler_registry.hpp"
 #include "actors/health.hpp"
 #include "actors/interfaces.hpp"
+#include "actors/metrics.hpp"
 #include "actors/worker.hpp"
 #include "config/worker_config.hpp"
 
@@ -46,7 +47,14 @@ struct domain_settings {
   std::shared_ptr<std::atomic<int64_t>> domain_in_flight;
   /// This domain's health inputs (actors/health.hpp).
   std::shared_ptr<domain_health_counters> health;
+  /// This domain's metrics (actors/metrics.hpp); may be null in tests.
+  std::shared_ptr<domain_metrics> metrics;
 };
+
+/// Returns the counter of `actor`'s failed round trips in the domain's
+/// metrics (null without metrics), for db_session::count_errors_in.
+std::shared_ptr<std::atomic<int64_t>>
+db_error_counter(const domain_settings& settings, db_actor actor);
 
 /// Returns how long a writer that holds side effects may make no progress,
 /// without reporting the database unavailable, before it counts as stuck

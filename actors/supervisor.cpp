@@ -83,7 +83,8 @@ void dispatch(self_ptr self) {
     auto delivery = ++st.next_delivery;
     auto& w = st.backlog.front();
     st.running.emplace(delivery,
-                       supervisor_state::running_command{h, w.rc, w.read_at});
+                       supervisor_state::running_command{
+                         h, w.rc, w.read_at, std::chrono::steady_clock::now()});
     self->request(h, caf::infinite, atom::handle::value, std::move(w.rc))
       .then(
         [self, h, delivery](outcome& out) {
@@ -93,6 +94,10 @@ void dispatch(self_ptr self) {
           if (i == st.running.end())
             return;
           auto rc = std::move(i->second.rc);
+          if (st.settings.metrics)
+            st.settings.metrics->of(rc->cmd.command_type)
+              .duration.observe(std::chrono::steady_clock::now()
+                                - i->second.started_at);
           st.running.erase(i);
           pool_for(st, *rc).idle.push_back(h);
           // Handed over first, so that the hold limit counts it.
@@ -107,8 +112,8 @@ void dispatch(self_ptr self) {
           auto i = st.running.find(delivery);
           if (i == st.running.end())
             return;
-          log::warn("{} lost command msg_id {}: {}", st.name,
-                    i->second.rc->msg_id, describe(err));
+          log::from(st.name).warn("{} lost command msg_id {}: {}", st.name,
+                                  i->second.rc->msg_id, describe(err));
           st.running.erase(i);
           handler_freed(self, 1);
           progress(self);
@@ -226,8 +231,9 @@ void extend_leases(self_ptr self) {
               static_cast<int>(vt.count()), true)
     .then([](int) {},
           [self](caf::error& err) {
-            log::debug("{} lease heartbeat failed: {}", self->state.name,
-                       describe(err));
+            log::from(self->state.name)
+              .debug("{} lease heartbeat failed: {}", self->state.name,
+                     describe(err));
           });
 }
 
@@ -253,13 +259,13 @@ bool check_writers(self_ptr self) {
     auto secs = std::chrono::duration_cast<std::chrono::seconds>(
                   now - wl->last_progress)
                   .count();
-    log::error("{}: the {} holds {} side effect(s) and made no progress "
-               "for {} s while the database answers; restarting the "
-               "domain",
-               st.name,
-               wl == &st.completion_log ? "completion writer"
-                                        : "retry scheduler",
-               wl->pending.size(), secs);
+    log::from(st.name).error(
+      "{}: the {} holds {} side effect(s) and made no progress "
+      "for {} s while the database answers; restarting the "
+      "domain",
+      st.name,
+      wl == &st.completion_log ? "completion writer" : "retry scheduler",
+      wl->pending.size(), secs);
     self->quit(caf::make_error(ec::writer_stuck, st.name));
     return false;
   }
@@ -312,7 +318,10 @@ bool replace_handler(self_ptr self, const caf::actor_addr& source,
     p.idle.erase(std::remove_if(p.idle.begin(), p.idle.end(), is_src),
                  p.idle.end());
     st.settings.counters->handler_restarts += 1;
-    log::warn("{} handler died ({}); replacing it", st.name, to_string(reason));
+    if (st.settings.metrics)
+      st.settings.metrics->handler_restarts += 1;
+    log::from(st.name).warn("{} handler died ({}); replacing it", st.name,
+                            to_string(reason));
     if (!st.draining)
       add_handler(self, mode);
     dispatch(self);
@@ -332,11 +341,12 @@ bool replace_writer(self_ptr self, const caf::actor_addr& source,
   if (!is_completion && !is_retry)
     return false;
   auto& wl = is_completion ? st.completion_log : st.retry_log;
-  log::error("{}: the {} died ({}); {} side effect(s) are lost with it and "
-             "their messages reappear after the visibility timeout; "
-             "replacing it",
-             st.name, is_completion ? "completion writer" : "retry scheduler",
-             to_string(reason), wl.pending.size());
+  log::from(st.name).error(
+    "{}: the {} died ({}); {} side effect(s) are lost with it and "
+    "their messages reappear after the visibility timeout; "
+    "replacing it",
+    st.name, is_completion ? "completion writer" : "retry scheduler",
+    to_string(reason), wl.pending.size());
   wl.pending.clear();
   if (is_completion)
     st.completion = st.spawn.completion(self, st.settings);
@@ -374,8 +384,9 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
         || replace_writer(self, em.source, em.reason))
       return;
     if (st.poller && em.source == st.poller.address())
-      log::error("{}: the poller died ({}); restarting the domain", st.name,
-                 to_string(em.reason));
+      log::from(st.name).error(
+        "{}: the poller died ({}); restarting the domain", st.name,
+        to_string(em.reason));
     else if (!em.reason)
       return; // a normal exit of an actor we no longer track
     self->quit(em.reason);
@@ -394,6 +405,8 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
       if (st.settings.domain_in_flight)
         *st.settings.domain_in_flight += n;
       st.settings.counters->received += n;
+      if (st.settings.metrics)
+        st.settings.metrics->received += n;
       auto now = self->clock().now();
       for (auto& rc : batch)
         st.backlog.push_back(
@@ -406,6 +419,8 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
       auto& st = self->state;
       st.granted -= 1;
       st.settings.counters->received += 1;
+      if (st.settings.metrics)
+        st.settings.metrics->received += 1;
       hand_over(self, st.completion, st.completion_log, atom::finish::value,
                 std::move(x));
       st.pending_credit += 1;

@@ -53,6 +53,8 @@ struct supervisor_state {
     handler_actor handler;
     command_ptr rc;
     std::chrono::steady_clock::time_point read_at;
+    /// When the handler got it (the real clock: a handler's duration).
+    std::chrono::steady_clock::time_point started_at;
   };
   /// Running commands by delivery number: a message read again while its
   /// first delivery still runs is a second entry.

@@ -1,15 +1,18 @@
 #include "actors/worker.hpp"
 
+#include <map>
 #include <mutex>
 #include <stdexcept>
 
 #include "actors/batch_counter.hpp"
 #include "actors/counters.hpp"
+#include "actors/http_endpoint.hpp"
 #include "actors/shutdown.hpp"
 #include "actors/spawn.hpp"
 #include "db/connection.hpp"
 #include "db/queue_name.hpp"
 #include "model/log.hpp"
+#include "model/version.hpp"
 
 namespace cmdbus {
 
@@ -35,11 +38,16 @@ struct worker::impl {
   /// Per configured domain (same order) its health inputs, kept across
   /// restarts of the worker.
   std::vector<std::shared_ptr<domain_health_counters>> health;
+  /// Per configured domain its metrics, kept across restarts.
+  std::vector<std::shared_ptr<domain_metrics>> metrics;
+  std::chrono::steady_clock::time_point started_at;
 
   /// Guards `rt`: the one place where the running actors are handed from
   /// start to exactly one stopper.
   std::mutex mtx;
   std::shared_ptr<actors::runtime> rt;
+  /// The HTTP endpoint while the worker runs (and drains), when configured.
+  std::unique_ptr<http_endpoint> http;
 
   actors::domain_settings
   settings_for(const std::string& domain, bool tick,
@@ -52,10 +60,15 @@ struct worker::impl {
     s.counters = counters;
     s.registry = registry;
     s.cancelled = cancelled;
-    s.domain_in_flight = std::make_shared<std::atomic<int64_t>>(0);
     for (size_t i = 0; i < cfg.domains.size(); ++i)
-      if (cfg.domains[i] == domain)
+      if (cfg.domains[i] == domain) {
         s.health = health[i];
+        s.metrics = metrics[i];
+      }
+    // The domain's in-flight figure is its metric (shared ownership).
+    s.metrics->in_flight.store(0);
+    s.domain_in_flight = std::shared_ptr<std::atomic<int64_t>>(
+      s.metrics, &s.metrics->in_flight);
     return s;
   }
 
@@ -63,6 +76,11 @@ struct worker::impl {
     std::lock_guard<std::mutex> guard{mtx};
     if (rt)
       throw std::logic_error("worker already started");
+    // The endpoint listens first: a port that is taken starts nothing.
+    std::unique_ptr<http_endpoint> endpoint;
+    if (!cfg.http.empty() && !tick)
+      endpoint = std::make_unique<http_endpoint>(
+        config::parse_http_address(cfg.http), status_source_of());
     // Queues are created on demand before anything polls them.
     {
       db::connection_options opts;
@@ -73,15 +91,18 @@ struct worker::impl {
     }
     cancelled->store(false);
     clear_health();
+    set_poller_stale_limit(tick);
     auto shared = std::make_shared<const config::worker_config>(cfg);
     actors::batch_delivery_settings delivery;
     delivery.cfg = shared;
     std::vector<actors::domain_settings> domains;
     for (auto& d : cfg.domains)
       domains.push_back(settings_for(d, tick, shared));
+    started_at = std::chrono::steady_clock::now();
     rt = actors::runtime::start(std::move(domains), callbacks,
                                 std::move(delivery), counters);
     running = true;
+    http = std::move(endpoint);
     log::info("worker started for {} domain(s), concurrency {}",
               cfg.domains.size(), cfg.concurrency);
   }
@@ -90,6 +111,85 @@ struct worker::impl {
   void clear_health() {
     for (auto& h : health)
       h->clear_running();
+  }
+
+  // Sets how long a poller may go without reading (off in tick mode, where
+  // it reads only what is due at the start).
+  void set_poller_stale_limit(bool tick) {
+    auto limit = std::max<int64_t>(health_limits::poller_stale_intervals
+                                     * cfg.poll_interval.count(),
+                                   health_limits::min_poller_stale_ms);
+    for (auto& h : health)
+      h->poller_stale_after_ms.store(tick ? 0 : limit);
+  }
+
+  // What the HTTP endpoint shows.
+  status_source status_source_of() {
+    status_source src;
+    src.dsn = cfg.dsn;
+    for (auto& m : metrics)
+      src.metrics.push_back(m);
+    src.snapshot = [this] { return snapshot(); };
+    return src;
+  }
+
+  bool ready() const {
+    if (!running || cancelled->load())
+      return false;
+    for (auto& h : health)
+      if (!h->polling())
+        return false;
+    return true;
+  }
+
+  const char* readiness() const {
+    if (ready())
+      return "ready";
+    if (!running)
+      return "stopped";
+    return cancelled->load() ? "draining" : "starting";
+  }
+
+  status_snapshot snapshot() const {
+    status_snapshot s;
+    s.version = version();
+    s.ready = ready();
+    s.readiness = readiness();
+    if (running)
+      s.uptime_seconds = std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - started_at)
+                           .count();
+    std::vector<domain_health> hs;
+    for (size_t i = 0; i < cfg.domains.size(); ++i) {
+      auto& m = *metrics[i];
+      domain_status d;
+      d.health = evaluate_and_log(cfg.domains[i], *health[i]);
+      hs.push_back(d.health);
+      d.polling = health[i]->polling();
+      d.received = m.received.load();
+      d.in_flight = m.in_flight.load();
+      d.slots = m.slots();
+      d.handler_restarts = m.handler_restarts.load();
+      for (size_t a = 0; a < all_db_actors.size(); ++a)
+        d.db_errors[a] = m.db_errors(all_db_actors[a]);
+      m.for_each_type([&d](const std::string& name, const type_metrics& t) {
+        d.types.push_back({name, t.completed.load(), t.failed.load(),
+                           t.retried.load(), t.moved_to_tsq.load(),
+                           t.duration.read()});
+      });
+      s.domains.push_back(std::move(d));
+    }
+    s.state = combine(std::move(hs)).state;
+    return s;
+  }
+
+  // Stops the HTTP endpoint (once the actors ended).
+  void stop_http() {
+    std::unique_ptr<http_endpoint> mine;
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      mine = std::move(http);
+    }
   }
 
   // Returns the running actors, if any, leaving them in place.
@@ -132,6 +232,7 @@ struct worker::impl {
                 "runs); they end in the background",
                 what, grace.count());
     clear_health();
+    stop_http();
   }
 
   void stop_now() {
@@ -142,6 +243,7 @@ struct worker::impl {
     mine->stop(caf::exit_reason::user_shutdown);
     actors::retire(std::move(mine), stop_now_grace);
     clear_health();
+    stop_http();
   }
 };
 
@@ -152,8 +254,14 @@ worker::worker(config::worker_config cfg, handler_registry registry)
     throw std::invalid_argument("invalid worker configuration: "
                                 + problems.front());
   impl_->cfg = std::move(cfg);
-  for (size_t i = 0; i < impl_->cfg.domains.size(); ++i)
+  std::map<std::string, std::vector<std::string>> types;
+  for (auto& [domain, type] : registry.keys())
+    types[domain].push_back(type);
+  for (auto& d : impl_->cfg.domains) {
     impl_->health.push_back(std::make_shared<domain_health_counters>());
+    impl_->metrics.push_back(
+      std::make_shared<domain_metrics>(d, impl_->cfg.concurrency, types[d]));
+  }
   impl_->registry = std::make_shared<const handler_registry>(
     std::move(registry));
 }
@@ -203,6 +311,19 @@ worker_health worker::health() const {
     domains.push_back(
       evaluate_and_log(impl_->cfg.domains[i], *impl_->health[i]));
   return combine(std::move(domains));
+}
+
+bool worker::is_ready() const noexcept {
+  return impl_->ready();
+}
+
+std::vector<std::shared_ptr<const domain_metrics>> worker::metrics() const {
+  return {impl_->metrics.begin(), impl_->metrics.end()};
+}
+
+int worker::http_port() const noexcept {
+  std::lock_guard<std::mutex> guard{impl_->mtx};
+  return impl_->http ? impl_->http->port() : 0;
 }
 
 void worker::on_batch_complete(batch_callback cb) {

@@ -13,6 +13,7 @@
 
 #include "actors/handler_registry.hpp"
 #include "actors/health.hpp"
+#include "actors/metrics.hpp"
 #include "config/worker_config.hpp"
 #include "model/types.hpp"
 
@@ -55,8 +56,9 @@ public:
   // and the destructor may race and be repeated: exactly one of them stops
   // the running actors, the others return.
 
-  /// Starts processing in the background. Throws std::logic_error when
-  /// already started.
+  /// Starts processing in the background, and the HTTP endpoint when
+  /// configured. Throws std::logic_error when already started, and
+  /// std::runtime_error when the endpoint cannot listen (nothing started).
   void start();
 
   /// Stops intake, lets in-flight commands finish up to `timeout`, flushes
@@ -91,6 +93,18 @@ public:
   /// them) from counters the actors keep; cheap (no query). Logs each
   /// change of a domain's state it sees, once (docs/worker.md, "Health").
   worker_health health() const;
+
+  /// Returns whether the worker takes work: started, every domain's poller
+  /// has read, and no stop has begun (what GET /readyz answers).
+  bool is_ready() const noexcept;
+
+  /// The metrics of every domain (same order as the configured domains),
+  /// kept across restarts of the worker.
+  std::vector<std::shared_ptr<const domain_metrics>> metrics() const;
+
+  /// The port of the HTTP endpoint ([worker] http), 0 while it is off or
+  /// the worker is stopped.
+  int http_port() const noexcept;
 
   /// Registers a batch-completion callback. With callbacks registered, the
   /// worker records each batch it completes in the same transaction as the

@@ -11,6 +11,7 @@
 #include "db/error.hpp"
 #include "model/errors.hpp"
 #include "model/log.hpp"
+#include "model/version.hpp"
 
 namespace {
 
@@ -272,7 +273,7 @@ int main(int argc, char** argv) {
       return entry->run({"--help"});
     }
     if (command == "--version") {
-      std::cout << "cmdbus 0.1.0\n";
+      std::cout << "cmdbus " << version() << "\n";
       return cli::exit_ok;
     }
     if (auto* entry = find_command(command))

@@ -187,6 +187,73 @@ collect_stats(connection& conn, const std::vector<std::string>& domains) {
   return out;
 }
 
+namespace {
+
+// One statement for every queue of `figures` that exists and every TSQ
+// count; fills `figures`.
+void read_queue_figures(connection& conn, std::vector<queue_figures>& figures,
+                        const std::vector<std::string>& domains) {
+  std::string sql;
+  for (size_t i = 0; i < figures.size(); ++i) {
+    if (!figures[i].queue_exists)
+      continue;
+    sql += "SELECT " + std::to_string(i)
+           + ", count(*), count(*) FILTER (WHERE vt <= now()), "
+             "EXTRACT(EPOCH FROM now() - min(enqueued_at) FILTER (WHERE vt <= "
+             "now())) FROM pgmq."
+           + queue_table(figures[i].queue) + " UNION ALL ";
+  }
+  sql += "SELECT -1, count(*), array_position($1::text[], domain), NULL "
+         "FROM commandbus.command WHERE status = 'IN_TROUBLESHOOTING_QUEUE' "
+         "AND domain = ANY($1::text[]) GROUP BY domain";
+  auto r = conn.query(sql, array_literal(domains));
+  for (int row = 0; row < r.rows(); ++row) {
+    auto i = r.int64(row, 0);
+    if (i < 0) {
+      figures[static_cast<size_t>(r.int64(row, 2) - 1)].tsq = r.int64(row, 1);
+      continue;
+    }
+    auto& f = figures[static_cast<size_t>(i)];
+    f.depth = r.int64(row, 1);
+    f.visible = r.int64(row, 2);
+    if (!r.is_null(row, 3))
+      f.oldest_visible_age_sec = std::max(
+        0.0, std::stod(std::string{r.text(row, 3)}));
+  }
+}
+
+} // namespace
+
+std::vector<queue_figures>
+collect_queue_figures(connection& conn,
+                      const std::vector<std::string>& domains) {
+  std::vector<queue_figures> out;
+  for (auto& d : domains) {
+    queue_figures f;
+    f.domain = d;
+    f.queue = command_queue(d);
+    f.queue_exists = true;
+    out.push_back(std::move(f));
+  }
+  if (out.empty())
+    return out;
+  try {
+    read_queue_figures(conn, out, domains);
+  } catch (const error& e) {
+    // A queue was dropped (42P01, undefined table): find out which, then
+    // read the others.
+    if (e.sqlstate() != "42P01")
+      throw;
+    for (auto& f : out) {
+      f.queue_exists = queue_exists(conn, f.queue);
+      f.depth = f.visible = f.tsq = 0;
+      f.oldest_visible_age_sec.reset();
+    }
+    read_queue_figures(conn, out, domains);
+  }
+  return out;
+}
+
 std::vector<domain_stats> collect_stats(connection& conn) {
   return collect_stats(conn, stats_domains(conn));
 }

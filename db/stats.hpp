@@ -64,6 +64,30 @@ struct domain_stats {
   }
 };
 
+/// The figures of a domain's command queue and troubleshooting queue that
+/// a metrics scrape reads (collect_queue_figures).
+struct queue_figures {
+  std::string domain;
+  /// `{domain}__commands`.
+  std::string queue;
+  /// Whether the queue exists (its figures are 0 if not).
+  bool queue_exists = false;
+  int64_t depth = 0;
+  int64_t visible = 0;
+  /// Unset when no message is visible.
+  std::optional<double> oldest_visible_age_sec;
+  /// Commands IN_TROUBLESHOOTING_QUEUE.
+  int64_t tsq = 0;
+};
+
+/// Returns the queue figures of `domains` (each validated), in their order,
+/// with one statement: a pass over each queue table (its size is the
+/// backlog) and an index scan of the troubleshooting queue's rows. A queue
+/// that does not exist costs one more statement to find out which.
+std::vector<queue_figures>
+collect_queue_figures(connection& conn,
+                      const std::vector<std::string>& domains);
+
 /// Returns the domains that have commands or a `{domain}__commands` queue,
 /// sorted.
 std::vector<std::string> stats_domains(connection& conn);

@@ -5,11 +5,15 @@ include(GoogleTest)
 
 file(GLOB unit_test_sources CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/*.cpp)
-# The health evaluation (plain C++, no CAF) is tested without the actors.
+# The health evaluation, the metrics and their renderers (plain C++, no CAF)
+# are tested without the actors.
 add_executable(cmdbus-unit-test ${unit_test_sources}
-  ${PROJECT_SOURCE_DIR}/actors/health.cpp)
+  ${PROJECT_SOURCE_DIR}/actors/exposition.cpp
+  ${PROJECT_SOURCE_DIR}/actors/health.cpp
+  ${PROJECT_SOURCE_DIR}/actors/metrics.cpp
+  ${PROJECT_SOURCE_DIR}/actors/status_page.cpp)
 target_link_libraries(cmdbus-unit-test PRIVATE
-  cmdbus_model cmdbus_config GTest::gtest GTest::gtest_main)
+  cmdbus_model cmdbus_config cmdbus_rapidjson GTest::gtest GTest::gtest_main)
 target_compile_definitions(cmdbus-unit-test PRIVATE
   CMDBUS_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 cmdbus_warnings(cmdbus-unit-test)

@@ -142,5 +142,56 @@ TEST(Health, StoppingClearsWhatRanButKeepsFailuresInARow) {
   EXPECT_EQ(in.consecutive_failures, 11);
 }
 
+TEST(Health, APollerWithCreditsThatStopsReadingIsStale) {
+  domain_health_counters c;
+  c.poller_stale_after_ms = 2000;
+  EXPECT_FALSE(c.polling());
+  c.poller_read(1000, 4);
+  EXPECT_TRUE(c.polling());
+  EXPECT_EQ(evaluate("d", read_inputs(c, 2999)).state, health_state::healthy);
+  auto h = evaluate("d", read_inputs(c, 4500));
+  EXPECT_EQ(h.state, health_state::degraded);
+  EXPECT_EQ(h.reasons, (std::vector<std::string>{
+                         "poller has not read for 3s with free slots"}));
+  // A read recovers it.
+  c.poller_read(4600, 4);
+  EXPECT_EQ(evaluate("d", read_inputs(c, 4700)).state, health_state::healthy);
+}
+
+TEST(Health, APollerWithoutCreditsIsNotStale) {
+  // Every slot busy: not reading is right. Credits coming back start the
+  // clock again.
+  domain_health_counters c;
+  c.poller_stale_after_ms = 2000;
+  c.poller_read(1000, 0);
+  EXPECT_EQ(evaluate("d", read_inputs(c, 60000)).state, health_state::healthy);
+  c.poller_credited(60000, 2);
+  EXPECT_EQ(evaluate("d", read_inputs(c, 61000)).state, health_state::healthy);
+  EXPECT_EQ(evaluate("d", read_inputs(c, 62500)).state, health_state::degraded);
+}
+
+TEST(Health, APollerInADatabaseOutageIsNotReportedStale) {
+  // The outage is the reason; the poller waits for its backoff.
+  domain_health_counters c;
+  c.poller_stale_after_ms = 2000;
+  c.poller_read(1000, 4);
+  c.outage_began(1500);
+  auto h = evaluate("d", read_inputs(c, 9000));
+  ASSERT_EQ(h.reasons.size(), 1u);
+  EXPECT_EQ(h.reasons[0].rfind("database unavailable for ", 0), 0u);
+}
+
+TEST(Health, StaleCheckOffAndStoppedPollersAreNeverStale) {
+  domain_health_counters c;
+  c.poller_read(1000, 4);
+  EXPECT_EQ(evaluate("d", read_inputs(c, 600000)).state,
+            health_state::healthy); // off (tick mode)
+  c.poller_stale_after_ms = 2000;
+  c.clear_running();
+  EXPECT_FALSE(c.polling());
+  EXPECT_EQ(evaluate("d", read_inputs(c, 600000)).state,
+            health_state::healthy);
+}
+
 } // namespace
 } // namespace cmdbus

@@ -1,0 +1,263 @@
+#include "actors/http_endpoint.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include <httplib.h>
+
+#include "actors/exposition.hpp"
+#include "actors/status_page.hpp"
+#include "db/connection.hpp"
+#include "model/log.hpp"
+
+namespace cmdbus {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+double seconds_between(clock::time_point a, clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+/// Commands finished per domain, sampled once a second for a minute: the
+/// throughput figures of the status page.
+class throughput_window {
+public:
+  explicit throughput_window(
+    std::vector<std::shared_ptr<const domain_metrics>> metrics)
+    : metrics_(std::move(metrics)), samples_(metrics_.size()) {
+    // nop
+  }
+
+  void sample(clock::time_point now) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (size_t i = 0; i < metrics_.size(); ++i) {
+      auto& s = samples_[i];
+      s.emplace_back(now, metrics_[i]->finished());
+      while (s.size() > 2 && now - s[1].first >= std::chrono::seconds{60})
+        s.pop_front();
+    }
+  }
+
+  /// Per second over the window of domain `i`; unset before two samples.
+  std::optional<double> rate(size_t i) const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto& s = samples_.at(i);
+    if (s.size() < 2)
+      return std::nullopt;
+    auto secs = seconds_between(s.front().first, s.back().first);
+    if (secs <= 0)
+      return std::nullopt;
+    return static_cast<double>(s.back().second - s.front().second) / secs;
+  }
+
+private:
+  std::vector<std::shared_ptr<const domain_metrics>> metrics_;
+  mutable std::mutex mtx_;
+  std::vector<std::deque<std::pair<clock::time_point, int64_t>>> samples_;
+};
+
+/// The queue figures, read at most once per `min_interval` on a connection
+/// of its own (kept between reads); after a failure the next attempt waits
+/// `retry_after`, so that scrapes of a worker whose database is down answer
+/// at once.
+class queue_reader {
+public:
+  static constexpr auto min_interval = std::chrono::seconds{1};
+  static constexpr auto retry_after = std::chrono::seconds{5};
+
+  queue_reader(std::string dsn, std::vector<std::string> domains)
+    : dsn_(std::move(dsn)), domains_(std::move(domains)) {
+    // nop
+  }
+
+  /// Fills the queue figures of `s` (or its queue_error).
+  void fill(status_snapshot& s) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto now = clock::now();
+    auto wait = error_.empty() ? min_interval : retry_after;
+    if (!read_once_ || now - last_attempt_ >= wait)
+      read(now);
+    s.queue_error = error_;
+    s.queue_age_seconds = read_once_ ? seconds_between(last_read_, now) : 0;
+    if (!error_.empty())
+      return;
+    for (size_t i = 0; i < s.domains.size() && i < figures_.size(); ++i)
+      s.domains[i].queue = figures_[i];
+  }
+
+private:
+  void read(clock::time_point now) {
+    last_attempt_ = now;
+    read_once_ = true;
+    try {
+      if (!conn_ || !conn_->is_open()) {
+        conn_.reset();
+        db::connection_options opts;
+        opts.application_name = "cmdbus-metrics";
+        opts.statement_timeout = std::chrono::milliseconds{2000};
+        opts.connect_timeout = std::chrono::seconds{2};
+        conn_ = std::make_unique<db::connection>(
+          db::connection::open(dsn_, opts));
+      }
+      figures_ = db::collect_queue_figures(*conn_, domains_);
+      last_read_ = now;
+      if (!error_.empty())
+        log::from("http").info("metrics: the queue figures can be read again");
+      error_.clear();
+    } catch (const std::exception& e) {
+      if (conn_ && !conn_->is_open())
+        conn_.reset();
+      if (error_.empty())
+        log::from("http").warn(
+          "metrics: cannot read the queue figures ({}); trying again "
+          "every {} s",
+          log::one_line(e.what()), retry_after.count());
+      error_ = log::one_line(e.what());
+    }
+  }
+
+  std::string dsn_;
+  std::vector<std::string> domains_;
+  std::mutex mtx_;
+  std::unique_ptr<db::connection> conn_;
+  std::vector<db::queue_figures> figures_;
+  std::string error_;
+  bool read_once_ = false;
+  clock::time_point last_attempt_;
+  clock::time_point last_read_;
+};
+
+std::vector<std::string>
+domains_of(const std::vector<std::shared_ptr<const domain_metrics>>& ms) {
+  std::vector<std::string> out;
+  for (auto& m : ms)
+    out.push_back(m->domain());
+  return out;
+}
+
+} // namespace
+
+struct http_endpoint::impl {
+  status_source source;
+  throughput_window throughput;
+  queue_reader queues;
+  httplib::Server server;
+  int port = 0;
+  std::thread serve;
+  std::thread sampler;
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool stopping = false;
+
+  explicit impl(status_source src)
+    : source(std::move(src)), throughput(source.metrics),
+      queues(source.dsn, domains_of(source.metrics)) {
+    // nop
+  }
+
+  status_snapshot snapshot() {
+    auto s = source.snapshot();
+    for (size_t i = 0; i < s.domains.size(); ++i)
+      s.domains[i].finished_per_second = throughput.rate(i);
+    return s;
+  }
+
+  void routes() {
+    server.Get("/healthz",
+               [this](const httplib::Request&, httplib::Response& res) {
+                 auto s = source.snapshot();
+                 res.status = s.state == health_state::critical ? 503 : 200;
+                 res.set_content(render_health_json(s), "application/json");
+               });
+    server.Get("/readyz",
+               [this](const httplib::Request&, httplib::Response& res) {
+                 auto s = source.snapshot();
+                 res.status = s.ready ? 200 : 503;
+                 res.set_content(render_ready_json(s), "application/json");
+               });
+    server.Get("/metrics",
+               [this](const httplib::Request&, httplib::Response& res) {
+                 auto s = snapshot();
+                 queues.fill(s);
+                 res.set_content(render_metrics(s), exposition_content_type);
+               });
+    server.Get("/", [this](const httplib::Request&, httplib::Response& res) {
+      auto s = snapshot();
+      queues.fill(s);
+      res.set_header("Cache-Control", "no-store");
+      res.set_content(render_status_page(s), "text/html; charset=utf-8");
+    });
+  }
+
+  void sample_until_stopped() {
+    std::unique_lock<std::mutex> lock{mtx};
+    while (!stopping) {
+      throughput.sample(clock::now());
+      cv.wait_for(lock, std::chrono::seconds{1});
+    }
+  }
+};
+
+http_endpoint::http_endpoint(const config::http_address& where,
+                             status_source source)
+  : impl_(std::make_unique<impl>(std::move(source))) {
+  auto& s = impl_->server;
+  // Two threads answer; a scrape never needs more.
+  s.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  s.set_read_timeout(std::chrono::seconds{5});
+  s.set_write_timeout(std::chrono::seconds{5});
+  s.set_keep_alive_max_count(100);
+  impl_->routes();
+  auto where_text = where.host + ":" + std::to_string(where.port);
+  if (where.port == 0) {
+    impl_->port = s.bind_to_any_port(where.host);
+    if (impl_->port <= 0)
+      impl_->port = 0;
+  } else if (s.bind_to_port(where.host, where.port)) {
+    impl_->port = where.port;
+  }
+  if (impl_->port == 0)
+    throw std::runtime_error("cannot listen on " + where_text
+                             + " for the HTTP endpoint: the port is taken or "
+                               "the address is not one of this machine's");
+  impl_->serve = std::thread{[this] { impl_->server.listen_after_bind(); }};
+  // A stop() before the server runs would be lost: wait until it runs.
+  auto deadline = clock::now() + std::chrono::seconds{5};
+  while (!s.is_running() && clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  impl_->sampler = std::thread{[this] { impl_->sample_until_stopped(); }};
+  log::from("http").info(
+    "HTTP endpoint on http://{}:{}/ (/healthz, /readyz, /metrics)", where.host,
+    impl_->port);
+}
+
+http_endpoint::~http_endpoint() {
+  {
+    std::lock_guard<std::mutex> guard{impl_->mtx};
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  impl_->server.stop();
+  if (impl_->serve.joinable())
+    impl_->serve.join();
+  if (impl_->sampler.joinable())
+    impl_->sampler.join();
+}
+
+int http_endpoint::port() const noexcept {
+  return impl_->port;
+}
+
+status_snapshot http_endpoint::snapshot() {
+  auto s = impl_->snapshot();
+  impl_->queues.fill(s);
+  return s;
+}
+
+} // namespace cmdbus

@@ -1,0 +1,135 @@
+#pragma once
+
+// The worker's metrics: per domain and per command type the tallies the
+// actors keep in atomics (updated where the work happens: one relaxed
+// increment per event, never a query), read only when somebody asks (a
+// scrape of the HTTP endpoint, worker::metrics()). Plain C++ (no CAF).
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cmdbus {
+
+/// Upper bounds in seconds of the handler duration histogram's buckets
+/// (a last bucket, +Inf, takes the rest): from 1 ms, since most handlers
+/// of a command bus answer in milliseconds, to a minute.
+inline constexpr std::array<double, 15> duration_buckets = {
+  0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+  0.5,   1.0,    2.5,   5.0,  10.0,  30.0, 60.0};
+
+/// A histogram of handler durations, updated lock-free.
+class duration_histogram {
+public:
+  /// What a reader sees: counts per bucket (cumulative, as Prometheus
+  /// wants them; the last one is +Inf and equals `count`) and the sum.
+  struct snapshot {
+    std::array<int64_t, duration_buckets.size() + 1> cumulative{};
+    int64_t count = 0;
+    double sum_seconds = 0;
+  };
+
+  void observe(std::chrono::nanoseconds d) noexcept;
+  snapshot read() const noexcept;
+
+private:
+  std::array<std::atomic<int64_t>, duration_buckets.size() + 1> counts_{};
+  std::atomic<int64_t> sum_ns_{0};
+};
+
+/// The tallies of one command type of one domain. The outcomes count what
+/// was committed, so they match the database: `completed` (COMPLETED),
+/// `failed` (a business-rule failure: FAILED), `retried` (a retry
+/// scheduled), `moved_to_tsq` (a permanent failure or exhausted retries).
+struct type_metrics {
+  std::atomic<int64_t> completed{0};
+  std::atomic<int64_t> failed{0};
+  std::atomic<int64_t> retried{0};
+  std::atomic<int64_t> moved_to_tsq{0};
+  /// From handing the command to a handler to its outcome.
+  duration_histogram duration;
+};
+
+/// The actors of a domain that use the database, as counted in
+/// cmdbus_db_errors_total{actor}.
+enum class db_actor { poller, completion, retry_scheduler };
+
+/// Returns "poller", "completion" or "retry_scheduler".
+const char* to_string(db_actor a) noexcept;
+
+inline constexpr std::array<db_actor, 3> all_db_actors = {
+  db_actor::poller, db_actor::completion, db_actor::retry_scheduler};
+
+/// The metrics of one domain, shared by its actors and kept across restarts
+/// of the worker (counters only grow, as Prometheus expects).
+class domain_metrics {
+public:
+  /// Command types beyond the registered ones (commands nobody handles,
+  /// which fail) get their own series up to this many; the rest are
+  /// counted under the type "other", so that a queue full of odd types
+  /// cannot grow the metrics without bound.
+  static constexpr size_t max_unregistered_types = 50;
+
+  domain_metrics(std::string domain, int64_t slots,
+                 const std::vector<std::string>& registered_types);
+
+  const std::string& domain() const noexcept {
+    return domain_;
+  }
+
+  /// The handler slots (the worker's concurrency).
+  int64_t slots() const noexcept {
+    return slots_;
+  }
+
+  /// Returns the tallies of `command_type` (lock-free for registered
+  /// types).
+  type_metrics& of(std::string_view command_type);
+
+  /// Calls `f(type, metrics)` for every type seen or registered, by name.
+  template <class F>
+  void for_each_type(F&& f) const {
+    for (auto& [name, m] : registered_)
+      f(name, *m);
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (auto& [name, m] : others_)
+      f(name, *m);
+  }
+
+  /// Messages handed to the domain's handlers (or claimed and refused).
+  std::atomic<int64_t> received{0};
+  /// Commands read and not yet handled (in a handler or waiting for one).
+  std::atomic<int64_t> in_flight{0};
+  /// Handler actors that died and were replaced.
+  std::atomic<int64_t> handler_restarts{0};
+
+  /// Failed database round trips of `a` (each retried with backoff).
+  std::atomic<int64_t>& db_errors(db_actor a) noexcept {
+    return db_errors_[static_cast<size_t>(a)];
+  }
+  int64_t db_errors(db_actor a) const noexcept {
+    return db_errors_[static_cast<size_t>(a)].load();
+  }
+
+  /// Commands finished (completed, failed or moved to the TSQ) so far,
+  /// over all types: what throughput figures are computed from.
+  int64_t finished() const;
+
+private:
+  std::string domain_;
+  int64_t slots_;
+  /// Fixed after construction: read without a lock.
+  std::map<std::string, std::unique_ptr<type_metrics>, std::less<>> registered_;
+  mutable std::mutex mtx_;
+  std::map<std::string, std::unique_ptr<type_metrics>, std::less<>> others_;
+  std::array<std::atomic<int64_t>, all_db_actors.size()> db_errors_{};
+};
+
+} // namespace cmdbus

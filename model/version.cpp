@@ -1,0 +1,9 @@
+#include "model/version.hpp"
+
+namespace cmdbus {
+
+const char* version() noexcept {
+  return CMDBUS_VERSION;
+}
+
+} // namespace cmdbus
