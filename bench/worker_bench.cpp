@@ -5,19 +5,25 @@
 //     row and status transition of the reference written), at concurrency
 //     64 and 16 in non-blocking handler mode, 64 with a prefetch of 64, and
 //     64 in blocking mode, with worker CPU vs PostgreSQL CPU;
+//   * the same prefetch phase again with the HTTP endpoint on and scraped
+//     (/metrics every 100 ms, the status page every second), printed as a
+//     ratio to the phase without it;
 //   * send->completed latency (server timestamps) at a paced offered load
 //     with NOTIFY, and the worker's peak RSS.
 //
 // Usage: cmdbus-worker-bench [--commands N] [--rate R] [--seconds S]
 // (DSN from CMDBUS_DSN)
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 
+#include <httplib.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -38,8 +44,7 @@ double self_cpu() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec)
-         + static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec)
-             / 1e6;
+         + static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 // CPU seconds (user + system) of the whole machine, from /proc/stat.
@@ -97,14 +102,70 @@ config::worker_config worker_cfg(const std::string& dsn,
 handler_registry noop_registry(const std::string& domain, handler_mode mode) {
   handler_registry reg;
   reg.add(
-      domain, "Noop",
-      [](const command&, handler_context&) { return json::null(); }, mode);
+    domain, "Noop",
+    [](const command&, handler_context&) { return json::null(); }, mode);
   return reg;
 }
 
 const char* mode_name(handler_mode mode) {
   return mode == handler_mode::blocking ? "blocking" : "non-blocking";
 }
+
+// Scrapes a worker's endpoint while it lives: /metrics every 100 ms (far
+// more often than a Prometheus server would), the status page every second.
+class scraper {
+public:
+  explicit scraper(int port) : thread_([this, port] { run(port); }) {
+    // nop
+  }
+
+  ~scraper() {
+    stop();
+  }
+
+  /// Stops scraping; the figures are final afterwards.
+  void stop() {
+    stop_ = true;
+    if (thread_.joinable())
+      thread_.join();
+  }
+
+  int64_t scrapes() const noexcept {
+    return scrapes_;
+  }
+
+  int64_t failures() const noexcept {
+    return failures_;
+  }
+
+  double mean_ms() const noexcept {
+    return scrapes_ > 0 ? total_ms_ / static_cast<double>(scrapes_) : 0;
+  }
+
+private:
+  void run(int port) {
+    httplib::Client client{"127.0.0.1", port};
+    client.set_read_timeout(std::chrono::seconds{5});
+    int round = 0;
+    while (!stop_) {
+      auto t0 = std::chrono::steady_clock::now();
+      auto res = client.Get(round++ % 10 == 0 ? "/" : "/metrics");
+      total_ms_ += std::chrono::duration<double, std::milli>(
+                     std::chrono::steady_clock::now() - t0)
+                     .count();
+      ++scrapes_;
+      if (!res || res->status != 200)
+        ++failures_;
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> scrapes_{0};
+  std::atomic<int64_t> failures_{0};
+  double total_ms_ = 0;
+  std::thread thread_;
+};
 
 } // namespace
 
@@ -131,9 +192,10 @@ int main(int argc, char** argv) {
   db::pool pool{popts};
   command_bus bus{pool};
   auto conn = db::connection::open(dsn);
-  std::printf("== worker benchmark (synchronous_commit=%s, %d commands)\n",
-              conn.exec("SHOW synchronous_commit").opt_text(0, 0).value().c_str(),
-              commands);
+  std::printf(
+    "== worker benchmark (synchronous_commit=%s, %d commands)\n",
+    conn.exec("SHOW synchronous_commit").opt_text(0, 0).value().c_str(),
+    commands);
 
   // -- raw consume ceiling ---------------------------------------------------
   auto raw_domain = "wraw_" + run_id;
@@ -153,8 +215,8 @@ int main(int argc, char** argv) {
                db::array_literal(ids));
     moved += r.rows();
   }
-  auto raw_secs = std::chrono::duration<double>(
-                    std::chrono::steady_clock::now() - t0)
+  auto raw_secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                                - t0)
                     .count();
   bench::rate raw{"raw read(50)+delete ceiling", moved / raw_secs, moved,
                   raw_secs};
@@ -171,46 +233,73 @@ int main(int argc, char** argv) {
     int prefetch;
     handler_mode mode;
     const char* tag;
+    bool http;
   };
-  const phase phases[] = {{64, 0, handler_mode::non_blocking, "wb64_"},
-                          {64, 64, handler_mode::non_blocking, "wb64p_"},
-                          {16, 0, handler_mode::non_blocking, "wb16_"},
-                          {64, 0, handler_mode::blocking, "wb64b_"}};
+  const phase phases[] = {{64, 0, handler_mode::non_blocking, "wb64_", false},
+                          {64, 64, handler_mode::non_blocking, "wb64p_", false},
+                          {64, 64, handler_mode::non_blocking, "wb64h_", true},
+                          {16, 0, handler_mode::non_blocking, "wb16_", false},
+                          {64, 0, handler_mode::blocking, "wb64b_", false}};
   bench::rate best;
-  for (auto [concurrency, prefetch, mode, tag] : phases) {
+  bench::rate without_http;
+  for (auto [concurrency, prefetch, mode, tag, http] : phases) {
     auto domain = tag + run_id;
     send_commands(bus, domain, commands);
     bench::settle(conn);
-    worker w{worker_cfg(dsn, domain, concurrency, prefetch),
-             noop_registry(domain, mode)};
+    auto cfg = worker_cfg(dsn, domain, concurrency, prefetch);
+    if (http)
+      cfg.http = "127.0.0.1:0";
+    worker w{cfg, noop_registry(domain, mode)};
     auto cpu0 = self_cpu();
     auto mcpu0 = machine_cpu();
     auto start = std::chrono::steady_clock::now();
     w.start();
+    std::unique_ptr<scraper> scraping;
+    if (http)
+      scraping = std::make_unique<scraper>(w.http_port());
     // Wait for the counters (cheap) with a generous deadline.
     auto deadline = start + std::chrono::minutes{5};
     while (w.stats().completed < commands
            && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(5ms);
-    auto secs = std::chrono::duration<double>(
-                  std::chrono::steady_clock::now() - start)
+    auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                              - start)
                   .count();
     auto cpu = self_cpu() - cpu0;
     auto mcpu = machine_cpu() - mcpu0;
+    int64_t scrapes = 0;
+    int64_t failed_scrapes = 0;
+    double scrape_ms = 0;
+    if (scraping) {
+      scraping->stop();
+      scrapes = scraping->scrapes();
+      failed_scrapes = scraping->failures();
+      scrape_ms = scraping->mean_ms();
+      scraping.reset();
+    }
     w.stop(10s).get();
     auto done = count_status(conn, domain, "COMPLETED");
     bench::rate r{"worker, concurrency " + std::to_string(concurrency) + ", "
-                      + (prefetch > 0
-                             ? "prefetch " + std::to_string(prefetch) + ", "
-                             : std::string{})
-                      + mode_name(mode),
+                    + (prefetch > 0
+                         ? "prefetch " + std::to_string(prefetch) + ", "
+                         : std::string{})
+                    + mode_name(mode) + (http ? ", HTTP endpoint scraped" : ""),
                   static_cast<double>(done) / secs, done, secs};
     bench::print(r, &raw);
     std::printf("    CPU: worker %.1f s (%.0f%% of a core), PostgreSQL and "
                 "the rest %.1f s, wall %.1f s; %lld of %d COMPLETED\n",
                 cpu, 100 * cpu / secs, std::max(0.0, mcpu - cpu), secs,
                 static_cast<long long>(done), commands);
-    if (r.per_second > best.per_second)
+    if (http) {
+      std::printf("    endpoint: %lld scrapes (%lld failed), mean %.1f ms; "
+                  "throughput %.2fx of the same phase without it\n",
+                  static_cast<long long>(scrapes),
+                  static_cast<long long>(failed_scrapes), scrape_ms,
+                  r.per_second / without_http.per_second);
+    } else if (prefetch > 0) {
+      without_http = r;
+    }
+    if (!http && r.per_second > best.per_second)
       best = r;
   }
 
@@ -263,7 +352,8 @@ int main(int argc, char** argv) {
               best.per_second / raw.per_second);
 
   // Leave the database small for the next run.
-  for (auto* d : {"wraw_", "wb64_", "wb64p_", "wb16_", "wb64b_", "wlat_"}) {
+  for (auto* d :
+       {"wraw_", "wb64_", "wb64p_", "wb64h_", "wb16_", "wb64b_", "wlat_"}) {
     auto domain = std::string{d} + run_id;
     conn.query("DELETE FROM commandbus.audit WHERE domain = $1", domain);
     conn.query("DELETE FROM commandbus.command WHERE domain = $1", domain);

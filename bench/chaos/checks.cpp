@@ -70,6 +70,17 @@ std::vector<std::string> scenario_report::failures() const {
   add(batch_status_wrong, "batches with a status that does not follow from "
                           "their commands");
   add(callbacks_missing, "final batches whose callback was not delivered");
+  if (health_must_degrade && !health_degraded)
+    f.push_back("no worker's /healthz said DEGRADED or CRITICAL during the "
+                "faults");
+  if (!health_recovered) {
+    std::string states;
+    for (auto& s : health_final)
+      states += (states.empty() ? "" : ", ") + s;
+    f.push_back("the workers' /healthz did not all return to HEALTHY after "
+                "recovery ("
+                + states + ")");
+  }
   for (auto& p : worker_problems)
     f.push_back(p);
   return f;
@@ -211,7 +222,7 @@ void check_outcome(db::connection& conn, const load_plan& plan,
     // A batch is done when none of its commands is open or in the TSQ.
     bool done = n.completed + n.failed + n.canceled == n.total && n.tsq == 0;
     bool is_done = status == "COMPLETED" || status == "COMPLETED_WITH_FAILURES";
-    auto want = !done ? std::string{}
+    auto want = !done                       ? std::string{}
                 : n.failed + n.canceled > 0 ? "COMPLETED_WITH_FAILURES"
                                             : "COMPLETED";
     if (done ? status != want : is_done) {

@@ -84,6 +84,18 @@ struct scenario_report {
   /// Attempts spent on commands that are not final.
   int64_t attempts_not_final = 0;
 
+  // -- the workers' health (/healthz)
+  /// Whether the scenario's faults must make the workers say so (a
+  /// PostgreSQL restart does), and whether one did while they lasted.
+  bool health_must_degrade = false;
+  bool health_degraded = false;
+  /// Whether every worker said HEALTHY again after the load settled, and
+  /// what each said last.
+  bool health_recovered = false;
+  std::vector<std::string> health_final;
+  /// Per worker its answers in order, with the seconds since the start.
+  std::vector<std::string> health_history;
+
   std::vector<fault_record> faults;
   clock::time_point started;
   std::vector<std::string> worker_problems;

@@ -68,13 +68,16 @@ std::string quoted(const std::string& v) {
 
 } // namespace
 
-// -- workers -------------------------------------------------------------------
+// -- workers
+// -------------------------------------------------------------------
 
-worker_fleet::worker_fleet(const tools& t, std::string domain,
-                           std::string dsn, std::string log_dir, int count)
+worker_fleet::worker_fleet(const tools& t, std::string domain, std::string dsn,
+                           std::string log_dir, int count)
   : tools_(t), domain_(std::move(domain)), dsn_(std::move(dsn)) {
-  for (int i = 0; i < count; ++i)
+  for (int i = 0; i < count; ++i) {
     logs_.push_back(log_dir + "/worker-" + std::to_string(i + 1) + ".log");
+    ports_.push_back(free_port());
+  }
   workers_.resize(static_cast<size_t>(count));
 }
 
@@ -93,7 +96,9 @@ void worker_fleet::start(size_t i) {
                "--backoff",
                "1",
                "--shutdown-timeout",
-               "5s"};
+               "5s",
+               "--http",
+               "127.0.0.1:" + std::to_string(ports_[i])};
   // In the environment, not on the command line: the DSN holds a password.
   spec.env = {"CMDBUS_DSN=" + dsn_};
   spec.log_path = logs_[i];
@@ -118,9 +123,9 @@ worker_fleet::stop_all(std::chrono::milliseconds timeout) {
   for (size_t i = 0; i < workers_.size(); ++i) {
     auto name = "worker " + std::to_string(i + 1);
     if (!workers_[i].running()) {
-      problems.push_back(name + " had exited before the harness stopped it (exit code "
-                         + std::to_string(workers_[i].exit_code().value_or(-1))
-                         + ")");
+      problems.push_back(
+        name + " had exited before the harness stopped it (exit code "
+        + std::to_string(workers_[i].exit_code().value_or(-1)) + ")");
       continue;
     }
     log_line(logs_[i], "SIGTERM");
@@ -152,13 +157,12 @@ std::vector<std::string> worker_fleet::log_paths() const {
   return logs_;
 }
 
-// -- proxy ---------------------------------------------------------------------
+// -- proxy
+// ---------------------------------------------------------------------
 
 tcp_proxy::tcp_proxy(const tools& t, int listen_port, int target_port,
                      std::string log_path)
-  : tools_(t),
-    listen_port_(listen_port),
-    target_port_(target_port),
+  : tools_(t), listen_port_(listen_port), target_port_(target_port),
     log_path_(std::move(log_path)) {
   // nop
 }
@@ -175,8 +179,8 @@ void tcp_proxy::start() {
   while (!accepts(listen_port_)) {
     if (!proc_.running())
       throw std::runtime_error("chaos: socat exited with code "
-                               + std::to_string(*proc_.exit_code())
-                               + ":\n" + tail_of(log_path_, 5));
+                               + std::to_string(*proc_.exit_code()) + ":\n"
+                               + tail_of(log_path_, 5));
     if (clock::now() >= deadline)
       throw std::runtime_error("chaos: socat does not accept connections on "
                                "port "
@@ -223,7 +227,8 @@ std::string redirect_dsn(const std::string& dsn, int port) {
   return out;
 }
 
-// -- PostgreSQL ----------------------------------------------------------------
+// -- PostgreSQL
+// ----------------------------------------------------------------
 
 fault_record restart_postgres(const tools& t, const std::string& mode,
                               const std::string& log_path) {

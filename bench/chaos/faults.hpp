@@ -33,7 +33,9 @@ public:
   /// kill -9 of worker `i`, then starts it again at once.
   void kill_and_restart(size_t i);
 
-  size_t size() const noexcept { return workers_.size(); }
+  size_t size() const noexcept {
+    return workers_.size();
+  }
 
   /// Stops every worker with SIGTERM, waiting up to `timeout` for each to
   /// exit; kills those that do not. Returns one line per problem: a worker
@@ -44,6 +46,11 @@ public:
   /// The log files, one per worker.
   std::vector<std::string> log_paths() const;
 
+  /// The ports of the workers' HTTP endpoints (kept across restarts).
+  std::vector<int> http_ports() const {
+    return ports_;
+  }
+
 private:
   void start(size_t i);
 
@@ -51,6 +58,7 @@ private:
   std::string domain_;
   std::string dsn_;
   std::vector<std::string> logs_;
+  std::vector<int> ports_;
   std::vector<child> workers_;
 };
 
@@ -67,7 +75,9 @@ public:
   /// Kills it with every forked child (all connections through it break).
   void cut();
 
-  int port() const noexcept { return listen_port_; }
+  int port() const noexcept {
+    return listen_port_;
+  }
 
 private:
   tools tools_;

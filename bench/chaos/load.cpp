@@ -7,14 +7,10 @@ namespace cmdbus::chaos {
 
 const char* name_of(behaviour b) noexcept {
   switch (b) {
-    case behaviour::success:
-      return "success";
-    case behaviour::transient_then_success:
-      return "transient";
-    case behaviour::permanent:
-      return "permanent";
-    case behaviour::business_rule:
-      return "business_rule";
+    case behaviour::success: return "success";
+    case behaviour::transient_then_success: return "transient";
+    case behaviour::permanent: return "permanent";
+    case behaviour::business_rule: return "business_rule";
   }
   return "?";
 }
@@ -22,12 +18,9 @@ const char* name_of(behaviour b) noexcept {
 const char* final_status_of(behaviour b) noexcept {
   switch (b) {
     case behaviour::success:
-    case behaviour::transient_then_success:
-      return "COMPLETED";
-    case behaviour::permanent:
-      return "IN_TROUBLESHOOTING_QUEUE";
-    case behaviour::business_rule:
-      return "FAILED";
+    case behaviour::transient_then_success: return "COMPLETED";
+    case behaviour::permanent: return "IN_TROUBLESHOOTING_QUEUE";
+    case behaviour::business_rule: return "FAILED";
   }
   return "?";
 }
@@ -49,9 +42,7 @@ json command_data(const load_plan& plan, size_t n) {
     case behaviour::transient_then_success:
       b += R"(, "transient_attempts": 1, "outcome": "success", "result": {"ok": true})";
       break;
-    case behaviour::permanent:
-      b += R"(, "outcome": "permanent")";
-      break;
+    case behaviour::permanent: b += R"(, "outcome": "permanent")"; break;
     case behaviour::business_rule:
       b += R"(, "outcome": "business_rule")";
       break;

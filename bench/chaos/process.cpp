@@ -72,7 +72,7 @@ void build(const process_spec& spec, prepared& p) {
   }
   // The harness ignores SIGPIPE, which exec keeps; its own handlers are
   // reset by exec anyway.
-  struct sigaction dfl{};
+  struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   sigaction(SIGPIPE, &dfl, nullptr);
@@ -95,7 +95,7 @@ void build(const process_spec& spec, prepared& p) {
 } // namespace
 
 void install_signal_handlers() {
-  struct sigaction sa{};
+  struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);

@@ -21,7 +21,8 @@ namespace cmdbus::chaos {
 
 using clock = std::chrono::steady_clock;
 
-// -- interruption --------------------------------------------------------------
+// -- interruption
+// --------------------------------------------------------------
 
 /// Makes SIGINT and SIGTERM set the interruption flag (and ignores SIGPIPE).
 void install_signal_handlers();
@@ -48,7 +49,8 @@ void pause_until(clock::time_point t);
 /// pause_until(now + d).
 void pause_for(std::chrono::milliseconds d);
 
-// -- child processes -----------------------------------------------------------
+// -- child processes
+// -----------------------------------------------------------
 
 /// What to run.
 struct process_spec {
@@ -82,7 +84,9 @@ public:
   static child start(const process_spec& spec);
 
   /// Returns the process id (-1 when empty).
-  pid_t pid() const noexcept { return pid_; }
+  pid_t pid() const noexcept {
+    return pid_;
+  }
 
   /// Returns whether the child still runs (reaps it when it ended).
   bool running();
@@ -100,7 +104,9 @@ public:
   int kill_now();
 
   /// The exit code once reaped.
-  std::optional<int> exit_code() const noexcept { return exit_code_; }
+  std::optional<int> exit_code() const noexcept {
+    return exit_code_;
+  }
 
 private:
   bool try_reap();

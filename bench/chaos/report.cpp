@@ -24,12 +24,11 @@ std::string num(int64_t n) {
 } // namespace
 
 void print_table(std::FILE* out, const scenario_report& r) {
-  std::fprintf(out,
-               "== scenario %s (domain %s, %d workers): %.1f s\n",
+  std::fprintf(out, "== scenario %s (domain %s, %d workers): %.1f s\n",
                r.scenario.c_str(), r.domain.c_str(), r.workers, r.seconds);
   row(out, "sent", r.sent,
-      "of " + num(r.planned) + " planned; " + num(r.sent_in_batches)
-        + " in " + num(r.batches) + " batches, " + num(r.sent_with_reply)
+      "of " + num(r.planned) + " planned; " + num(r.sent_in_batches) + " in "
+        + num(r.batches) + " batches, " + num(r.sent_with_reply)
         + " with reply_to; " + num(r.sending.failed_attempts)
         + " failed send attempts, " + num(r.sending.found_on_retry)
         + " found on retry");
@@ -49,16 +48,17 @@ void print_table(std::FILE* out, const scenario_report& r) {
       "of " + num(r.replies_expected) + " expected");
   row(out, "replies duplicated", r.replies_duplicated);
   row(out, "batch counters wrong", r.batch_counters_wrong,
-      "of " + num(r.batches) + " batches, " + num(r.batches_final)
-        + " final");
+      "of " + num(r.batches) + " batches, " + num(r.batches_final) + " final");
   row(out, "batch status wrong", r.batch_status_wrong);
   row(out, "batches missing", r.batches_missing);
   row(out, "batch callbacks not delivered", r.callbacks_missing,
       num(r.callbacks_repeated) + " delivered more than once");
   row(out, "attempts beyond expected", r.attempts - r.expected_runs,
-      "informational: " + num(r.attempts) + " attempts of the final "
-        "commands for " + num(r.expected_runs) + " runs; "
-        + num(r.attempts_not_final) + " attempts spent on those not final");
+      "informational: " + num(r.attempts)
+        + " attempts of the final "
+          "commands for "
+        + num(r.expected_runs) + " runs; " + num(r.attempts_not_final)
+        + " attempts spent on those not final");
   std::string statuses;
   for (auto& [s, n] : r.statuses)
     statuses += (statuses.empty() ? "" : ", ") + s + " " + num(n);
@@ -76,6 +76,14 @@ void print_table(std::FILE* out, const scenario_report& r) {
                  since(r.started, f.start), f.what.c_str(),
                  since(f.start, f.end), rec);
   }
+  std::fprintf(out,
+               "  workers' /healthz (changes, seconds since the start)%s:\n",
+               r.health_must_degrade
+                 ? (r.health_degraded ? ", unwell during the faults"
+                                      : ", NEVER unwell during the faults")
+                 : "");
+  for (auto& h : r.health_history)
+    std::fprintf(out, "    %s\n", h.c_str());
   std::fprintf(out, "  sending took %.1f s (planned %.0f s)\n", r.send_seconds,
                r.planned_send_seconds);
   if (r.settled)
@@ -189,6 +197,15 @@ std::string to_json(const std::vector<scenario_report>& reports) {
         w.Null();
       w.EndObject();
     }
+    w.EndArray();
+    w.Key("health_degraded_during_faults");
+    w.Bool(r.health_degraded);
+    w.Key("health_recovered");
+    w.Bool(r.health_recovered);
+    w.Key("health_history");
+    w.StartArray();
+    for (auto& h : r.health_history)
+      w.String(h.c_str(), static_cast<rapidjson::SizeType>(h.size()));
     w.EndArray();
     w.Key("failures");
     w.StartArray();

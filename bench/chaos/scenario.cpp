@@ -8,6 +8,7 @@
 #include <random>
 
 #include "bench/chaos/faults.hpp"
+#include "bench/chaos/health_watch.hpp"
 #include "bench/chaos/load.hpp"
 #include "bench/chaos/monitor.hpp"
 #include "bench/chaos/sender.hpp"
@@ -55,8 +56,8 @@ struct targets {
 
 // Runs `count` faults spread evenly between 20 % and 80 % of the sending
 // time that started at `load_start`.
-std::vector<fault_record>
-inject(const std::string& name, targets& x, clock::time_point load_start) {
+std::vector<fault_record> inject(const std::string& name, targets& x,
+                                 clock::time_point load_start) {
   std::vector<fault_record> faults;
   auto span = std::chrono::duration_cast<clock::duration>(
     std::chrono::seconds{x.o.load_seconds()} * 0.6);
@@ -101,8 +102,8 @@ inject(const std::string& name, targets& x, clock::time_point load_start) {
     });
   } else if (name == "stall") {
     spread(x.o.stalls, [&](int) {
-      faults.push_back(stall_database(
-        x.o.dsn, std::chrono::seconds{x.o.stall_seconds}));
+      faults.push_back(
+        stall_database(x.o.dsn, std::chrono::seconds{x.o.stall_seconds}));
     });
   }
   return faults;
@@ -125,6 +126,31 @@ bool wait_until_settled(const std::string& dsn, const std::string& domain,
     if (clock::now() >= deadline)
       return false;
     pause_for(250ms);
+  }
+}
+
+// Fills in the health figures: a restart of PostgreSQL must show on some
+// worker's /healthz while it lasts (or shortly after: the workers notice at
+// their next round trip), and every worker must say HEALTHY once the load
+// settled (their sessions work again), within 30 s.
+void watch_health(scenario_report& r, const health_watch& health,
+                  const std::string& name) {
+  r.health_must_degrade = name == "restart" && !r.faults.empty();
+  if (r.health_must_degrade)
+    r.health_degraded = health.unwell_between(
+      r.faults.front().start, r.faults.back().end + std::chrono::seconds{10});
+  r.health_recovered = health.wait_all_healthy(clock::now()
+                                               + std::chrono::seconds{30});
+  r.health_final = health.latest();
+  for (size_t i = 0; i < r.health_final.size(); ++i) {
+    std::string line = "worker " + std::to_string(i + 1) + ":";
+    for (auto& c : health.changes(i)) {
+      char at[32];
+      std::snprintf(at, sizeof at, " at %.1f s;",
+                    std::chrono::duration<double>(c.at - r.started).count());
+      line += " " + c.state + at;
+    }
+    r.health_history.push_back(line);
   }
 }
 
@@ -170,6 +196,8 @@ scenario_report run_scenario(const std::string& name, const options& o,
   fleet.start_all();
   progress_monitor monitor{o.dsn, r.domain};
   monitor.start();
+  health_watch health{fleet.http_ports()};
+  health.start();
   // The sender is a client like the workers: through the proxy too.
   sender snd{plan, worker_dsn, std::chrono::seconds{o.load_seconds()},
              std::chrono::seconds{o.give_up_seconds}};
@@ -191,6 +219,7 @@ scenario_report run_scenario(const std::string& name, const options& o,
   r.settled = wait_until_settled(
     o.dsn, r.domain, sent_end + std::chrono::seconds{o.settle_seconds});
   r.settle_seconds = since(sent_end);
+  watch_health(r, health, name);
   // The shutdown timeout given to the workers is 5 s; 15 s is ample.
   r.worker_problems = fleet.stop_all(15000ms);
   monitor.stop();

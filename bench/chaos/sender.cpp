@@ -268,8 +268,8 @@ void sender::run(const std::shared_ptr<state>& st, size_t thread,
                  clock::time_point start) {
   attempt_started = &st->send_started[thread];
   auto& units = st->plan->units;
-  auto total
-    = static_cast<double>(std::max<size_t>(1, st->plan->commands.size()));
+  auto total = static_cast<double>(
+    std::max<size_t>(1, st->plan->commands.size()));
   for (;;) {
     auto i = st->next++;
     if (i >= units.size())
