@@ -77,6 +77,8 @@ struct worker::impl {
     if (rt)
       throw std::logic_error("worker already started");
     // The endpoint listens first: a port that is taken starts nothing.
+    // (Its threads read started_at: set before they run.)
+    started_at = std::chrono::steady_clock::now();
     std::unique_ptr<http_endpoint> endpoint;
     if (!cfg.http.empty() && !tick)
       endpoint = std::make_unique<http_endpoint>(
@@ -98,7 +100,6 @@ struct worker::impl {
     std::vector<actors::domain_settings> domains;
     for (auto& d : cfg.domains)
       domains.push_back(settings_for(d, tick, shared));
-    started_at = std::chrono::steady_clock::now();
     rt = actors::runtime::start(std::move(domains), callbacks,
                                 std::move(delivery), counters);
     running = true;

@@ -122,3 +122,38 @@ TEST(LogFormat, LoggerWritesJsonWithTheOrigin) {
   EXPECT_FALSE(b.HasMember("actor"));
   EXPECT_EQ(field(b, "message"), "after");
 }
+
+TEST(LogFormat, AnActorsInstanceNameGivesItsFields) {
+  auto o = log::origin_of("poller/payments");
+  EXPECT_EQ(o.actor, "poller");
+  EXPECT_EQ(o.domain, "payments");
+  o = log::origin_of("batch-counter");
+  EXPECT_EQ(o.actor, "batch-counter");
+  EXPECT_EQ(o.domain, "");
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  auto logger = log::logger();
+  auto sinks = logger->sinks();
+  logger->sinks() = {sink};
+  log::set_format(log::format::json);
+  auto level = logger->level();
+  logger->set_level(spdlog::level::info);
+  log::from("completion/orders").warn("{} cannot use the database", "x");
+  log::from(log::origin{"health", "orders"}).error("domain {} is CRITICAL",
+                                                   "orders");
+  log::set_format(log::format::text);
+  logger->set_level(level);
+  logger->sinks() = sinks;
+  std::istringstream lines{out.str()};
+  std::string first, second;
+  std::getline(lines, first);
+  std::getline(lines, second);
+  auto a = parse(first);
+  EXPECT_EQ(field(a, "actor"), "completion");
+  EXPECT_EQ(field(a, "domain"), "orders");
+  EXPECT_EQ(field(a, "level"), "warning");
+  EXPECT_EQ(field(a, "message"), "x cannot use the database");
+  auto b = parse(second);
+  EXPECT_EQ(field(b, "actor"), "health");
+  EXPECT_EQ(field(b, "level"), "error");
+}
