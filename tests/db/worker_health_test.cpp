@@ -146,3 +146,63 @@ TEST(WorkerHealth, ADatabaseRefusingConnectionsDegradesUntilItReturns) {
     60s))
     << reasons(w);
 }
+
+TEST(WorkerHealth, AWriterThatCannotCommitDegradesUntilItDoes) {
+  // The command's row is locked by another transaction while its handler
+  // runs: the completion writer's transaction waits on the lock (no error,
+  // so no outage), and after 10 s without a commit the supervisor counts it
+  // as stalled. When the lock goes, the outcome commits and the domain
+  // recovers.
+  bus_env e;
+  auto d = test::unique_name("wh");
+  gate release;
+  std::atomic<int> entered{0};
+  handler_registry reg;
+  reg.add(d, "Held", [&](const command&, handler_context&) -> json {
+    ++entered;
+    release.wait(30s);
+    return json::null();
+  });
+  auto cfg = make_cfg({d}, 1);
+  // Long enough for the stall to be seen (10 s, then a heartbeat every
+  // 5 s) before the statement timeout would end the wait.
+  cfg.visibility_timeout = 20s;
+  cfg.statement_timeout = 19s;
+  worker w{cfg, std::move(reg)};
+  finally stop{[&] {
+    release.open();
+    stop_worker(w, 30s);
+  }};
+  w.start();
+  auto id = e.bus.send(make_req(d, "Held")).command_id;
+  ASSERT_TRUE(eventually([&] { return entered.load() == 1; }));
+  auto locker = db::connection::open(dsn());
+  locker.exec("BEGIN");
+  bool locked = true;
+  finally unlock{[&] {
+    if (locked)
+      locker.exec("ROLLBACK");
+  }};
+  locker.query("SELECT 1 FROM commandbus.command WHERE domain = $1 AND "
+               "command_id = $2 FOR UPDATE",
+               d, id.to_string());
+  release.open();
+  ASSERT_TRUE(
+    eventually([&] { return state_of(w) == health_state::degraded; }, 40s))
+    << reasons(w);
+  auto h = w.health();
+  EXPECT_EQ(h.domains[0].figures.stalled_writers, 1);
+  EXPECT_EQ(h.domains[0].figures.failing_sessions, 0);
+  EXPECT_EQ(h.domains[0].reasons,
+            (strings{"1 side-effect writer(s) not committing for 10s"}));
+  EXPECT_FALSE(has_status(e.conn, d, id, "COMPLETED"));
+  locker.exec("ROLLBACK");
+  locked = false;
+  EXPECT_TRUE(eventually(
+    [&] {
+      return has_status(e.conn, d, id, "COMPLETED")
+             && state_of(w) == health_state::healthy;
+    },
+    30s))
+    << reasons(w);
+}
