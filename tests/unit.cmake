@@ -13,7 +13,8 @@ add_executable(cmdbus-unit-test ${unit_test_sources}
   ${PROJECT_SOURCE_DIR}/actors/metrics.cpp
   ${PROJECT_SOURCE_DIR}/actors/status_page.cpp)
 target_link_libraries(cmdbus-unit-test PRIVATE
-  cmdbus_model cmdbus_config cmdbus_rapidjson GTest::gtest GTest::gtest_main)
+  cmdbus_model cmdbus_config cmdbus_process cmdbus_rapidjson GTest::gtest
+  GTest::gtest_main)
 target_compile_definitions(cmdbus-unit-test PRIVATE
   CMDBUS_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 cmdbus_warnings(cmdbus-unit-test)

@@ -1,0 +1,115 @@
+#pragma once
+
+// The process manager's SQL: processes and their audit trails in
+// commandbus.process and commandbus.process_audit, written exactly as the
+// reference library writes them (so that its PostgresProcessRepository
+// reads our processes), and the steps' commands sent with the command bus's
+// send path. Every call runs on the caller's connection: inside the
+// caller's transaction when one is open (the outbox pattern), else in a
+// transaction of its own.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "db/connection.hpp"
+#include "model/json.hpp"
+#include "model/types.hpp"
+#include "model/uuid.hpp"
+#include "process/status.hpp"
+#include "process/transition.hpp"
+#include "process/types.hpp"
+#include "process/workflow.hpp"
+
+namespace cmdbus {
+
+/// Settings of a `process_store`.
+struct process_store_options {
+  /// max_attempts of the commands the steps send (the bus's default).
+  int default_max_attempts = 3;
+};
+
+/// Filters of `process_store::list`; unset filters match everything.
+struct process_query {
+  /// Any of these statuses (empty: any status).
+  std::vector<process_status> statuses;
+  std::optional<std::string> process_type;
+  /// Newest first (created_at), at most this many.
+  int limit = 100;
+};
+
+/// Reads and writes processes. Stateless apart from its options; safe to
+/// share between threads (each call uses the connection it is given).
+///
+/// Queues are not created here: the domain's command queue and the reply
+/// queue must exist (`command_bus::ensure_queue`; the worker creates its
+/// domains' queues). Queue names are validated before any SQL.
+class process_store {
+public:
+  explicit process_store(process_store_options opts = {});
+
+  /// Starts a process of workflow `w` in `domain` with the caller's
+  /// `input`: inserts the process row and sends the first step's command
+  /// (correlation_id = the process id, reply_to = `reply_queue`, by
+  /// convention `{domain}__process_replies`) with its process_audit row;
+  /// the process is WAITING at its first step. With `batch_id` the process
+  /// belongs to that PROCESS batch (started when it was PENDING). Returns
+  /// the process id. Throws what `w` throws for bad input (before any
+  /// SQL), `db::invalid_argument` for an invalid domain or reply queue,
+  /// `batch_not_found_error` for an unknown batch,
+  /// `invalid_operation_error` for a batch that is not a PROCESS batch,
+  /// `db::error` otherwise.
+  uuid start(db::connection& conn, const workflow& w, const std::string& domain,
+             const json& input, const std::string& reply_queue,
+             const std::optional<uuid>& batch_id = std::nullopt) const;
+
+  /// Returns the process, if it exists.
+  std::optional<process_metadata> get(db::connection& conn,
+                                      const std::string& domain,
+                                      const uuid& process_id) const;
+
+  /// Returns the processes of `domain` matching `q`, newest first.
+  std::vector<process_metadata> list(db::connection& conn,
+                                     const std::string& domain,
+                                     const process_query& q = {}) const;
+
+  /// Returns the audit trail of a process ordered by sent_at (then by row
+  /// id); empty for an unknown process.
+  std::vector<process_audit_entry> audit_trail(db::connection& conn,
+                                               const std::string& domain,
+                                               const uuid& process_id) const;
+
+  /// Applies reply `r` to process `process_id` of workflow `w`: locks the
+  /// process row, reads its audit trail, decides (`decide`,
+  /// process/transition.hpp) and writes the decision: the reply fields of
+  /// the command's audit row, the process row (updated_at, completed_at
+  /// when it became terminal), the next command with its audit row, and the
+  /// counters of its PROCESS batch. Returns the transition
+  /// (`reply_disposition::unknown_process` when there is no such process;
+  /// nothing is written then). The runtime deletes the reply message in the
+  /// same transaction.
+  transition apply(db::connection& conn, const std::string& domain,
+                   const uuid& process_id, const reply& r,
+                   const workflow& w) const;
+
+  /// Moves the WAITING processes of `domain` whose current step's command
+  /// is IN_TROUBLESHOOTING_QUEUE to WAITING_FOR_TSQ (one statement) and
+  /// counts them in their batches; returns their ids.
+  std::vector<uuid> mark_waiting_for_tsq(db::connection& conn,
+                                         const std::string& domain) const;
+
+  /// Creates a PROCESS batch (PENDING) for `total_count` processes and
+  /// returns its id (`batch_id`, or a generated one); processes join it
+  /// with `start(..., batch_id)`. Throws `invalid_operation_error` when the
+  /// batch exists in the domain.
+  uuid create_batch(db::connection& conn, const std::string& domain,
+                    int total_count,
+                    const std::optional<std::string>& name = std::nullopt,
+                    const std::optional<json>& custom_data = std::nullopt,
+                    const std::optional<uuid>& batch_id = std::nullopt) const;
+
+private:
+  process_store_options opts_;
+};
+
+} // namespace cmdbus
