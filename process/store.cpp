@@ -85,11 +85,13 @@ auto in_transaction(db::connection& conn, F fn) {
   return out;
 }
 
-// Sends the command of `step` for process `process_id` and writes its
-// process_audit row (what the reference's step execution writes).
-void send_step(db::connection& conn, const process_store_options& opts,
-               const std::string& domain, const uuid& process_id,
-               const std::string& reply_queue, const step_send& s) {
+// The statements that send the command of `s` for process `process_id`
+// and write its process_audit row (what the reference's step execution
+// writes); `sent` is the command they send.
+std::vector<db::connection::statement>
+step_statements(const process_store_options& opts, const std::string& domain,
+                const uuid& process_id, const std::string& reply_queue,
+                const step_send& s, db::prepared_command& sent) {
   send_request req;
   req.domain = domain;
   req.command_type = s.command.command_type;
@@ -97,42 +99,55 @@ void send_step(db::connection& conn, const process_store_options& opts,
   req.data = s.command.data;
   req.correlation_id = process_id;
   req.reply_to = reply_queue;
-  db::send_one(db::prepare(req, opts.default_max_attempts), conn);
-  conn.query("INSERT INTO commandbus.process_audit (domain, process_id, "
-             "step_name, command_id, command_type, command_data, sent_at) "
-             "VALUES ($1, $2::uuid, $3, $4::uuid, $5, $6::jsonb, "
-             "clock_timestamp())",
-             domain, process_id.to_string(), s.step, req.command_id.to_string(),
-             req.command_type, req.data.text());
+  sent = db::prepare(req, opts.default_max_attempts);
+  std::vector<db::connection::statement> out;
+  out.push_back(db::send_statement(sent));
+  out.push_back(
+    {"INSERT INTO commandbus.process_audit (domain, process_id, "
+     "step_name, command_id, command_type, command_data, sent_at) "
+     "VALUES ($1, $2::uuid, $3, $4::uuid, $5, $6::jsonb, "
+     "clock_timestamp())",
+     {domain, process_id.to_string(), s.step, req.command_id.to_string(),
+      req.command_type, req.data.text()}});
+  return out;
 }
 
-// Applies `d` to batch `batch_id` with the rules of the inline counters and
-// records its completion for callback delivery when that finished it.
-void count_in_batch(db::connection& conn, const std::string& domain,
-                    const uuid& batch_id, const batch_delta& d) {
-  auto one = [](int x) { return "{" + std::to_string(x) + "}"; };
-  auto r = conn.query("SELECT batch_complete FROM "
-                      "commandbus.cmdbus_apply_batch_deltas($1, $2::uuid[], "
-                      "$3::int[], '{0}'::int[], $4::int[], $5::int[])",
-                      domain, "{" + batch_id.to_string() + "}",
-                      one(d.completed), one(d.canceled),
-                      one(d.in_troubleshooting));
-  if (r.rows() > 0 && r.boolean(0, 0))
-    conn.query("INSERT INTO commandbus.cmdbus_batch_delivery (domain, "
-               "batch_id) VALUES ($1, $2::uuid) ON CONFLICT DO NOTHING",
-               domain, batch_id.to_string());
+// The statement that applies `deltas` to their batches (summed per batch)
+// with the rules of the inline counters and records the completion of each
+// batch this finished for callback delivery, as the worker does.
+db::connection::statement
+batch_statement(const std::string& domain,
+                const std::vector<std::pair<uuid, batch_delta>>& deltas) {
+  std::vector<std::string> ids;
+  std::vector<int64_t> completed, canceled, tsq, zero;
+  for (auto& [id, d] : deltas) {
+    ids.push_back(id.to_string());
+    completed.push_back(d.completed);
+    canceled.push_back(d.canceled);
+    tsq.push_back(d.in_troubleshooting);
+    zero.push_back(0);
+  }
+  return {"INSERT INTO commandbus.cmdbus_batch_delivery (domain, batch_id) "
+          "SELECT $1, d.batch_id FROM "
+          "commandbus.cmdbus_apply_batch_deltas($1, $2::uuid[], $3::int[], "
+          "$4::int[], $5::int[], $6::int[]) d WHERE d.batch_complete "
+          "ON CONFLICT DO NOTHING",
+          {domain, db::array_literal(ids), db::array_literal(completed),
+           db::array_literal(zero), db::array_literal(canceled),
+           db::array_literal(tsq)}};
 }
 
-// The reply queue of a process: the reply_to of the commands it sent.
-std::string reply_queue_of(db::connection& conn, const std::string& domain,
-                           const process_audit_entry& last) {
-  auto r = conn.query("SELECT reply_queue FROM commandbus.command WHERE "
-                      "domain = $1 AND command_id = $2::uuid",
-                      domain, last.command_id.to_string());
-  if (r.rows() == 0 || r.text(0, 0).empty())
-    throw invalid_operation_error(
-      "process command " + last.command_id.to_string() + " has no reply queue");
-  return std::string{r.text(0, 0)};
+// Runs `sts` in one round trip (inside the transaction open on `conn`) and
+// returns their results; the send among them, if any, is checked.
+std::vector<db::result>
+run_all(db::connection& conn, const std::vector<db::connection::statement>& sts,
+        const std::optional<std::pair<size_t, db::prepared_command>>& send) {
+  if (sts.empty())
+    return {};
+  auto results = conn.pipeline(sts);
+  if (send)
+    db::sent(send->second, results[send->first]);
+  return results;
 }
 
 } // namespace
@@ -167,15 +182,19 @@ uuid process_store::start(db::connection& conn, const workflow& w,
     }
     // The row the reference leaves after its start (inserted PENDING, then
     // updated to WAITING at the first step), written at once.
-    conn.query("INSERT INTO commandbus.process (domain, process_id, "
-               "process_type, status, current_step, state, error_code, "
-               "error_message, created_at, updated_at, completed_at, "
-               "batch_id) VALUES ($1, $2::uuid, $3, 'WAITING', $4, $5::jsonb, "
-               "NULL, NULL, NOW(), NOW(), NULL, $6::uuid)",
-               domain, process_id.to_string(), w.process_type(), first,
-               state.text(),
-               batch_id ? db::param{batch_id->to_string()} : db::param{});
-    send_step(conn, opts_, domain, process_id, reply_queue, s);
+    std::vector<db::connection::statement> sts;
+    sts.push_back(
+      {"INSERT INTO commandbus.process (domain, process_id, process_type, "
+       "status, current_step, state, error_code, error_message, created_at, "
+       "updated_at, completed_at, batch_id) VALUES ($1, $2::uuid, $3, "
+       "'WAITING', $4, $5::jsonb, NULL, NULL, NOW(), NOW(), NULL, $6::uuid)",
+       {domain, process_id.to_string(), w.process_type(), first, state.text(),
+        batch_id ? db::param{batch_id->to_string()} : db::param{}}});
+    db::prepared_command sent;
+    auto step = step_statements(opts_, domain, process_id, reply_queue, s,
+                                sent);
+    sts.insert(sts.end(), step.begin(), step.end());
+    run_all(conn, sts, std::make_pair(size_t{1}, sent));
     return process_id;
   });
 }
@@ -216,57 +235,85 @@ process_store::list(db::connection& conn, const std::string& domain,
   return out;
 }
 
+namespace {
+
+// The audit trail of a process in order (also the store's own read).
+constexpr const char* trail_sql
+  = "SELECT step_name, command_id, command_type, command_data, sent_at, "
+    "reply_outcome, reply_data, received_at FROM commandbus.process_audit "
+    "WHERE domain = $1 AND process_id = $2::uuid ORDER BY sent_at, id";
+
+} // namespace
+
 std::vector<process_audit_entry>
 process_store::audit_trail(db::connection& conn, const std::string& domain,
                            const uuid& process_id) const {
-  return to_trail(
-    conn.query("SELECT step_name, command_id, command_type, command_data, "
-               "sent_at, reply_outcome, reply_data, received_at FROM "
-               "commandbus.process_audit WHERE domain = $1 AND process_id = "
-               "$2::uuid ORDER BY sent_at, id",
-               domain, process_id.to_string()));
+  return to_trail(conn.query(trail_sql, domain, process_id.to_string()));
 }
 
 transition process_store::apply(db::connection& conn, const std::string& domain,
                                 const uuid& process_id, const reply& r,
                                 const workflow& w) const {
   return in_transaction(conn, [&] {
-    auto rows = conn.query(std::string{"SELECT "} + process_columns
-                             + " FROM commandbus.process WHERE domain = $1 "
-                               "AND process_id = $2::uuid FOR UPDATE",
-                           domain, process_id.to_string());
-    if (rows.rows() == 0) {
+    // The process (locked), the reply queue of its commands, and its trail,
+    // in one round trip.
+    std::vector<db::connection::statement> reads;
+    reads.push_back(
+      {std::string{"SELECT "} + process_columns
+         + ", (SELECT c.reply_queue FROM commandbus.process_audit a JOIN "
+           "commandbus.command c ON c.domain = a.domain AND c.command_id = "
+           "a.command_id WHERE a.domain = $1 AND a.process_id = $2::uuid "
+           "ORDER BY a.sent_at DESC, a.id DESC LIMIT 1) FROM "
+           "commandbus.process WHERE domain = $1 AND process_id = $2::uuid "
+           "FOR UPDATE",
+       {domain, process_id.to_string()}});
+    reads.push_back({trail_sql, {domain, process_id.to_string()}});
+    auto got = conn.pipeline(reads);
+    if (got[0].rows() == 0) {
       transition t;
       t.disposition = reply_disposition::unknown_process;
       t.outcome = r.outcome;
       return t;
     }
-    auto p = to_process(rows, 0);
-    auto trail = audit_trail(conn, domain, process_id);
+    auto p = to_process(got[0], 0);
+    auto reply_queue = got[0].opt_text(0, 12);
+    auto trail = to_trail(got[1]);
     auto t = decide(p, trail, r, w);
+    // The writes, in one round trip.
+    std::vector<db::connection::statement> writes;
     if (t.record_reply)
-      conn.query("UPDATE commandbus.process_audit SET reply_outcome = $4, "
-                 "reply_data = $5::jsonb, received_at = clock_timestamp() "
-                 "WHERE domain = $1 AND process_id = $2::uuid AND command_id "
-                 "= $3::uuid AND reply_outcome IS NULL",
-                 domain, process_id.to_string(), r.command_id.to_string(),
-                 std::string{to_string(r.outcome)}, json_param(t.reply_data));
-    if (!t.changed())
-      return t;
-    conn.query("UPDATE commandbus.process SET status = $3, current_step = $4, "
-               "state = $5::jsonb, error_code = $6, error_message = $7, "
-               "updated_at = NOW(), completed_at = CASE WHEN $8::boolean "
-               "THEN NOW() ELSE completed_at END WHERE domain = $1 AND "
-               "process_id = $2::uuid",
-               domain, process_id.to_string(), std::string{to_string(t.status)},
-               t.current_step, t.state.text(), t.error_code, t.error_message,
-               t.completed);
-    if (t.send)
-      send_step(conn, opts_, domain, process_id,
-                reply_queue_of(conn, domain, trail.back()), *t.send);
-    auto d = batch_delta_for(p.status, t.status);
-    if (p.batch_id && !d.empty())
-      count_in_batch(conn, domain, *p.batch_id, d);
+      writes.push_back(
+        {"UPDATE commandbus.process_audit SET reply_outcome = $4, reply_data "
+         "= $5::jsonb, received_at = clock_timestamp() WHERE domain = $1 AND "
+         "process_id = $2::uuid AND command_id = $3::uuid AND reply_outcome "
+         "IS NULL",
+         {domain, process_id.to_string(), r.command_id.to_string(),
+          std::string{to_string(r.outcome)}, json_param(t.reply_data)}});
+    std::optional<std::pair<size_t, db::prepared_command>> send;
+    if (t.changed()) {
+      writes.push_back(
+        {"UPDATE commandbus.process SET status = $3, current_step = $4, "
+         "state = $5::jsonb, error_code = $6, error_message = $7, updated_at "
+         "= NOW(), completed_at = CASE WHEN $8::boolean THEN NOW() ELSE "
+         "completed_at END WHERE domain = $1 AND process_id = $2::uuid",
+         {domain, process_id.to_string(), std::string{to_string(t.status)},
+          t.current_step, t.state.text(), t.error_code, t.error_message,
+          db::to_param(t.completed)}});
+      if (t.send) {
+        if (!reply_queue || reply_queue->empty())
+          throw invalid_operation_error("process " + process_id.to_string()
+                                        + " has no reply queue");
+        db::prepared_command sent;
+        auto step = step_statements(opts_, domain, process_id, *reply_queue,
+                                    *t.send, sent);
+        send.emplace(writes.size(), std::move(sent));
+        writes.insert(writes.end(), step.begin(), step.end());
+      }
+      auto d = batch_delta_for(p.status, t.status);
+      if (p.batch_id && !d.empty())
+        writes.push_back(batch_statement(domain, {{*p.batch_id, d}}));
+    }
+    run_all(conn, writes, send);
     return t;
   });
 }
@@ -275,7 +322,7 @@ std::vector<uuid>
 process_store::mark_waiting_for_tsq(db::connection& conn,
                                     const std::string& domain) const {
   return in_transaction(conn, [&] {
-    // The current command of a WAITING process is its audit row of the
+    // The current command of a WAITING process: its audit row of the
     // current step that has no reply yet.
     auto r = conn.query(
       "UPDATE commandbus.process p SET status = 'WAITING_FOR_TSQ', "
@@ -288,12 +335,17 @@ process_store::mark_waiting_for_tsq(db::connection& conn,
       "p.process_id, p.batch_id",
       domain);
     std::vector<uuid> out;
+    std::vector<std::pair<uuid, batch_delta>> deltas;
+    auto d = batch_delta_for(process_status::waiting,
+                             process_status::waiting_for_tsq);
     for (int i = 0; i < r.rows(); ++i) {
       out.push_back(db::uuid_at(r, i, 0));
       if (auto batch = db::opt_uuid_at(r, i, 1))
-        count_in_batch(conn, domain, *batch,
-                       batch_delta_for(process_status::waiting,
-                                       process_status::waiting_for_tsq));
+        deltas.emplace_back(*batch, d);
+    }
+    if (!deltas.empty()) {
+      auto st = batch_statement(domain, deltas);
+      conn.exec(st.sql, st.params);
     }
     return out;
   });

@@ -205,6 +205,26 @@ TEST(ProcessStore, StartRejectsBadInputAndQueueNamesBeforeWriting) {
   EXPECT_FALSE(c.in_transaction());
 }
 
+TEST(ProcessStore, FailedStartWritesNothingAndLeavesTheConnectionUsable) {
+  // The domain's command queue does not exist: the send fails, and the
+  // store's own transaction rolls back the process row with it.
+  bus_env env;
+  auto domain = unique_name("pm");
+  auto reply_queue = domain + "__process_replies";
+  env.bus.ensure_queue(reply_queue);
+  process_store store;
+  EXPECT_THROW(store.start(env.conn, order_workflow(), domain, order_input(),
+                           reply_queue),
+               db::error);
+  EXPECT_FALSE(env.conn.in_transaction());
+  EXPECT_TRUE(store.list(env.conn, domain).empty());
+  EXPECT_EQ(scalar(env.conn,
+                   "SELECT count(*)::text FROM commandbus.process_audit "
+                   "WHERE domain = $1",
+                   domain),
+            "0");
+}
+
 // -- the outbox
 // ----------------------------------------------------------------
 
