@@ -78,6 +78,18 @@ struct process_env {
     return out;
   }
 
+  // Moves commands to the troubleshooting queue (as a worker does when they
+  // fail permanently; their messages are not needed here).
+  void to_tsq(const std::vector<uuid>& ids) {
+    std::vector<std::string> texts;
+    for (auto& id : ids)
+      texts.push_back(id.to_string());
+    env.conn.query("UPDATE commandbus.command SET status = "
+                   "'IN_TROUBLESHOOTING_QUEUE' WHERE domain = $1 AND "
+                   "command_id = ANY($2::uuid[])",
+                   domain, db::array_literal(texts));
+  }
+
   int64_t commands_of(const uuid& process_id) {
     return env.conn
       .query("SELECT count(*) FROM commandbus.command WHERE domain = $1 AND "
@@ -128,8 +140,7 @@ reply take_reply(db::connection& c, const std::string& queue) {
   return wire::decode_reply(r.rows() == 1 ? std::string{r.text(0, 0)} : "{}");
 }
 
-// -- start
-// ---------------------------------------------------------------------
+// -- start --------------------------------------------------------------------
 
 TEST(ProcessStore, StartWritesTheReferenceRows) {
   process_env e;
@@ -225,45 +236,39 @@ TEST(ProcessStore, FailedStartWritesNothingAndLeavesTheConnectionUsable) {
             "0");
 }
 
-// -- the outbox
-// ----------------------------------------------------------------
+// -- the outbox ---------------------------------------------------------------
 
-TEST(ProcessStore, StartInsideACallersTransactionThatRollsBackLeavesNothing) {
+TEST(ProcessStore, StartInsideACallersTransactionCommitsOrRollsBackWithIt) {
   process_env e;
-  auto lease = e.env.pool.acquire();
-  uuid id;
-  {
+  auto& c = e.env.conn;
+  // Starts a process in a transaction of the caller's; returns its id after
+  // the transaction ended (committed or rolled back).
+  auto start_in_tx = [&](bool commit) {
+    auto lease = e.env.pool.acquire();
     db::transaction tx{*lease};
-    id = e.store.start(*lease, order_workflow(), e.domain, order_input(),
-                       e.reply_queue);
+    auto id = e.store.start(*lease, order_workflow(), e.domain, order_input(),
+                            e.reply_queue);
+    EXPECT_TRUE(lease->in_transaction()); // the store did not commit it
     // Visible inside the transaction, not outside.
     EXPECT_TRUE(e.store.get(*lease, e.domain, id));
-    EXPECT_FALSE(e.store.get(e.env.conn, e.domain, id));
-  } // rolled back
-  auto& c = e.env.conn;
-  EXPECT_FALSE(e.store.get(c, e.domain, id));
-  EXPECT_TRUE(e.store.audit_trail(c, e.domain, id).empty());
+    EXPECT_FALSE(e.store.get(c, e.domain, id));
+    if (commit)
+      tx.commit();
+    return id;
+  };
+  auto rolled_back = start_in_tx(false);
+  EXPECT_FALSE(e.store.get(c, e.domain, rolled_back));
+  EXPECT_TRUE(e.store.audit_trail(c, e.domain, rolled_back).empty());
   EXPECT_EQ(command_rows(c, e.domain), 0);
   EXPECT_EQ(queue_rows(c, queue_of(e.domain)), 0);
+  auto committed = start_in_tx(true);
+  EXPECT_EQ(e.get(committed).status, process_status::waiting);
+  EXPECT_EQ(e.store.audit_trail(c, e.domain, committed).size(), 1u);
+  EXPECT_EQ(command_rows(c, e.domain), 1);
+  EXPECT_EQ(queue_rows(c, queue_of(e.domain)), 1);
 }
 
-TEST(ProcessStore, StartCommitsWithTheCallersOwnWrites) {
-  process_env e;
-  auto lease = e.env.pool.acquire();
-  uuid id;
-  {
-    db::transaction tx{*lease};
-    id = e.store.start(*lease, order_workflow(), e.domain, order_input(),
-                       e.reply_queue);
-    EXPECT_TRUE(lease->in_transaction()); // the store did not commit it
-    tx.commit();
-  }
-  EXPECT_EQ(e.get(id).status, process_status::waiting);
-  EXPECT_EQ(command_rows(e.env.conn, e.domain), 1);
-}
-
-// -- replies
-// -------------------------------------------------------------------
+// -- replies ------------------------------------------------------------------
 
 TEST(ProcessStore, HappyPathCompletes) {
   process_env e;
@@ -370,9 +375,7 @@ TEST(ProcessStore, OperatorCancelCompensatesToCompensated) {
   // The Debit command lands in the troubleshooting queue; the operator
   // cancels it, which sends a CANCELED reply to the process reply queue.
   auto debit = e.current(id);
-  c.query("UPDATE commandbus.command SET status = 'IN_TROUBLESHOOTING_QUEUE' "
-          "WHERE domain = $1 AND command_id = $2::uuid",
-          e.domain, debit.to_string());
+  e.to_tsq({debit});
   EXPECT_EQ(e.store.mark_waiting_for_tsq(c, e.domain), std::vector<uuid>{id});
   EXPECT_EQ(e.get(id).status, process_status::waiting_for_tsq);
   troubleshooting_queue tsq{e.env.pool};
@@ -402,9 +405,7 @@ TEST(ProcessStore, OperatorCompleteResumesAWaitingForTsqProcess) {
   auto id = e.start();
   auto& c = e.env.conn;
   auto reserve = e.current(id);
-  c.query("UPDATE commandbus.command SET status = 'IN_TROUBLESHOOTING_QUEUE' "
-          "WHERE domain = $1 AND command_id = $2::uuid",
-          e.domain, reserve.to_string());
+  e.to_tsq({reserve});
   e.store.mark_waiting_for_tsq(c, e.domain);
   ASSERT_EQ(e.get(id).status, process_status::waiting_for_tsq);
   troubleshooting_queue tsq{e.env.pool};
@@ -484,8 +485,7 @@ TEST(ProcessStore, TerminalProcessRecordsTheReplyOnly) {
   EXPECT_EQ(e.commands_of(id), 2);
 }
 
-// -- the troubleshooting queue
-// ---------------------------------------------------
+// -- the troubleshooting queue ------------------------------------------------
 
 TEST(ProcessStore,
      MarkWaitingForTsqMovesOnlyWaitingProcessesWithTheirCommandInTheTsq) {
@@ -494,11 +494,7 @@ TEST(ProcessStore,
   auto stuck = e.start();
   auto fine = e.start();
   auto done = e.start();
-  c.query("UPDATE commandbus.command SET status = 'IN_TROUBLESHOOTING_QUEUE' "
-          "WHERE domain = $1 AND command_id = ANY($2::uuid[])",
-          e.domain,
-          "{" + e.current(stuck).to_string() + "," + e.current(done).to_string()
-            + "}");
+  e.to_tsq({e.current(stuck), e.current(done)});
   // A terminal process is not moved, whatever its command's status.
   c.query("UPDATE commandbus.process SET status = 'CANCELED' WHERE domain = "
           "$1 AND process_id = $2::uuid",
@@ -514,8 +510,7 @@ TEST(ProcessStore,
   EXPECT_EQ(listed[0].process_id, stuck);
 }
 
-// -- batches
-// -------------------------------------------------------------------
+// -- batches ------------------------------------------------------------------
 
 TEST(ProcessStore, ProcessBatchCountsItsProcesses) {
   process_env e;
@@ -544,9 +539,7 @@ TEST(ProcessStore, ProcessBatchCountsItsProcesses) {
   b = read_batch(c, e.domain, batch.to_string());
   EXPECT_EQ(b.canceled, 1);
   EXPECT_EQ(b.status, "IN_PROGRESS");
-  c.query("UPDATE commandbus.command SET status = 'IN_TROUBLESHOOTING_QUEUE' "
-          "WHERE domain = $1 AND command_id = $2::uuid",
-          e.domain, e.current(tsq).to_string());
+  e.to_tsq({e.current(tsq)});
   e.store.mark_waiting_for_tsq(c, e.domain);
   EXPECT_EQ(read_batch(c, e.domain, batch.to_string()).in_tsq, 1);
   e.apply(tsq, canceled(e.current(tsq))); // nothing to compensate
@@ -588,8 +581,7 @@ TEST(ProcessStore, StartRejectsUnknownAndCommandBatches) {
   EXPECT_TRUE(e.store.list(c, e.domain).empty());
 }
 
-// -- reads
-// ---------------------------------------------------------------------
+// -- reads --------------------------------------------------------------------
 
 TEST(ProcessStore, ListFiltersByStatusAndType) {
   process_env e;

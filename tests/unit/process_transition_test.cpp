@@ -292,8 +292,7 @@ TEST(process_transition, canceled_compensation_ends_failed) {
   EXPECT_EQ(t.error_message, "stock gone");
 }
 
-// -- the plan comes from the trail
-// ---------------------------------------------
+// -- the plan comes from the trail --------------------------------------------
 
 TEST(process_transition, compensation_plan_is_derived_from_the_trail) {
   // A process as read back after a restart: Reserve and Debit succeeded,
@@ -319,8 +318,7 @@ TEST(process_transition, compensation_plan_is_derived_from_the_trail) {
   EXPECT_EQ(t.status, process_status::canceled);
 }
 
-// -- replies that change nothing
-// ------------------------------------------------
+// -- replies that change nothing ----------------------------------------------
 
 TEST(process_transition, duplicate_reply_changes_nothing) {
   process_sim s{order_workflow()};
@@ -404,8 +402,7 @@ TEST(process_transition, dispositions_have_names) {
   EXPECT_EQ(to_string(reply_disposition::terminal_process), "terminal_process");
 }
 
-// -- the troubleshooting queue and batches
-// -------------------------------------
+// -- the troubleshooting queue and batches ------------------------------------
 
 TEST(process_transition, waiting_process_with_command_in_tsq_waits_for_tsq) {
   EXPECT_TRUE(should_wait_for_tsq(process_status::waiting,
