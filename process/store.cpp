@@ -256,7 +256,9 @@ transition process_store::apply(db::connection& conn, const std::string& domain,
                                 const workflow& w) const {
   return in_transaction(conn, [&] {
     // The process (locked), the reply queue of its commands, and its trail,
-    // in one round trip.
+    // in one round trip. The trail is a statement of its own, after the
+    // lock: a reply applied by whoever held the lock before is visible to
+    // it (read committed), so a concurrent copy of a reply applies once.
     std::vector<db::connection::statement> reads;
     reads.push_back(
       {std::string{"SELECT "} + process_columns

@@ -87,7 +87,10 @@ public:
   /// counters of its PROCESS batch. Returns the transition
   /// (`reply_disposition::unknown_process` when there is no such process;
   /// nothing is written then). The runtime deletes the reply message in the
-  /// same transaction.
+  /// same transaction. When the workflow throws, nothing has been written
+  /// yet: the exception propagates (the store's own transaction rolls back;
+  /// a caller's transaction still holds the process row's lock until the
+  /// caller ends it).
   transition apply(db::connection& conn, const std::string& domain,
                    const uuid& process_id, const reply& r,
                    const workflow& w) const;

@@ -11,13 +11,16 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "db/queue_name.hpp"
 #include "db/troubleshooting.hpp"
 #include "model/wire.hpp"
 #include "tests/support/bus_env.hpp"
+#include "tests/support/eventually.hpp"
 #include "tests/support/rows.hpp"
 #include "tests/support/sql_checks.hpp"
 #include "tests/support/test_db.hpp"
@@ -455,6 +458,42 @@ TEST(ProcessStore, LateAndDuplicateRepliesChangeNothing) {
                    "commandbus.process_audit WHERE command_id = $1::uuid",
                    reserve.to_string()),
             "r-1");
+  EXPECT_EQ(e.commands_of(id), 2);
+}
+
+TEST(ProcessStore, ConcurrentCopiesOfOneReplyApplyOnce) {
+  // A redelivered reply read by a second router while the first still holds
+  // the process: the second waits for the lock, then finds the reply
+  // recorded.
+  process_env e;
+  auto id = e.start();
+  auto reserve = e.current(id);
+  auto holder = e.env.pool.acquire();
+  db::transaction tx{*holder};
+  auto first = e.store.apply(*holder, e.domain, id, success(reserve),
+                             order_workflow());
+  EXPECT_EQ(first.disposition, reply_disposition::applied);
+  auto second = std::make_shared<std::optional<transition>>();
+  auto domain = e.domain;
+  auto other = std::make_shared<db::connection>(connect());
+  std::thread loser{[second, other, domain, id, reserve] {
+    process_store store;
+    *second = store.apply(*other, domain, id, success(reserve),
+                          order_workflow());
+  }};
+  EXPECT_TRUE(eventually([&] {
+    return e.env.conn
+             .query("SELECT count(*) FROM pg_stat_activity WHERE "
+                    "pg_blocking_pids(pid) @> ARRAY[$1::int]",
+                    holder->backend_pid())
+             .int64(0, 0)
+           > 0;
+  }));
+  tx.commit();
+  loser.join();
+  ASSERT_TRUE(*second);
+  EXPECT_EQ((*second)->disposition, reply_disposition::already_answered);
+  EXPECT_EQ(e.steps(id), (strings{"Reserve", "Debit"}));
   EXPECT_EQ(e.commands_of(id), 2);
 }
 

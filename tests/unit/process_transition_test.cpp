@@ -318,6 +318,31 @@ TEST(process_transition, compensation_plan_is_derived_from_the_trail) {
   EXPECT_EQ(t.status, process_status::canceled);
 }
 
+TEST(process_transition, a_step_run_twice_is_compensated_twice) {
+  // Debit runs again while its reply asks for it.
+  auto spec = order_spec();
+  spec.next_step = [](order_step step, const reply& r, const order_state&) {
+    if (step == order_step::debit && r.result.text() == R"({"again":true})")
+      return std::optional<order_step>{order_step::debit};
+    return next(step, r, order_state{});
+  };
+  workflow_definition<order_state, order_step> w{spec};
+  process_sim s{w};
+  s.feed(success(s.current()));
+  s.feed(success(s.current(), R"({"again":true})"));
+  s.feed(success(s.current()));
+  auto t = s.feed(failed(s.current()));
+  EXPECT_EQ(t.current_step, "Refund");
+  t = s.feed(success(s.current()));
+  EXPECT_EQ(t.current_step, "Refund");
+  t = s.feed(success(s.current()));
+  EXPECT_EQ(t.current_step, "Release");
+  t = s.feed(success(s.current()));
+  EXPECT_EQ(t.status, process_status::canceled);
+  EXPECT_EQ(s.steps(), (strings{"Reserve", "Debit", "Debit", "Notify", "Refund",
+                                "Refund", "Release"}));
+}
+
 // -- replies that change nothing ----------------------------------------------
 
 TEST(process_transition, duplicate_reply_changes_nothing) {
