@@ -497,6 +497,31 @@ TEST(ProcessStore, ConcurrentCopiesOfOneReplyApplyOnce) {
   EXPECT_EQ(e.commands_of(id), 2);
 }
 
+TEST(ProcessStore, ThrowingWorkflowWritesNothing) {
+  // A reply the workflow cannot take (here: update_state throws) fails the
+  // transition before anything is written; the reply can be read again.
+  process_env e;
+  auto id = e.start();
+  auto spec = order_spec();
+  spec.update_state = [](order_state&, order_step, const reply&) {
+    throw std::runtime_error("unexpected result");
+  };
+  workflow_definition<order_state, order_step> broken{spec};
+  auto reserve = e.current(id);
+  EXPECT_THROW(e.store.apply(e.env.conn, e.domain, id, success(reserve),
+                             broken),
+               std::runtime_error);
+  EXPECT_FALSE(e.env.conn.in_transaction());
+  auto trail = e.store.audit_trail(e.env.conn, e.domain, id);
+  ASSERT_EQ(trail.size(), 1u);
+  EXPECT_FALSE(trail[0].outcome);
+  EXPECT_EQ(e.get(id).status, process_status::waiting);
+  // The same reply with the working definition moves the process on.
+  EXPECT_EQ(e.apply(id, success(reserve)).disposition,
+            reply_disposition::applied);
+  EXPECT_EQ(e.get(id).current_step, "Debit");
+}
+
 TEST(ProcessStore, TerminalProcessRecordsTheReplyOnly) {
   // As the reference leaves a process it compensated: COMPENSATED with a
   // compensation command still out.
