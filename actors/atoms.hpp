@@ -13,6 +13,7 @@
 
 #include "db/worker_store.hpp"
 #include "model/outcome.hpp"
+#include "process/runtime_types.hpp"
 
 namespace cmdbus {
 
@@ -62,7 +63,10 @@ using restart = caf::atom_constant<caf::atom("restart")>;
 /// (the completion writer's report travels up to the batch counter).
 using batches = caf::atom_constant<caf::atom("batches")>;
 /// Batch counter: deliver recorded completions whose lease is free.
+/// Process router: look for processes whose step is in the TSQ.
 using sweep = caf::atom_constant<caf::atom("sweep")>;
+/// Process writer: apply one reply to its process.
+using apply = caf::atom_constant<caf::atom("apply")>;
 
 } // namespace cmdbus::atom
 
@@ -73,3 +77,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::db::finished_command)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::db::retry_command)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<cmdbus::received_command>)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<cmdbus::uuid>)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::uuid)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::process_reply_message)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::apply_outcome)

@@ -20,6 +20,10 @@ int configured() noexcept {
     return static_cast<int>(fault_point::after_handler);
   if (std::strcmp(v, "after-commit") == 0)
     return static_cast<int>(fault_point::after_commit);
+  if (std::strcmp(v, "before-process-commit") == 0)
+    return static_cast<int>(fault_point::before_process_commit);
+  if (std::strcmp(v, "after-process-commit") == 0)
+    return static_cast<int>(fault_point::after_process_commit);
   return -1;
 }
 

@@ -15,10 +15,15 @@ enum class fault_point {
   after_handler,
   /// The side effects are committed; the slot was not released yet.
   after_commit,
+  /// A process reply's transition is written, not committed.
+  before_process_commit,
+  /// A process reply's transition is committed; its router was not told.
+  after_process_commit,
 };
 
 /// Kills the process with SIGKILL if CMDBUS_FAULT_INJECT names `x`
-/// ("after-receive", "after-handler", "after-commit").
+/// ("after-receive", "after-handler", "after-commit",
+/// "before-process-commit", "after-process-commit").
 void maybe_crash(fault_point x) noexcept;
 
 } // namespace cmdbus::actors

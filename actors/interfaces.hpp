@@ -11,6 +11,9 @@
 //               ├─ handler × N  (runs the application's handlers)
 //               ├─ completion   (final side effects)
 //               └─ retry_scheduler (retries, visibility extensions)
+//    │ (one per domain with process managers)
+//   process router ─┬─ process actor × (processes with replies in flight)
+//                   └─ process writer × N (apply replies in transactions)
 //
 // Parents link their children (actors/shutdown.hpp describes the
 // lifecycle); actors/spawn.hpp spawns and wires them.
@@ -116,6 +119,51 @@ using supervisor_actor = caf::typed_actor<
   /// Internal (timer): the lease heartbeat and the writers' watchdog.
   caf::reacts_to<atom::heartbeat>>::extend_with<poller_parent_actor,
                                                 writer_parent_actor>;
+
+// -- process managers (process/)
+// -----------------------------------------------
+
+/// A process writer: applies replies to their processes, one transaction
+/// each (process/process_writer.hpp).
+using process_writer_actor = caf::typed_actor<
+  /// From a process actor: apply this reply (state, audit, next command
+  /// and the reply message's delete commit together); the answer says what
+  /// became of it.
+  caf::replies_to<atom::apply, process_reply_message>::with<apply_outcome>,
+  /// From the router: move WAITING processes whose command is in the TSQ
+  /// to WAITING_FOR_TSQ; the answer is how many moved.
+  caf::replies_to<atom::sweep>::with<int64_t>>;
+
+/// A process actor: the replies of one process, one at a time
+/// (process/process_actor.hpp).
+using process_actor = caf::typed_actor<
+  /// From the router: a reply for this process; answered later with
+  /// (atom::committed, process id, msg_id) to the router.
+  caf::reacts_to<atom::handle, process_reply_message>,
+  /// From the router, after this actor reported idle and no reply for it
+  /// is on the way: quit (normally); no answer.
+  caf::reacts_to<atom::done>,
+  /// Internal (timer): try the reply in front again after a backoff.
+  caf::reacts_to<atom::wakeup>>;
+
+/// The reply router of a domain's process reply queue
+/// (process/router.hpp).
+using process_router_actor = caf::typed_actor<
+  /// From the root: stop reading, let every reply in flight be dealt with,
+  /// then answer atom::done.
+  caf::replies_to<atom::drain>::with<atom::done>,
+  /// From a process actor: the reply message `msg_id` of process `id` is
+  /// dealt with (applied, ignored, archived or left to reappear); no
+  /// answer.
+  caf::reacts_to<atom::committed, uuid, int64_t>,
+  /// From a process actor: it has had nothing to do for a while and may be
+  /// stopped; no answer.
+  caf::reacts_to<atom::idle, uuid>,
+  /// From the listener thread (a NOTIFY arrived), a timer or itself: read
+  /// now; no answer.
+  caf::reacts_to<atom::wakeup>,
+  /// Internal (timer): look for processes whose step is in the TSQ.
+  caf::reacts_to<atom::sweep>>;
 
 // -- process-wide actors -----------------------------------------------------
 

@@ -1,81 +1,15 @@
 #include "actors/poller.hpp"
 
-#include <thread>
 
 #include <caf/all.hpp>
 
 #include "actors/fault.hpp"
+#include "actors/listener.hpp"
 #include "db/queue_name.hpp"
 #include "model/backoff.hpp"
 #include "model/log.hpp"
 
 namespace cmdbus::actors {
-
-/// Bridges LISTEN/NOTIFY into the actor world: a thread blocks on its own
-/// connection (a db_session, which reconnects with backoff and logs the
-/// outage and the recovery once each) and sends (atom::wakeup) to the
-/// poller for every burst of notifications; stopping joins the thread. Its
-/// failures are not counted as the worker's database errors (they never
-/// were: only the actors' round trips count).
-class listener {
-public:
-  listener(poller_actor target, std::string dsn, const std::string& domain,
-           std::string channel)
-    : target_(std::move(target)), channel_(std::move(channel)),
-      session_("listener/" + domain, options(std::move(dsn)), nullptr),
-      thread_([this] { loop(); }) {
-    // nop
-  }
-
-  ~listener() {
-    stop_ = true;
-    thread_.join();
-  }
-
-private:
-  static session_options options(std::string dsn) {
-    session_options opts;
-    opts.dsn = std::move(dsn);
-    opts.statement_timeout = std::nullopt;
-    opts.connect_timeout = std::chrono::seconds{5};
-    opts.application_name = "cmdbus-listener";
-    opts.max_backoff = std::chrono::milliseconds{5000};
-    return opts;
-  }
-
-  void loop() {
-    while (!stop_) {
-      try {
-        auto& conn = session_.get();
-        conn.listen(channel_);
-        session_.succeeded();
-        // Anything sent while we were not listening is picked up here.
-        caf::anon_send(target_, atom::wakeup::value);
-        while (!stop_) {
-          if (!conn.wait_for_notifications(std::chrono::milliseconds{250})
-                 .empty())
-            caf::anon_send(target_, atom::wakeup::value);
-        }
-      } catch (const std::exception& e) {
-        // A new connection after any failure: a LISTEN is not kept across
-        // a broken session.
-        auto delay = session_.failed(e);
-        session_.close();
-        auto until = std::chrono::steady_clock::now() + delay;
-        // Stay responsive to stop while backing off.
-        while (!stop_ && std::chrono::steady_clock::now() < until)
-          std::this_thread::sleep_for(std::chrono::milliseconds{50});
-      }
-    }
-    session_.close();
-  }
-
-  poller_actor target_;
-  std::string channel_;
-  db_session session_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
 
 poller_state::poller_state() = default;
 
@@ -234,8 +168,11 @@ poller(poller_actor::stateful_pointer<poller_state> self,
   st.credits = st.settings.cfg->concurrency + st.settings.cfg->prefetch;
   if (st.settings.cfg->use_notify && !st.settings.tick)
     st.listen = std::make_unique<listener>(
-      poller_actor{self}, st.settings.cfg->dsn, st.settings.domain,
-      db::notify_channel(db::command_queue(st.settings.domain)));
+      "listener/" + st.settings.domain, st.settings.cfg->dsn,
+      db::notify_channel(db::command_queue(st.settings.domain)),
+      [target = poller_actor{self}] {
+        caf::anon_send(target, atom::wakeup::value);
+      });
   self->set_exit_handler([self](caf::exit_msg& em) {
     self->state.listen.reset();
     self->state.session->close();

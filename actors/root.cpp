@@ -26,6 +26,39 @@ void start_domain(self_ptr self, size_t i) {
   }
 }
 
+void start_router(self_ptr self, size_t r) {
+  auto& st = self->state;
+  st.routers[r] = st.spawn_router(self, st.process_domains[r]);
+  st.started[st.domains.size() + r] = std::chrono::steady_clock::now();
+}
+
+// Counts a restart of unit `i` (a domain, or a router after the domains)
+// and returns its delay.
+std::chrono::milliseconds next_restart(root_state& st, size_t i) {
+  if (std::chrono::steady_clock::now() - st.started[i]
+      > std::chrono::minutes{1})
+    st.restarts[i] = 0;
+  return restart_delay(++st.restarts[i]);
+}
+
+// A process router ended: the replies it held reappear after their
+// visibility timeout; unless the worker stops, it starts again after a
+// backoff.
+void router_stopped(self_ptr self, size_t r, const caf::error& reason) {
+  auto& st = self->state;
+  st.routers[r] = nullptr;
+  if (st.stopping)
+    return;
+  auto i = st.domains.size() + r;
+  auto delay = next_restart(st, i);
+  auto& domain = st.process_domains[r].domain;
+  log::from({"worker-root", domain})
+    .error("worker-root: the process router of domain {} stopped ({}); "
+           "restarting in {} ms",
+           domain, to_string(reason), delay.count());
+  self->delayed_send(self, delay, atom::restart::value, i);
+}
+
 // A domain's supervisor ended: its messages reappear after their
 // visibility timeout; unless the worker stops, the domain starts again
 // after a backoff.
@@ -37,10 +70,7 @@ void domain_stopped(self_ptr self, size_t i, const caf::error& reason) {
     d.counters->in_flight -= d.domain_in_flight->exchange(0);
   if (st.stopping)
     return;
-  if (std::chrono::steady_clock::now() - st.started[i]
-      > std::chrono::minutes{1})
-    st.restarts[i] = 0;
-  auto delay = restart_delay(++st.restarts[i]);
+  auto delay = next_restart(st, i);
   if (d.health) {
     // What the ended supervisor counted no longer runs.
     d.health->stuck_handlers.store(0);
@@ -59,18 +89,28 @@ void domain_stopped(self_ptr self, size_t i, const caf::error& reason) {
 
 root_actor::behavior_type
 root(self_ptr self, std::vector<domain_settings> domains, domain_spawner spawn,
-     counter_spawner spawn_counter) {
+     counter_spawner spawn_counter,
+     std::vector<process_settings> process_domains,
+     router_spawner spawn_router) {
   auto& st = self->state;
   st.domains = std::move(domains);
   st.spawn = std::move(spawn);
   st.spawn_counter = std::move(spawn_counter);
+  st.process_domains = std::move(process_domains);
+  st.spawn_router = std::move(spawn_router);
+  if (!st.spawn_router)
+    st.process_domains.clear();
   st.supervisors.resize(st.domains.size());
-  st.restarts.resize(st.domains.size(), 0);
-  st.started.resize(st.domains.size());
+  st.routers.resize(st.process_domains.size());
+  auto units = st.domains.size() + st.process_domains.size();
+  st.restarts.resize(units, 0);
+  st.started.resize(units);
   if (st.spawn_counter)
     st.counter = st.spawn_counter(self);
   for (size_t i = 0; i < st.domains.size(); ++i)
     start_domain(self, i);
+  for (size_t r = 0; r < st.routers.size(); ++r)
+    start_router(self, r);
   // Supervisors and the batch counter are linked: their exit messages
   // arrive here. Any other exit message (the worker stopping) ends the
   // root, and the links end everything below it.
@@ -79,6 +119,12 @@ root(self_ptr self, std::vector<domain_settings> domains, domain_spawner spawn,
     for (size_t i = 0; i < st.supervisors.size(); ++i) {
       if (st.supervisors[i] && st.supervisors[i].address() == em.source) {
         domain_stopped(self, i, em.reason);
+        return;
+      }
+    }
+    for (size_t r = 0; r < st.routers.size(); ++r) {
+      if (st.routers[r] && st.routers[r].address() == em.source) {
+        router_stopped(self, r, em.reason);
         return;
       }
     }
@@ -102,8 +148,16 @@ root(self_ptr self, std::vector<domain_settings> domains, domain_spawner spawn,
   return {
     [self](atom::restart, size_t i) {
       auto& st = self->state;
-      if (!st.stopping && i < st.supervisors.size() && !st.supervisors[i])
-        start_domain(self, i);
+      if (st.stopping)
+        return;
+      if (i < st.supervisors.size()) {
+        if (!st.supervisors[i])
+          start_domain(self, i);
+        return;
+      }
+      auto r = i - st.supervisors.size();
+      if (r < st.routers.size() && !st.routers[r])
+        start_router(self, r);
     },
     [self](atom::batches, std::string& domain, std::vector<uuid>& ids) {
       auto& st = self->state;
@@ -131,22 +185,30 @@ root(self_ptr self, std::vector<domain_settings> domains, domain_spawner spawn,
       for (auto& s : st.supervisors)
         if (s)
           ++*pending;
+      for (auto& r : st.routers)
+        if (r)
+          ++*pending;
       if (*pending == 0) {
         finish();
         return rp;
       }
-      for (auto& s : st.supervisors) {
-        if (!s)
-          continue;
-        // A domain that dies while draining has nothing left to drain.
-        auto one_done = [pending, finish]() mutable {
-          if (--*pending == 0)
-            finish();
-        };
-        self->request(s, caf::infinite, atom::drain::value)
+      // A domain or router that dies while draining has nothing left to
+      // drain.
+      auto one_done = [pending, finish]() mutable {
+        if (--*pending == 0)
+          finish();
+      };
+      auto ask = [self, one_done](const auto& unit) {
+        self->request(unit, caf::infinite, atom::drain::value)
           .then([one_done](atom::done) mutable { one_done(); },
                 [one_done](caf::error&) mutable { one_done(); });
-      }
+      };
+      for (auto& s : st.supervisors)
+        if (s)
+          ask(s);
+      for (auto& r : st.routers)
+        if (r)
+          ask(r);
       return rp;
     },
   };

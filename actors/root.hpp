@@ -1,6 +1,7 @@
 #pragma once
 
-// The worker's root supervisor: one supervisor per domain, restarted with
+// The worker's root supervisor: one supervisor per domain and one process
+// reply router per domain with process managers, each restarted with
 // backoff when it dies, and the process-wide batch counter.
 
 #include <chrono>
@@ -9,6 +10,7 @@
 
 #include "actors/interfaces.hpp"
 #include "actors/spawn.hpp"
+#include "process/process_settings.hpp"
 
 namespace cmdbus::actors {
 
@@ -18,6 +20,10 @@ using domain_spawner = std::function<supervisor_actor(root_actor::pointer,
 
 /// Spawns the batch counter, linked to the root.
 using counter_spawner = std::function<batch_counter_actor(root_actor::pointer)>;
+
+/// Spawns one process reply router, linked to the root.
+using router_spawner = std::function<process_router_actor(
+  root_actor::pointer, const process_settings&)>;
 
 /// State of the worker's root supervisor.
 struct root_state {
@@ -31,6 +37,12 @@ struct root_state {
   /// Consecutive restarts per domain (reset after a stable minute).
   std::vector<int> restarts;
   std::vector<std::chrono::steady_clock::time_point> started;
+  /// The process reply routers, restarted like the supervisors; in the
+  /// restart bookkeeping (atom::restart, restarts, started) a router is
+  /// number domains.size() + its index.
+  std::vector<process_settings> process_domains;
+  router_spawner spawn_router;
+  std::vector<process_router_actor> routers;
   bool stopping = false;
   static inline const char* name = "worker-root";
 };
@@ -49,9 +61,13 @@ std::chrono::milliseconds restart_delay(int restarts);
 /// @param domains The settings of each domain.
 /// @param spawn Spawns a domain's supervisor (fakes in tests).
 /// @param spawn_counter Spawns the batch counter (fakes in tests).
-root_actor::behavior_type root(root_actor::stateful_pointer<root_state> self,
-                               std::vector<domain_settings> domains,
-                               domain_spawner spawn,
-                               counter_spawner spawn_counter);
+/// @param process_domains The settings of each process reply router.
+/// @param spawn_router Spawns a router (fakes in tests).
+root_actor::behavior_type
+root(root_actor::stateful_pointer<root_state> self,
+     std::vector<domain_settings> domains, domain_spawner spawn,
+     counter_spawner spawn_counter,
+     std::vector<process_settings> process_domains = {},
+     router_spawner spawn_router = {});
 
 } // namespace cmdbus::actors

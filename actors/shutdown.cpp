@@ -10,6 +10,7 @@
 #include "actors/root.hpp"
 #include "actors/spawn.hpp"
 #include "model/log.hpp"
+#include "process/router.hpp"
 
 namespace cmdbus::actors {
 
@@ -36,7 +37,8 @@ std::shared_ptr<runtime>
 runtime::start(std::vector<domain_settings> domains,
                std::vector<batch_callback> callbacks,
                batch_delivery_settings delivery,
-               std::shared_ptr<worker_counters> counters) {
+               std::shared_ptr<worker_counters> counters,
+               std::vector<process_settings> processes) {
   auto ptr = std::make_unique<impl>();
   ptr->cfg = std::make_unique<caf::actor_system_config>();
   // The scheduled actors (root, domain supervisors, non-blocking handlers)
@@ -53,6 +55,12 @@ runtime::start(std::vector<domain_settings> domains,
     [callbacks = std::move(callbacks), delivery = std::move(delivery),
      counters = std::move(counters)](root_actor::pointer parent) {
       return spawn_batch_counter(parent, callbacks, delivery, counters);
+    },
+    std::move(processes),
+    [](root_actor::pointer parent, const process_settings& s) {
+      auto router = spawn_process_router(parent->system(), s);
+      parent->link_to(router);
+      return router;
     });
   release_thread_logger();
   return std::shared_ptr<runtime>{new runtime(std::move(ptr))};

@@ -4,8 +4,10 @@
 //
 // Start (runtime::start): a fresh actor system (two scheduler threads; the
 // database work runs on detached actors), then the root, which spawns the
-// batch counter and one supervisor per domain, each linked to it; each
-// supervisor spawns its writers, handlers and poller, each linked to it.
+// batch counter, one supervisor per domain and one process reply router per
+// domain with process managers, each linked to it; each supervisor spawns
+// its writers, handlers and poller, each router its process writers (and,
+// as replies come, process actors), each linked to it.
 //
 // Links carry every ending down and every death up:
 // - a parent that ends (for any reason, `kill` included) ends its children
@@ -59,6 +61,7 @@ namespace cmdbus::actors {
 
 struct domain_settings;
 struct batch_delivery_settings;
+struct process_settings;
 
 /// Drops this thread's reference to the logger of the actor system it
 /// touched last (see the top of this file).
@@ -69,11 +72,13 @@ void release_thread_logger() noexcept;
 /// the system to a thread of its own for destruction (see retire).
 class runtime {
 public:
-  /// Starts the actors of `domains` (see the top of this file).
+  /// Starts the actors of `domains` and the process reply routers of
+  /// `processes` (see the top of this file).
   static std::shared_ptr<runtime>
   start(std::vector<domain_settings> domains,
         std::vector<batch_callback> callbacks, batch_delivery_settings delivery,
-        std::shared_ptr<worker_counters> counters);
+        std::shared_ptr<worker_counters> counters,
+        std::vector<process_settings> processes = {});
 
   runtime(const runtime&) = delete;
   runtime& operator=(const runtime&) = delete;

@@ -13,6 +13,7 @@
 #include "db/queue_name.hpp"
 #include "model/log.hpp"
 #include "model/version.hpp"
+#include "process/router.hpp"
 
 namespace cmdbus {
 
@@ -29,6 +30,8 @@ constexpr auto stop_now_grace = std::chrono::seconds{1};
 struct worker::impl {
   config::worker_config cfg;
   std::shared_ptr<const handler_registry> registry;
+  std::shared_ptr<const process_registry> processes
+    = std::make_shared<const process_registry>();
   std::shared_ptr<worker_counters> counters
     = std::make_shared<worker_counters>();
   std::shared_ptr<std::atomic<bool>> cancelled
@@ -72,6 +75,22 @@ struct worker::impl {
     return s;
   }
 
+  actors::process_settings process_settings_for(
+    const std::string& domain,
+    std::shared_ptr<const config::worker_config> shared) const {
+    actors::process_settings s;
+    s.domain = domain;
+    s.queue = process_reply_queue(domain);
+    s.cfg = std::move(shared);
+    s.registry = processes;
+    s.counters = counters;
+    for (size_t i = 0; i < cfg.domains.size(); ++i)
+      if (cfg.domains[i] == domain)
+        s.health = health[i];
+    s.max_in_flight = std::max(16, cfg.concurrency + cfg.prefetch);
+    return s;
+  }
+
   void launch(bool tick) {
     std::lock_guard<std::mutex> guard{mtx};
     if (rt)
@@ -90,6 +109,8 @@ struct worker::impl {
       auto conn = db::connection::open(cfg.dsn, opts);
       for (auto& d : cfg.domains)
         conn.query("SELECT pgmq.create($1)", db::command_queue(d));
+      for (auto& d : processes->domains())
+        conn.query("SELECT pgmq.create($1)", process_reply_queue(d));
     }
     cancelled->store(false);
     clear_health();
@@ -100,8 +121,12 @@ struct worker::impl {
     std::vector<actors::domain_settings> domains;
     for (auto& d : cfg.domains)
       domains.push_back(settings_for(d, tick, shared));
+    std::vector<actors::process_settings> routers;
+    for (auto& d : processes->domains())
+      routers.push_back(process_settings_for(d, shared));
     rt = actors::runtime::start(std::move(domains), callbacks,
-                                std::move(delivery), counters);
+                                std::move(delivery), counters,
+                                std::move(routers));
     running = true;
     http = std::move(endpoint);
     log::info("worker started for {} domain(s), concurrency {}",
@@ -265,6 +290,13 @@ worker::worker(config::worker_config cfg, handler_registry registry)
   }
   impl_->registry = std::make_shared<const handler_registry>(
     std::move(registry));
+}
+
+worker::worker(config::worker_config cfg, handler_registry registry,
+               process_registry processes)
+  : worker(std::move(cfg), std::move(registry)) {
+  impl_->processes = std::make_shared<const process_registry>(
+    std::move(processes));
 }
 
 worker::~worker() {

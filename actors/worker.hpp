@@ -16,6 +16,7 @@
 #include "actors/metrics.hpp"
 #include "config/worker_config.hpp"
 #include "model/types.hpp"
+#include "process/registry.hpp"
 
 namespace cmdbus {
 
@@ -42,11 +43,19 @@ using batch_callback
 /// Runs command processing for the domains of a configuration: per domain
 /// a poller (LISTEN/NOTIFY + polling), a bounded supervisor of handler
 /// actors, and the completion / retry-scheduling / batch-counter actors
-/// that own the side effects (see docs/worker.md).
+/// that own the side effects (see docs/worker.md); and the process managers
+/// of its process registry (see docs/processes.md).
 class worker {
 public:
   /// Prepares a worker; `cfg` must be valid (config::validate).
   worker(config::worker_config cfg, handler_registry registry);
+
+  /// Prepares a worker that also drives the processes of `processes`: per
+  /// domain with workflows a reply router on `{domain}__process_replies`
+  /// (docs/processes.md). Their commands are handled like any other (by
+  /// this worker's handlers when it serves the domain).
+  worker(config::worker_config cfg, handler_registry registry,
+         process_registry processes);
   worker(const worker&) = delete;
   worker& operator=(const worker&) = delete;
   /// Stops at once if still running (like stop_now).

@@ -74,7 +74,8 @@ struct fixture : test_coordinator_fixture<> {
         auto c = self->spawn<caf::linked>(fake_counter, got);
         clog->push_back(c);
         return c;
-      });
+      },
+      std::vector<process_settings>{}, router_spawner{});
     sched.run();
   }
 

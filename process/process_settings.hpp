@@ -1,0 +1,45 @@
+#pragma once
+
+// What the process manager's actors of one domain need to know: the
+// domain, its reply queue, the worker's configuration and the workflows
+// (values), and the links of the running worker (counters, health).
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "actors/counters.hpp"
+#include "actors/health.hpp"
+#include "config/worker_config.hpp"
+#include "process/registry.hpp"
+#include "process/runtime_types.hpp"
+
+namespace cmdbus::actors {
+
+struct process_settings {
+  std::string domain;
+  /// `{domain}__process_replies`.
+  std::string queue;
+  std::shared_ptr<const config::worker_config> cfg;
+  std::shared_ptr<const process_registry> registry;
+  /// The worker's counters (database errors); may be null in tests.
+  std::shared_ptr<worker_counters> counters;
+  /// The domain's health inputs (the router's and writers' outages); may
+  /// be null in tests.
+  std::shared_ptr<domain_health_counters> health;
+  /// Writers (connections) applying replies.
+  int writers = 2;
+  /// Replies read and not yet dealt with, at most.
+  int max_in_flight = 64;
+  /// A reply that fails this many reads (its workflow throws, or no
+  /// workflow of its type is registered here) is archived with a log line
+  /// instead of being read again.
+  int max_reads = 5;
+  /// A process actor with nothing to do for this long is stopped.
+  std::chrono::milliseconds idle_after{2000};
+  /// How often the router looks for processes whose step is in the TSQ.
+  std::chrono::milliseconds sweep_every{5000};
+};
+
+} // namespace cmdbus::actors

@@ -1,0 +1,171 @@
+#include "process/process_writer.hpp"
+
+#include <caf/all.hpp>
+
+#include "actors/fault.hpp"
+#include "db/transaction.hpp"
+#include "model/log.hpp"
+
+namespace cmdbus::actors {
+
+namespace {
+
+using self_ptr = process_writer_actor::stateful_pointer<process_writer_state>;
+
+void archive(db::connection& conn, const std::string& queue, int64_t msg_id) {
+  conn.query("SELECT pgmq.archive($1, $2::bigint)", queue, msg_id);
+}
+
+// A reply that cannot apply now: left to reappear, or archived once it
+// failed max_reads reads.
+apply_outcome failed(process_writer_state& st, const process_reply_message& m,
+                     const std::string& why) {
+  auto pid = m.process_id.to_string();
+  if (m.read_ct < st.settings.max_reads) {
+    log::from(st.name).warn("{}: reply msg_id {} for process {} not applied "
+                            "(read {} of {}): {}; it comes again after its "
+                            "visibility timeout",
+                            st.name, m.msg_id, pid, m.read_ct,
+                            st.settings.max_reads, why);
+    return {apply_kind::left, std::nullopt, why, {}};
+  }
+  try {
+    archive(st.session->get(), st.settings.queue, m.msg_id);
+  } catch (const std::exception& e) {
+    return {apply_kind::left,
+            std::nullopt,
+            why + "; archiving failed: " + log::one_line(e.what()),
+            {}};
+  }
+  log::from(st.name).error("{}: reply msg_id {} for process {} archived in "
+                           "the archive of {} after {} reads: {}",
+                           st.name, m.msg_id, pid, st.settings.queue, m.read_ct,
+                           why);
+  return {apply_kind::archived, std::nullopt, why, {}};
+}
+
+} // namespace
+
+apply_outcome apply_reply(process_writer_state& st,
+                          const process_reply_message& m) {
+  auto& s = st.settings;
+  if (st.session->outage().backing_off())
+    return {
+      apply_kind::retry, std::nullopt, "database unavailable",
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+        st.session->outage().retry_at() - std::chrono::steady_clock::now())};
+  std::string problem;
+  try {
+    auto& conn = st.session->get();
+    db::transaction tx{conn};
+    auto meta = st.store.get(conn, s.domain, m.process_id);
+    if (!meta) {
+      archive(conn, s.queue, m.msg_id);
+      tx.commit();
+      st.session->succeeded();
+      log::from(st.name).warn("{}: reply msg_id {} names process {}, which "
+                              "does not exist in domain {}; archived",
+                              st.name, m.msg_id, m.process_id.to_string(),
+                              s.domain);
+      return {apply_kind::archived, std::nullopt, "no such process", {}};
+    }
+    auto* w = s.registry->find(s.domain, meta->process_type);
+    if (!w) {
+      problem = "no workflow for process type " + meta->process_type
+                + " is registered in this worker";
+    } else {
+      auto t = st.store.apply(conn, s.domain, m.process_id, m.r, *w);
+      conn.query("SELECT pgmq.delete($1, $2::bigint)", s.queue, m.msg_id);
+      maybe_crash(fault_point::before_process_commit);
+      tx.commit();
+      maybe_crash(fault_point::after_process_commit);
+      st.session->succeeded();
+      return {t.changed() ? apply_kind::applied : apply_kind::ignored,
+              t.status,
+              std::string{to_string(t.disposition)},
+              {}};
+    }
+  } catch (const std::exception& e) {
+    if (is_unavailable(e)) {
+      auto delay = st.session->failed(e);
+      return {apply_kind::retry, std::nullopt, log::one_line(e.what()), delay};
+    }
+    st.session->succeeded();
+    problem = log::one_line(e.what());
+  }
+  return failed(st, m, problem);
+}
+
+process_writer_actor::behavior_type
+process_writer(self_ptr self, process_settings settings, apply_fn apply,
+               sweep_fn sweep) {
+  auto& st = self->state;
+  st.settings = std::move(settings);
+  st.name = "process-writer/" + st.settings.domain;
+  session_options opts;
+  opts.dsn = st.settings.cfg->dsn;
+  opts.statement_timeout = st.settings.cfg->statement_timeout;
+  opts.application_name = "cmdbus-processes";
+  st.session = std::make_unique<db_session>(st.name, std::move(opts),
+                                            st.settings.counters);
+  st.session->report_outages_to(st.settings.health);
+  st.apply = apply ? std::move(apply)
+                   : apply_fn{[self](const process_reply_message& m) {
+                       return apply_reply(self->state, m);
+                     }};
+  st.sweep = sweep ? std::move(sweep) : sweep_fn{[self]() -> int64_t {
+    auto& st = self->state;
+    if (st.session->outage().backing_off())
+      return 0;
+    try {
+      auto ids = st.store.mark_waiting_for_tsq(st.session->get(),
+                                               st.settings.domain);
+      st.session->succeeded();
+      for (auto& id : ids)
+        log::from(st.name).warn("{}: process {} waits for an operator: the "
+                                "command of its step is in the "
+                                "troubleshooting queue (WAITING_FOR_TSQ)",
+                                st.name, id.to_string());
+      return static_cast<int64_t>(ids.size());
+    } catch (const std::exception& e) {
+      if (is_unavailable(e))
+        st.session->failed(e);
+      else
+        log::from(st.name).warn("{}: the TSQ sweep failed: {}", st.name,
+                                log::one_line(e.what()));
+      return 0;
+    }
+  }};
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    self->state.session->close();
+    self->quit(em.reason);
+  });
+  return {
+    [self](atom::apply, const process_reply_message& m) {
+      return self->state.apply(m);
+    },
+    [self](atom::sweep) { return self->state.sweep(); },
+  };
+}
+
+process_writer_actor spawn_process_writer(caf::actor_system& sys,
+                                          const process_settings& settings) {
+  return sys.spawn<caf::detached>(process_writer, settings, apply_fn{},
+                                  sweep_fn{});
+}
+
+} // namespace cmdbus::actors
+
+namespace cmdbus {
+
+const char* to_string(apply_kind k) noexcept {
+  switch (k) {
+    case apply_kind::applied: return "applied";
+    case apply_kind::ignored: return "ignored";
+    case apply_kind::archived: return "archived";
+    case apply_kind::left: return "left";
+    default: return "retry";
+  }
+}
+
+} // namespace cmdbus

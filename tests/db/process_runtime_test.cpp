@@ -1,0 +1,263 @@
+// Process managers end to end against the real database: a worker with
+// handlers for the example order workflow's commands and the workflow
+// registered drives processes started with process_manager through their
+// steps (reply router, process actors, process writers): the happy path,
+// a FAILED step compensated in reverse order one at a time, a step in the
+// troubleshooting queue (WAITING_FOR_TSQ) that an operator cancels
+// (compensated) or completes (resumed), replies that are not replies or
+// belong to no process (archived, never blocking the router), and a
+// thousand concurrent processes.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "db/queue_name.hpp"
+#include "db/troubleshooting.hpp"
+#include "model/errors.hpp"
+#include "process/manager.hpp"
+#include "tests/support/worker_env.hpp"
+#include "tests/unit/process_workflow_fixture.hpp"
+
+using namespace cmdbus;
+using namespace cmdbus::test;
+using namespace cmdbus::process_test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// What steers the example's handlers: an order id that makes
+// SendNotification fail (a business rule), an amount that makes
+// DebitAccount fail permanently (to the TSQ).
+const std::string notify_fails = "no-address";
+constexpr int64_t debit_breaks = 777;
+
+int64_t amount_of(const cmdbus::command& c) {
+  auto doc = parse_doc(c.data);
+  return doc.HasMember("amount") && doc["amount"].IsInt64()
+           ? doc["amount"].GetInt64()
+           : 0;
+}
+
+std::string order_of(const cmdbus::command& c) {
+  auto doc = parse_doc(c.data);
+  return doc.HasMember("order_id") && doc["order_id"].IsString()
+           ? doc["order_id"].GetString()
+           : "";
+}
+
+// A worker for the example workflow in its own domain, the commands each
+// handler saw (in order), and a process manager.
+struct process_fixture {
+  bus_env e;
+  std::string d = unique_name("pr");
+  std::shared_ptr<process_registry> registry
+    = std::make_shared<process_registry>();
+  std::mutex mtx;
+  std::vector<std::string> seen;
+  std::unique_ptr<worker> w;
+  process_manager pm;
+
+  explicit process_fixture(int concurrency = 4)
+    : pm(e.pool, make_registry(registry, d)) {
+    e.bus.ensure_queue(db::command_queue(d));
+    handler_registry reg;
+    auto record = [this](const cmdbus::command& c) {
+      std::lock_guard<std::mutex> guard{mtx};
+      seen.push_back(c.command_type);
+    };
+    reg.add(d, "ReserveStock",
+            [record](const cmdbus::command& c, handler_context&) {
+              record(c);
+              return json::parse(R"({"reservation_id":"r-1"})");
+            });
+    reg.add(
+      d, "DebitAccount", [record](const cmdbus::command& c, handler_context&) {
+        record(c);
+        if (amount_of(c) == debit_breaks)
+          throw permanent_command_error("LEDGER_BROKEN", "ledger unavailable");
+        return json::null();
+      });
+    reg.add(d, "SendNotification",
+            [record](const cmdbus::command& c, handler_context&) -> json {
+              record(c);
+              if (order_of(c) == notify_fails)
+                throw business_rule_error("NO_ADDRESS", "no address on file");
+              return json::null();
+            });
+    for (auto* t : {"ReleaseStock", "RefundAccount"})
+      reg.add(d, t, [record](const cmdbus::command& c, handler_context&) {
+        record(c);
+        return json::null();
+      });
+    process_registry procs;
+    procs.add(d, std::shared_ptr<const workflow>(std::shared_ptr<void>{},
+                                                 &order_workflow()));
+    w = std::make_unique<worker>(make_cfg({d}, concurrency), std::move(reg),
+                                 std::move(procs));
+  }
+
+  static std::shared_ptr<const process_registry>
+  make_registry(std::shared_ptr<process_registry> r, const std::string& d) {
+    r->add(d, std::shared_ptr<const workflow>(std::shared_ptr<void>{},
+                                              &order_workflow()));
+    return r;
+  }
+
+  ~process_fixture() {
+    stop_worker(*w);
+  }
+
+  process_status status(const uuid& id) {
+    auto p = pm.get(d, id);
+    return p ? p->status : process_status::pending;
+  }
+
+  bool reaches(const uuid& id, process_status s,
+               std::chrono::milliseconds deadline = 30s) {
+    return eventually([&] { return status(id) == s; }, deadline);
+  }
+
+  std::vector<std::string> steps(const uuid& id) {
+    std::vector<std::string> out;
+    for (auto& a : pm.audit_trail(d, id))
+      out.push_back(
+        a.step_name + ":"
+        + (a.outcome ? std::string{to_string(*a.outcome)} : std::string{"-"}));
+    return out;
+  }
+};
+
+} // namespace
+
+TEST(ProcessRuntime, AProcessRunsItsStepsToCompletion) {
+  process_fixture f;
+  f.w->start();
+  auto id = f.pm.start(f.d, "OrderFulfilment", order_input("o-1", 250));
+  ASSERT_TRUE(f.reaches(id, process_status::completed))
+    << to_string(f.status(id));
+  auto p = *f.pm.get(f.d, id);
+  EXPECT_EQ(p.current_step, "Notify");
+  EXPECT_TRUE(p.completed_at);
+  auto state = from_json(p.state);
+  EXPECT_EQ(state.reservation, "r-1");
+  EXPECT_TRUE(state.debited);
+  EXPECT_TRUE(state.notified);
+  EXPECT_EQ(f.steps(id),
+            (strings{"Reserve:SUCCESS", "Debit:SUCCESS", "Notify:SUCCESS"}));
+  // Every reply was consumed.
+  EXPECT_TRUE(eventually([&] {
+    return f.e.conn
+             .query("SELECT queue_length FROM pgmq.metrics($1)",
+                    process_reply_queue(f.d))
+             .int64(0, 0)
+           == 0;
+  }));
+}
+
+TEST(ProcessRuntime, AFailedStepIsCompensatedInReverseOrderOneAtATime) {
+  process_fixture f;
+  f.w->start();
+  auto id = f.pm.start(f.d, "OrderFulfilment", order_input(notify_fails, 20));
+  ASSERT_TRUE(f.reaches(id, process_status::canceled))
+    << to_string(f.status(id));
+  auto p = *f.pm.get(f.d, id);
+  EXPECT_EQ(p.error_code, "NO_ADDRESS");
+  EXPECT_EQ(p.error_message, "no address on file");
+  EXPECT_EQ(f.steps(id),
+            (strings{"Reserve:SUCCESS", "Debit:SUCCESS", "Notify:FAILED",
+                     "Refund:SUCCESS", "Release:SUCCESS"}));
+  // One at a time: the refund ran (and was answered) before the release
+  // was sent.
+  auto trail = f.pm.audit_trail(f.d, id);
+  ASSERT_EQ(trail.size(), 5u);
+  ASSERT_TRUE(trail[3].received_at);
+  EXPECT_LE(*trail[3].received_at, trail[4].sent_at);
+  std::lock_guard<std::mutex> guard{f.mtx};
+  EXPECT_EQ(f.seen, (strings{"ReserveStock", "DebitAccount", "SendNotification",
+                             "RefundAccount", "ReleaseStock"}));
+}
+
+TEST(ProcessRuntime, AStepInTheTsqWaitsForAnOperatorWhoCancels) {
+  process_fixture f;
+  f.w->start();
+  auto id = f.pm.start(f.d, "OrderFulfilment",
+                       order_input("o-3", debit_breaks));
+  ASSERT_TRUE(f.reaches(id, process_status::waiting_for_tsq))
+    << to_string(f.status(id));
+  auto debit = f.pm.audit_trail(f.d, id).back();
+  EXPECT_EQ(debit.step_name, "Debit");
+  troubleshooting_queue tsq{f.e.pool};
+  tsq.cancel(f.d, debit.command_id, std::string{"ledger gone"}, "test");
+  ASSERT_TRUE(f.reaches(id, process_status::compensated))
+    << to_string(f.status(id));
+  EXPECT_EQ(f.steps(id),
+            (strings{"Reserve:SUCCESS", "Debit:CANCELED", "Release:SUCCESS"}));
+}
+
+TEST(ProcessRuntime, AnOperatorsCompleteResumesAProcessWaitingForTheTsq) {
+  process_fixture f;
+  f.w->start();
+  auto id = f.pm.start(f.d, "OrderFulfilment",
+                       order_input("o-4", debit_breaks));
+  ASSERT_TRUE(f.reaches(id, process_status::waiting_for_tsq));
+  auto debit = f.pm.audit_trail(f.d, id).back();
+  troubleshooting_queue tsq{f.e.pool};
+  tsq.complete(f.d, debit.command_id, json::parse(R"({"settled":"by hand"})"),
+               "test");
+  ASSERT_TRUE(f.reaches(id, process_status::completed))
+    << to_string(f.status(id));
+  EXPECT_EQ(f.steps(id),
+            (strings{"Reserve:SUCCESS", "Debit:SUCCESS", "Notify:SUCCESS"}));
+}
+
+TEST(ProcessRuntime, MessagesThatAreNoRepliesOrForNoProcessAreArchived) {
+  process_fixture f;
+  auto queue = process_reply_queue(f.d);
+  f.e.bus.ensure_queue(queue);
+  auto send = [&](const std::string& body) {
+    return f.e.conn.query("SELECT pgmq.send($1, $2::jsonb)", queue, body)
+      .int64(0, 0);
+  };
+  auto garbage = send(R"({"hello":"world"})");
+  auto orphan = send(R"({"command_id":")" + uuid::random().to_string()
+                     + R"(","correlation_id":")" + uuid::random().to_string()
+                     + R"(","outcome":"SUCCESS","result":null})");
+  f.w->start();
+  auto id = f.pm.start(f.d, "OrderFulfilment", order_input("o-5", 10));
+  ASSERT_TRUE(f.reaches(id, process_status::completed));
+  auto archived = [&](int64_t msg_id) {
+    return f.e.conn
+             .query("SELECT count(*) FROM pgmq.a_"
+                      + db::queue_table(queue).substr(2) + " WHERE msg_id = $1",
+                    msg_id)
+             .int64(0, 0)
+           == 1;
+  };
+  EXPECT_TRUE(
+    eventually([&] { return archived(garbage) && archived(orphan); }));
+}
+
+TEST(ProcessRuntime, AThousandConcurrentProcessesAllFinish) {
+  process_fixture f{16};
+  std::vector<uuid> ids;
+  for (int i = 0; i < 1000; ++i)
+    ids.push_back(f.pm.start(
+      f.d, "OrderFulfilment",
+      order_input(i % 10 == 0 ? notify_fails : "o-" + std::to_string(i), 5)));
+  f.w->start();
+  auto count = [&](const char* status) {
+    return f.e.conn
+      .query("SELECT count(*) FROM commandbus.process WHERE domain = $1 AND "
+             "status = $2",
+             f.d, status)
+      .int64(0, 0);
+  };
+  ASSERT_TRUE(eventually(
+    [&] { return count("COMPLETED") + count("CANCELED") == 1000; }, 120s))
+    << count("COMPLETED") << " completed, " << count("CANCELED") << " canceled";
+  EXPECT_EQ(count("COMPLETED"), 900);
+  EXPECT_EQ(count("CANCELED"), 100);
+}
