@@ -58,7 +58,9 @@ private:
   std::vector<std::vector<change>> changes_;
 };
 
-/// Reads "status" from a /healthz body; "unreadable" when it has none.
+/// Reads "status" from a /healthz body; "unreadable" when it has none. A
+/// domain DEGRADED only by handler failures in a row (the load's own
+/// failing commands, not a fault) counts as HEALTHY.
 std::string health_status_of(const std::string& body);
 
 } // namespace cmdbus::chaos

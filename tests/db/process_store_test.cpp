@@ -569,7 +569,9 @@ TEST(ProcessStore,
   EXPECT_EQ(e.get(fine).status, process_status::waiting);
   EXPECT_EQ(e.get(done).status, process_status::canceled);
   EXPECT_TRUE(e.store.mark_waiting_for_tsq(c, e.domain).empty());
-  auto listed = e.store.list(c, e.domain, {{process_status::waiting_for_tsq}});
+  process_query q;
+  q.statuses = {process_status::waiting_for_tsq};
+  auto listed = e.store.list(c, e.domain, q);
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_EQ(listed[0].process_id, stuck);
 }
@@ -635,8 +637,10 @@ TEST(ProcessStore, StartRejectsUnknownAndCommandBatches) {
   process_env e;
   auto& c = e.env.conn;
   EXPECT_THROW(e.start(order_input(), uuid::random()), batch_not_found_error);
-  auto created = e.env.bus.create_batch(
-    e.domain, {batch_command{"Noop", uuid::random()}});
+  batch_command noop;
+  noop.command_type = "Noop";
+  noop.command_id = uuid::random();
+  auto created = e.env.bus.create_batch(e.domain, {noop});
   EXPECT_THROW(e.start(order_input(), created.batch_id),
                invalid_operation_error);
   auto batch = e.store.create_batch(c, e.domain, 1);
@@ -657,14 +661,17 @@ TEST(ProcessStore, ListFiltersByStatusAndType) {
           "status, state) VALUES ($1, $2::uuid, 'Other', 'WAITING', '{}')",
           e.domain, new_uuid());
   EXPECT_EQ(e.store.list(c, e.domain).size(), 3u);
-  auto waiting = e.store.list(c, e.domain, {{process_status::waiting}});
+  process_query q;
+  q.statuses = {process_status::waiting};
+  auto waiting = e.store.list(c, e.domain, q);
   EXPECT_EQ(waiting.size(), 2u);
-  auto typed = e.store.list(
-    c, e.domain, {{process_status::waiting}, std::string{"OrderFulfilment"}});
+  q.process_type = "OrderFulfilment";
+  auto typed = e.store.list(c, e.domain, q);
   ASSERT_EQ(typed.size(), 1u);
   EXPECT_EQ(typed[0].process_id, a);
-  auto either = e.store.list(
-    c, e.domain, {{process_status::canceled, process_status::completed}});
+  q = {};
+  q.statuses = {process_status::canceled, process_status::completed};
+  auto either = e.store.list(c, e.domain, q);
   ASSERT_EQ(either.size(), 1u);
   EXPECT_EQ(either[0].process_id, b);
   EXPECT_EQ(either[0].error_code, "NO_FUNDS");
