@@ -1,8 +1,8 @@
 // The worker's root supervisor on the deterministic coordinator: a domain
 // whose supervisor dies is restarted with backoff while the other domains
-// keep running, a dead batch counter is replaced, drain waits for every
-// domain and then for the batch counter, and the root's end ends every
-// domain (links).
+// keep running, and so is a process reply router; a dead batch counter is
+// replaced, drain waits for every domain and router and then for the batch
+// counter, and the root's end ends every domain (links).
 
 #define CAF_SUITE actors.root
 #include "actors/root.hpp"
@@ -40,15 +40,16 @@ fake_counter(batch_counter_actor::pointer,
 constexpr auto crashed = caf::exit_reason::unhandled_exception;
 
 struct fixture : test_coordinator_fixture<> {
-  std::shared_ptr<std::vector<std::pair<std::string, supervisor_actor>>>
-    spawned = std::make_shared<
-      std::vector<std::pair<std::string, supervisor_actor>>>();
+  std::shared_ptr<std::vector<std::pair<std::string, supervisor_actor>>> spawned
+    = std::make_shared<std::vector<std::pair<std::string, supervisor_actor>>>();
   std::shared_ptr<worker_counters> counters
     = std::make_shared<worker_counters>();
   std::shared_ptr<std::vector<batch_counter_actor>> counters_spawned
     = std::make_shared<std::vector<batch_counter_actor>>();
   std::shared_ptr<std::vector<uuid>> delivered
     = std::make_shared<std::vector<uuid>>();
+  std::shared_ptr<std::vector<process_router_actor>> routers
+    = std::make_shared<std::vector<process_router_actor>>();
   root_actor aut;
 
   fixture() {
@@ -75,7 +76,14 @@ struct fixture : test_coordinator_fixture<> {
         clog->push_back(c);
         return c;
       },
-      std::vector<process_settings>{}, router_spawner{});
+      std::vector<process_settings>{process_settings{}},
+      [rlog = routers](root_actor::pointer self, const process_settings&) {
+        // A router that only drains, like the fake domains.
+        auto r = caf::actor_cast<process_router_actor>(
+          self->spawn<caf::linked>(fake_domain));
+        rlog->push_back(r);
+        return r;
+      });
     sched.run();
   }
 
@@ -91,6 +99,31 @@ struct fixture : test_coordinator_fixture<> {
 } // namespace
 
 CAF_TEST_FIXTURE_SCOPE(root_tests, fixture)
+
+CAF_TEST(a crashed process router restarts with backoff) {
+  CAF_REQUIRE_EQUAL(routers->size(), 1u);
+  caf::anon_send_exit(routers->front(), crashed);
+  sched.run();
+  CAF_CHECK(st().routers[0] == nullptr);
+  // The domains are not touched.
+  CAF_CHECK_EQUAL(spawned->size(), 2u);
+  sched.advance_time(999ms);
+  sched.run();
+  CAF_CHECK_EQUAL(routers->size(), 1u);
+  sched.advance_time(1ms);
+  sched.run();
+  CAF_REQUIRE_EQUAL(routers->size(), 2u);
+  CAF_CHECK(st().routers[0] == routers->back());
+  // Not restarted once the worker stops.
+  self->send(aut, atom::drain::value);
+  sched.run();
+  self->receive([](atom::done) {});
+  caf::anon_send_exit(routers->back(), crashed);
+  sched.run();
+  sched.advance_time(10s);
+  sched.run();
+  CAF_CHECK_EQUAL(routers->size(), 2u);
+}
 
 CAF_TEST(a crashed domain restarts with backoff and the others keep running) {
   CAF_REQUIRE_EQUAL(spawned->size(), 2u);
@@ -172,21 +205,24 @@ CAF_TEST(completed batches reach the batch counter and a dead one is replaced) {
   CAF_CHECK(st().supervisors[1] == (*spawned)[1].second);
 }
 
-CAF_TEST(drain waits for the batch counter after the domains) {
+CAF_TEST(drain waits for the batch counter after the domains and routers) {
   self->send(aut, atom::drain::value);
   expect((atom::drain), from(self).to(aut).with(_));
   expect((atom::drain), from(aut).to((*spawned)[0].second).with(_));
   expect((atom::drain), from(aut).to((*spawned)[1].second).with(_));
+  expect((atom::drain), from(aut).to(routers->front()).with(_));
   expect((atom::done), from((*spawned)[0].second).to(aut).with(_));
   expect((atom::done), from((*spawned)[1].second).to(aut).with(_));
+  expect((atom::done), from(routers->front()).to(aut).with(_));
   expect((atom::drain), from(aut).to(counters_spawned->front()).with(_));
   expect((atom::done), from(counters_spawned->front()).to(aut).with(_));
   expect((atom::done), from(aut).to(self).with(_));
 }
 
-CAF_TEST(ending the root ends every domain and the batch counter) {
+CAF_TEST(ending the root ends every domain and router and the batch counter) {
   for (auto& [name, sup] : *spawned)
     self->monitor(sup);
+  self->monitor(routers->front());
   self->monitor(counters_spawned->front());
   caf::anon_send_exit(aut, caf::exit_reason::user_shutdown);
   sched.run();
@@ -196,7 +232,7 @@ CAF_TEST(ending the root ends every domain and the batch counter) {
       CAF_CHECK_EQUAL(dm.reason, caf::exit_reason::user_shutdown);
       ++ended;
     });
-  CAF_CHECK_EQUAL(ended, 3u);
+  CAF_CHECK_EQUAL(ended, 4u);
 }
 
 CAF_TEST(restart delays double up to a minute) {
