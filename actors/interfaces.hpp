@@ -132,7 +132,9 @@ using process_writer_actor = caf::typed_actor<
   caf::replies_to<atom::apply, process_reply_message>::with<apply_outcome>,
   /// From the router: move WAITING processes whose command is in the TSQ
   /// to WAITING_FOR_TSQ; the answer is how many moved.
-  caf::replies_to<atom::sweep>::with<int64_t>>;
+  caf::replies_to<atom::sweep>::with<int64_t>,
+  /// Internal: apply the replies received so far, in one transaction.
+  caf::reacts_to<atom::flush>>;
 
 /// A process actor: the replies of one process, one at a time
 /// (process/process_actor.hpp).

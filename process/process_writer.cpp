@@ -1,8 +1,12 @@
 #include "process/process_writer.hpp"
 
+#include <algorithm>
+#include <iterator>
+
 #include <caf/all.hpp>
 
 #include "actors/fault.hpp"
+#include "db/text_format.hpp"
 #include "db/transaction.hpp"
 #include "model/log.hpp"
 
@@ -46,45 +50,68 @@ apply_outcome failed(process_writer_state& st, const process_reply_message& m,
 
 } // namespace
 
+namespace {
+
+// Applies `m` inside the open transaction on `conn` and adds its message
+// to `done` (to delete with the others); throws the workflow's exceptions,
+// unknown_workflow_error (no workflow here) and database errors.
+apply_outcome apply_in_transaction(process_writer_state& st,
+                                   db::connection& conn,
+                                   const process_reply_message& m,
+                                   std::vector<int64_t>& done) {
+  auto& s = st.settings;
+  auto t = st.store.apply(conn, s.domain, m.process_id, m.r,
+                          [&s](const std::string& type) {
+                            return s.registry->find(s.domain, type);
+                          });
+  if (t.disposition == reply_disposition::unknown_process) {
+    archive(conn, s.queue, m.msg_id);
+    log::from(st.name).warn("{}: reply msg_id {} names process {}, which "
+                            "does not exist in domain {}; archived",
+                            st.name, m.msg_id, m.process_id.to_string(),
+                            s.domain);
+    return {apply_kind::archived, std::nullopt, "no such process", {}};
+  }
+  done.push_back(m.msg_id);
+  return {t.changed() ? apply_kind::applied : apply_kind::ignored,
+          t.status,
+          std::string{to_string(t.disposition)},
+          {}};
+}
+
+// Deletes the messages of the replies applied (one statement).
+void delete_applied(process_writer_state& st, db::connection& conn,
+                    const std::vector<int64_t>& done) {
+  if (!done.empty())
+    conn.query("SELECT pgmq.delete($1, $2::bigint[])", st.settings.queue,
+               db::array_literal(done));
+}
+
+apply_outcome retry_later(process_writer_state& st) {
+  return {
+    apply_kind::retry, std::nullopt, "database unavailable",
+    std::chrono::duration_cast<std::chrono::milliseconds>(
+      st.session->outage().retry_at() - std::chrono::steady_clock::now())};
+}
+
+} // namespace
+
 apply_outcome apply_reply(process_writer_state& st,
                           const process_reply_message& m) {
-  auto& s = st.settings;
   if (st.session->outage().backing_off())
-    return {
-      apply_kind::retry, std::nullopt, "database unavailable",
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-        st.session->outage().retry_at() - std::chrono::steady_clock::now())};
+    return retry_later(st);
   std::string problem;
   try {
     auto& conn = st.session->get();
     db::transaction tx{conn};
-    auto meta = st.store.get(conn, s.domain, m.process_id);
-    if (!meta) {
-      archive(conn, s.queue, m.msg_id);
-      tx.commit();
-      st.session->succeeded();
-      log::from(st.name).warn("{}: reply msg_id {} names process {}, which "
-                              "does not exist in domain {}; archived",
-                              st.name, m.msg_id, m.process_id.to_string(),
-                              s.domain);
-      return {apply_kind::archived, std::nullopt, "no such process", {}};
-    }
-    auto* w = s.registry->find(s.domain, meta->process_type);
-    if (!w) {
-      problem = "no workflow for process type " + meta->process_type
-                + " is registered in this worker";
-    } else {
-      auto t = st.store.apply(conn, s.domain, m.process_id, m.r, *w);
-      conn.query("SELECT pgmq.delete($1, $2::bigint)", s.queue, m.msg_id);
-      maybe_crash(fault_point::before_process_commit);
-      tx.commit();
-      maybe_crash(fault_point::after_process_commit);
-      st.session->succeeded();
-      return {t.changed() ? apply_kind::applied : apply_kind::ignored,
-              t.status,
-              std::string{to_string(t.disposition)},
-              {}};
-    }
+    std::vector<int64_t> done;
+    auto out = apply_in_transaction(st, conn, m, done);
+    delete_applied(st, conn, done);
+    maybe_crash(fault_point::before_process_commit);
+    tx.commit();
+    maybe_crash(fault_point::after_process_commit);
+    st.session->succeeded();
+    return out;
   } catch (const std::exception& e) {
     if (is_unavailable(e)) {
       auto delay = st.session->failed(e);
@@ -94,6 +121,45 @@ apply_outcome apply_reply(process_writer_state& st,
     problem = log::one_line(e.what());
   }
   return failed(st, m, problem);
+}
+
+std::vector<apply_outcome>
+apply_replies(process_writer_state& st,
+              const std::vector<process_reply_message>& ms) {
+  if (ms.size() == 1)
+    return {apply_reply(st, ms.front())};
+  std::vector<apply_outcome> out;
+  if (st.session->outage().backing_off()) {
+    out.assign(ms.size(), retry_later(st));
+    return out;
+  }
+  try {
+    auto& conn = st.session->get();
+    db::transaction tx{conn};
+    std::vector<int64_t> done;
+    for (auto& m : ms)
+      out.push_back(apply_in_transaction(st, conn, m, done));
+    delete_applied(st, conn, done);
+    maybe_crash(fault_point::before_process_commit);
+    tx.commit();
+    maybe_crash(fault_point::after_process_commit);
+    st.session->succeeded();
+    return out;
+  } catch (const std::exception& e) {
+    if (is_unavailable(e)) {
+      auto delay = st.session->failed(e);
+      out.assign(ms.size(), apply_outcome{apply_kind::retry, std::nullopt,
+                                          log::one_line(e.what()), delay});
+      return out;
+    }
+  }
+  // One of them cannot apply (its workflow threw, or it has none here):
+  // the shared transaction is rolled back; each on its own now, so that
+  // one cannot hold back the others.
+  out.clear();
+  for (auto& m : ms)
+    out.push_back(apply_reply(st, m));
+  return out;
 }
 
 process_writer_actor::behavior_type
@@ -109,10 +175,11 @@ process_writer(self_ptr self, process_settings settings, apply_fn apply,
   st.session = std::make_unique<db_session>(st.name, std::move(opts),
                                             st.settings.counters);
   st.session->report_outages_to(st.settings.health);
-  st.apply = apply ? std::move(apply)
-                   : apply_fn{[self](const process_reply_message& m) {
-                       return apply_reply(self->state, m);
-                     }};
+  st.apply = apply
+               ? std::move(apply)
+               : apply_fn{[self](const std::vector<process_reply_message>& ms) {
+                   return apply_replies(self->state, ms);
+                 }};
   st.sweep = sweep ? std::move(sweep) : sweep_fn{[self]() -> int64_t {
     auto& st = self->state;
     if (st.session->outage().backing_off())
@@ -141,8 +208,39 @@ process_writer(self_ptr self, process_settings settings, apply_fn apply,
     self->quit(em.reason);
   });
   return {
-    [self](atom::apply, const process_reply_message& m) {
-      return self->state.apply(m);
+    [self](atom::apply,
+           process_reply_message& m) -> caf::result<apply_outcome> {
+      auto& st = self->state;
+      st.buffer.push_back(std::move(m));
+      st.answers.push_back(self->make_response_promise<apply_outcome>());
+      if (!st.flush_scheduled) {
+        // Behind the replies already in the mailbox: they join the group.
+        st.flush_scheduled = true;
+        self->send(self, atom::flush::value);
+      }
+      return st.answers.back();
+    },
+    [self](atom::flush) {
+      auto& st = self->state;
+      st.flush_scheduled = false;
+      auto n = std::min(st.buffer.size(), process_writer_state::max_group);
+      std::vector<process_reply_message> group(
+        std::make_move_iterator(st.buffer.begin()),
+        std::make_move_iterator(st.buffer.begin() + n));
+      std::vector<caf::typed_response_promise<apply_outcome>> answers(
+        st.answers.begin(), st.answers.begin() + n);
+      st.buffer.erase(st.buffer.begin(), st.buffer.begin() + n);
+      st.answers.erase(st.answers.begin(), st.answers.begin() + n);
+      if (!st.buffer.empty()) {
+        st.flush_scheduled = true;
+        self->send(self, atom::flush::value);
+      }
+      auto outcomes = st.apply(group);
+      for (size_t i = 0; i < answers.size(); ++i)
+        answers[i].deliver(
+          i < outcomes.size()
+            ? std::move(outcomes[i])
+            : apply_outcome{apply_kind::left, std::nullopt, "no outcome", {}});
     },
     [self](atom::sweep) { return self->state.sweep(); },
   };

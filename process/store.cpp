@@ -108,7 +108,8 @@ step_statements(const process_store_options& opts, const std::string& domain,
      "VALUES ($1, $2::uuid, $3, $4::uuid, $5, $6::jsonb, "
      "clock_timestamp())",
      {domain, process_id.to_string(), s.step, req.command_id.to_string(),
-      req.command_type, req.data.text()}});
+      req.command_type, req.data.text()},
+     "cmdbus_process_step"});
   return out;
 }
 
@@ -134,7 +135,8 @@ batch_statement(const std::string& domain,
           "ON CONFLICT DO NOTHING",
           {domain, db::array_literal(ids), db::array_literal(completed),
            db::array_literal(zero), db::array_literal(canceled),
-           db::array_literal(tsq)}};
+           db::array_literal(tsq)},
+          "cmdbus_process_batch"};
 }
 
 // Runs `sts` in one round trip (inside the transaction open on `conn`) and
@@ -254,6 +256,13 @@ process_store::audit_trail(db::connection& conn, const std::string& domain,
 transition process_store::apply(db::connection& conn, const std::string& domain,
                                 const uuid& process_id, const reply& r,
                                 const workflow& w) const {
+  return apply(conn, domain, process_id, r,
+               [&w](const std::string&) { return &w; });
+}
+
+transition process_store::apply(db::connection& conn, const std::string& domain,
+                                const uuid& process_id, const reply& r,
+                                const workflow_lookup& lookup) const {
   return in_transaction(conn, [&] {
     // The process (locked), the reply queue of its commands, and its trail,
     // in one round trip. The trail is a statement of its own, after the
@@ -268,8 +277,10 @@ transition process_store::apply(db::connection& conn, const std::string& domain,
            "ORDER BY a.sent_at DESC, a.id DESC LIMIT 1) FROM "
            "commandbus.process WHERE domain = $1 AND process_id = $2::uuid "
            "FOR UPDATE",
-       {domain, process_id.to_string()}});
-    reads.push_back({trail_sql, {domain, process_id.to_string()}});
+       {domain, process_id.to_string()},
+       "cmdbus_process_lock"});
+    reads.push_back(
+      {trail_sql, {domain, process_id.to_string()}, "cmdbus_process_trail"});
     auto got = conn.pipeline(reads);
     if (got[0].rows() == 0) {
       transition t;
@@ -278,9 +289,13 @@ transition process_store::apply(db::connection& conn, const std::string& domain,
       return t;
     }
     auto p = to_process(got[0], 0);
+    auto* w = lookup(p.process_type);
+    if (w == nullptr)
+      throw unknown_workflow_error("no workflow for process type "
+                                   + p.process_type + " is registered here");
     auto reply_queue = got[0].opt_text(0, 12);
     auto trail = to_trail(got[1]);
-    auto t = decide(p, trail, r, w);
+    auto t = decide(p, trail, r, *w);
     // The writes, in one round trip.
     std::vector<db::connection::statement> writes;
     if (t.record_reply)
@@ -290,7 +305,8 @@ transition process_store::apply(db::connection& conn, const std::string& domain,
          "process_id = $2::uuid AND command_id = $3::uuid AND reply_outcome "
          "IS NULL",
          {domain, process_id.to_string(), r.command_id.to_string(),
-          std::string{to_string(r.outcome)}, json_param(t.reply_data)}});
+          std::string{to_string(r.outcome)}, json_param(t.reply_data)},
+         "cmdbus_process_reply"});
     std::optional<std::pair<size_t, db::prepared_command>> send;
     if (t.changed()) {
       writes.push_back(
@@ -300,7 +316,8 @@ transition process_store::apply(db::connection& conn, const std::string& domain,
          "completed_at END WHERE domain = $1 AND process_id = $2::uuid",
          {domain, process_id.to_string(), std::string{to_string(t.status)},
           t.current_step, t.state.text(), t.error_code, t.error_message,
-          db::to_param(t.completed)}});
+          db::to_param(t.completed)},
+         "cmdbus_process_update"});
       if (t.send) {
         if (!reply_queue || reply_queue->empty())
           throw invalid_operation_error("process " + process_id.to_string()
@@ -325,16 +342,19 @@ process_store::mark_waiting_for_tsq(db::connection& conn,
                                     const std::string& domain) const {
   return in_transaction(conn, [&] {
     // The current command of a WAITING process: its audit row of the
-    // current step that has no reply yet.
+    // current step that has no reply yet. Found from the TSQ's commands
+    // (few, by the status index), then their audit rows (by command id),
+    // then their processes (by key): the cost follows the TSQ, not the
+    // number of processes waiting.
     auto r = conn.query(
       "UPDATE commandbus.process p SET status = 'WAITING_FOR_TSQ', "
-      "updated_at = NOW() WHERE p.domain = $1 AND p.status = 'WAITING' AND "
-      "EXISTS (SELECT 1 FROM commandbus.process_audit a JOIN "
-      "commandbus.command c ON c.domain = a.domain AND c.command_id = "
-      "a.command_id WHERE a.domain = p.domain AND a.process_id = "
-      "p.process_id AND a.step_name = p.current_step AND a.reply_outcome IS "
-      "NULL AND c.status = 'IN_TROUBLESHOOTING_QUEUE') RETURNING "
-      "p.process_id, p.batch_id",
+      "updated_at = NOW() FROM commandbus.command c JOIN "
+      "commandbus.process_audit a ON a.domain = c.domain AND a.command_id = "
+      "c.command_id WHERE c.status = 'IN_TROUBLESHOOTING_QUEUE' AND "
+      "c.domain = $1 AND p.domain = a.domain AND p.process_id = "
+      "a.process_id AND p.status = 'WAITING' AND a.step_name = "
+      "p.current_step AND a.reply_outcome IS NULL RETURNING p.process_id, "
+      "p.batch_id",
       domain);
     std::vector<uuid> out;
     std::vector<std::pair<uuid, batch_delta>> deltas;

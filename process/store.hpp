@@ -8,7 +8,9 @@
 // caller's transaction when one is open (the outbox pattern), else in a
 // transaction of its own.
 
+#include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,13 @@
 #include "process/workflow.hpp"
 
 namespace cmdbus {
+
+/// Raised by process_store::apply when no workflow is known for the
+/// process's type.
+class unknown_workflow_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
 
 /// Settings of a `process_store`.
 struct process_store_options {
@@ -94,6 +103,17 @@ public:
   transition apply(db::connection& conn, const std::string& domain,
                    const uuid& process_id, const reply& r,
                    const workflow& w) const;
+
+  /// Finds the workflow of a process type (null when there is none).
+  using workflow_lookup
+    = std::function<const workflow*(const std::string& process_type)>;
+
+  /// Like apply(), with the workflow looked up by the locked process's
+  /// type (no read before the lock). Throws `unknown_workflow_error` when
+  /// `lookup` has none (nothing written).
+  transition apply(db::connection& conn, const std::string& domain,
+                   const uuid& process_id, const reply& r,
+                   const workflow_lookup& lookup) const;
 
   /// Moves the WAITING processes of `domain` whose current step's command
   /// is IN_TROUBLESHOOTING_QUEUE to WAITING_FOR_TSQ (one statement) and

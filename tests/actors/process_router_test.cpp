@@ -109,6 +109,7 @@ fake_writer(process_writer_actor::pointer self,
         p.rp.deliver(std::move(o));
       return 0;
     },
+    [](atom::flush) {},
   };
 }
 
