@@ -261,3 +261,55 @@ TEST(ProcessRuntime, AThousandConcurrentProcessesAllFinish) {
   EXPECT_EQ(count("COMPLETED"), 900);
   EXPECT_EQ(count("CANCELED"), 100);
 }
+
+TEST(ProcessRuntime, ProcessesFinishWhenTheirConnectionsAreCut) {
+  // The router's and the writers' connections are ended again and again
+  // while processes run: they reconnect with backoff, a transition cut
+  // before its commit comes again, and every process finishes once.
+  process_fixture f{8};
+  std::vector<uuid> ids;
+  for (int i = 0; i < 200; ++i)
+    ids.push_back(f.pm.start(f.d, "OrderFulfilment",
+                             order_input("o-" + std::to_string(i), 5)));
+  f.w->start();
+  auto completed = [&] {
+    return f.e.conn
+      .query("SELECT count(*) FROM commandbus.process WHERE domain = $1 AND "
+             "status = 'COMPLETED'",
+             f.d)
+      .int64(0, 0);
+  };
+  int cuts = 0;
+  auto cut = [&] {
+    auto n = f.e.conn
+               .query("SELECT count(pg_terminate_backend(pid)) FROM "
+                      "pg_stat_activity WHERE datname = current_database() "
+                      "AND application_name = 'cmdbus-processes'")
+               .int64(0, 0);
+    cuts += static_cast<int>(n);
+  };
+  for (int round = 0; round < 5 && completed() < 200; ++round) {
+    cut();
+    // Let some work through before the next cut.
+    auto before = completed();
+    eventually([&] { return completed() > before + 10 || completed() == 200; },
+               10s);
+  }
+  EXPECT_GT(cuts, 0);
+  ASSERT_TRUE(eventually([&] { return completed() == 200; }, 90s))
+    << completed() << " of 200 completed";
+  // Each step's command ran once per process (no step sent twice).
+  auto steps = f.e.conn
+                 .query("SELECT count(*) FROM commandbus.process_audit WHERE "
+                        "domain = $1",
+                        f.d)
+                 .int64(0, 0);
+  EXPECT_EQ(steps, 600);
+  auto twice = f.e.conn
+                 .query("SELECT count(*) FROM (SELECT process_id, step_name "
+                        "FROM commandbus.process_audit WHERE domain = $1 "
+                        "GROUP BY 1, 2 HAVING count(*) > 1) t",
+                        f.d)
+                 .int64(0, 0);
+  EXPECT_EQ(twice, 0);
+}
