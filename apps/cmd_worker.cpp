@@ -15,6 +15,7 @@
 #include "actors/worker.hpp"
 #include "apps/cli.hpp"
 #include "apps/demo_handlers.hpp"
+#include "apps/demo_workflows.hpp"
 #include "apps/json_out.hpp"
 #include "config/settings.hpp"
 #include "config/worker_config.hpp"
@@ -30,6 +31,10 @@ namespace cmdbus::cli {
 namespace {
 
 constexpr const char* worker_help_tail = R"(
+In every domain it serves, the worker runs the demo handler (command type
+`Test`, driven by data.behavior) and drives the demo process type
+`DemoOrder` (replies on DOMAIN__process_replies; see `cmdbus process`).
+
 Options of the command line only:
   --create                 create the command queue of a configured domain
                            that does not exist (without it, such a domain
@@ -242,11 +247,14 @@ int run_worker(const std::vector<std::string>& argv) {
       require_queue(pool, db::command_queue(d), a.flag("--create"));
   }
   handler_registry registry;
-  for (auto& d : cfg.domains)
+  process_registry processes;
+  for (auto& d : cfg.domains) {
     demo::register_test_handler(registry, d);
+    demo::register_demo_workflows(processes, d);
+  }
   auto shutdown_timeout = cfg.shutdown_timeout;
   bool tick = cfg.tick;
-  worker w{cfg, std::move(registry)};
+  worker w{cfg, std::move(registry), std::move(processes)};
   // Operators see batch completions in the log. Having a callback also
   // makes the worker record them for durable delivery (V005).
   w.on_batch_complete([](const std::string& domain, const uuid& batch_id) {

@@ -13,6 +13,12 @@
 #include "model/log.hpp"
 #include "model/version.hpp"
 
+namespace cmdbus::cli {
+// apps/cmd_process.cpp (its declaration belongs beside the others in
+// apps/cli.hpp).
+int run_process(const std::vector<std::string>& argv);
+} // namespace cmdbus::cli
+
 namespace {
 
 using namespace cmdbus;
@@ -31,6 +37,7 @@ constexpr command_entry commands[] = {
   {"wait", cli::run_wait},
   {"tsq", cli::run_tsq},
   {"batch", cli::run_batch},
+  {"process", cli::run_process},
   {"stats", cli::run_stats},
   {"queues", cli::run_queues},
   {"replies", cli::run_replies},
@@ -52,6 +59,7 @@ Commands:
   wait         wait until a command is finished (exit 0 completed, 5 not)
   tsq          the troubleshooting queue: list, show, retry, cancel, complete
   batch        batches: list, show, refresh
+  process      process managers: list, show, start (the demo workflow)
   stats        commands by status, queue depth and throughput per domain
   queues       show PGMQ metrics of every queue
   replies      read or peek at a reply queue

@@ -6,12 +6,13 @@ include(GoogleTest)
 file(GLOB unit_test_sources CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/*.cpp)
 # The health evaluation, the metrics and their renderers (plain C++, no CAF)
-# are tested without the actors.
+# are tested without the actors; the demo workflow (apps/) alone.
 add_executable(cmdbus-unit-test ${unit_test_sources}
   ${PROJECT_SOURCE_DIR}/actors/exposition.cpp
   ${PROJECT_SOURCE_DIR}/actors/health.cpp
   ${PROJECT_SOURCE_DIR}/actors/metrics.cpp
-  ${PROJECT_SOURCE_DIR}/actors/status_page.cpp)
+  ${PROJECT_SOURCE_DIR}/actors/status_page.cpp
+  ${PROJECT_SOURCE_DIR}/apps/demo_workflows.cpp)
 target_link_libraries(cmdbus-unit-test PRIVATE
   cmdbus_model cmdbus_config cmdbus_process cmdbus_rapidjson GTest::gtest
   GTest::gtest_main)

@@ -1,0 +1,95 @@
+#pragma once
+
+// A `cmdbus` child process that runs in the background (a `cmdbus worker`
+// without --tick), for the tests that drive processes through the binary:
+// started on its own thread through run_process, stopped with SIGTERM, or
+// left to die by itself (fault injection). Its pid comes from a file the
+// shell writes before it execs the binary.
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+#include "tests/support/eventually.hpp"
+#include "tests/support/process.hpp"
+#include "tests/support/test_db.hpp"
+
+namespace cmdbus::test {
+
+class background_cmdbus {
+public:
+  /// Starts `cmdbus <args...>` with `env` ("NAME=value") on top of the
+  /// current environment without its cmdbus settings.
+  explicit background_cmdbus(const std::vector<std::string>& args,
+                             const std::vector<std::string>& env = {})
+    : pid_file_((std::filesystem::temp_directory_path()
+                 / (unique_name("cmdbus_pid") + ".pid"))
+                  .string()) {
+    std::vector<std::string> argv{
+      "/bin/sh", "-c", "echo $$ > '" + pid_file_ + "' && exec \"$0\" \"$@\"",
+      CMDBUS_BINARY};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<std::string> overrides{
+      "CMDBUS_DSN=", "CMDBUS_CONFIG=", "CMDBUS_DOMAINS=",
+      "CMDBUS_FAULT_INJECT="};
+    overrides.insert(overrides.end(), env.begin(), env.end());
+    result_ = std::async(std::launch::async, [argv, overrides] {
+      return run_process(argv, overrides);
+    });
+  }
+
+  background_cmdbus(const background_cmdbus&) = delete;
+  background_cmdbus& operator=(const background_cmdbus&) = delete;
+
+  /// Kills the child if it still runs.
+  ~background_cmdbus() {
+    if (result_.valid()) {
+      signal(SIGKILL);
+      result_.wait();
+    }
+    std::error_code ec;
+    std::filesystem::remove(pid_file_, ec);
+  }
+
+  /// Waits up to `deadline` for the child to exit by itself; returns its
+  /// result, or none when it still runs.
+  std::optional<process_result> wait(std::chrono::milliseconds deadline) {
+    if (result_.wait_for(deadline) != std::future_status::ready)
+      return std::nullopt;
+    return result_.get();
+  }
+
+  /// Sends SIGTERM and waits up to `deadline` for the exit.
+  std::optional<process_result>
+  stop(std::chrono::milliseconds deadline = std::chrono::seconds{30}) {
+    signal(SIGTERM);
+    return wait(deadline);
+  }
+
+private:
+  void signal(int sig) {
+    if (result_.wait_for(std::chrono::seconds{0}) == std::future_status::ready)
+      return;
+    pid_t pid = 0;
+    eventually(
+      [&] {
+        std::ifstream in{pid_file_};
+        return static_cast<bool>(in >> pid) && pid > 0;
+      },
+      std::chrono::seconds{10});
+    if (pid > 0)
+      ::kill(pid, sig);
+  }
+
+  std::string pid_file_;
+  std::future<process_result> result_;
+};
+
+} // namespace cmdbus::test
