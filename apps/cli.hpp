@@ -230,5 +230,6 @@ int run_batch(const std::vector<std::string>& argv);
 int run_stats(const std::vector<std::string>& argv);
 int run_replies(const std::vector<std::string>& argv);
 int run_wait(const std::vector<std::string>& argv);
+int run_process(const std::vector<std::string>& argv);
 
 } // namespace cmdbus::cli

@@ -13,12 +13,6 @@
 #include "model/log.hpp"
 #include "model/version.hpp"
 
-namespace cmdbus::cli {
-// apps/cmd_process.cpp (its declaration belongs beside the others in
-// apps/cli.hpp).
-int run_process(const std::vector<std::string>& argv);
-} // namespace cmdbus::cli
-
 namespace {
 
 using namespace cmdbus;
