@@ -162,10 +162,12 @@ bool schema_missing(const db::error& e) {
       && e.code() != db::errc::undefined_function && e.sqlstate() != "3F000")
     return false;
   std::string what = e.what();
+  // A missing queue table (pgmq.q_..., pgmq.a_...) is a missing queue,
+  // not a missing schema.
   return what.find("commandbus.") != std::string::npos
-         || what.find("pgmq.") != std::string::npos
-              && what.find("pgmq.q_") == std::string::npos
-              && what.find("pgmq.a_") == std::string::npos
+         || (what.find("pgmq.") != std::string::npos
+             && what.find("pgmq.q_") == std::string::npos
+             && what.find("pgmq.a_") == std::string::npos)
          || what.find("schema \"commandbus\"") != std::string::npos
          || what.find("schema \"pgmq\"") != std::string::npos;
 }
