@@ -155,7 +155,10 @@ process_router_actor::behavior_type router_behavior(self_ptr self) {
     if (auto i = st.processes.find(id); i != st.processes.end())
       --i->second.pending;
     finish_drain_if_done(self);
-    schedule_read(self);
+    // Reads refill at half the credits (one read for many freed slots, not
+    // one per reply); new replies wake the router through NOTIFY anyway.
+    if (st.in_flight <= st.settings.max_in_flight / 2)
+      schedule_read(self);
   };
   auto on_idle = [self](atom::idle, const uuid& id) {
     auto& st = self->state;
