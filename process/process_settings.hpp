@@ -10,6 +10,7 @@
 #include <string>
 
 #include "actors/counters.hpp"
+#include "actors/db_session.hpp"
 #include "actors/health.hpp"
 #include "config/worker_config.hpp"
 #include "process/registry.hpp"
@@ -41,5 +42,15 @@ struct process_settings {
   /// How often the router looks for processes whose step is in the TSQ.
   std::chrono::milliseconds sweep_every{5000};
 };
+
+/// The database session of a process router or writer of `s`.
+inline session_options process_session_options(const process_settings& s) {
+  session_options opts;
+  opts.dsn = s.cfg->dsn;
+  opts.statement_timeout = s.cfg->statement_timeout;
+  opts.application_name = "cmdbus-processes";
+  opts.max_backoff = std::chrono::milliseconds{5000};
+  return opts;
+}
 
 } // namespace cmdbus::actors

@@ -96,31 +96,43 @@ apply_outcome retry_later(process_writer_state& st) {
 
 } // namespace
 
+namespace {
+
+// Applies `ms` in one transaction on the session and commits; throws what
+// failed (nothing of the group is then written).
+std::vector<apply_outcome>
+apply_together(process_writer_state& st,
+               const std::vector<process_reply_message>& ms) {
+  auto& conn = st.session->get();
+  db::transaction tx{conn};
+  std::vector<int64_t> done;
+  std::vector<apply_outcome> out;
+  for (auto& m : ms)
+    out.push_back(apply_in_transaction(st, conn, m, done));
+  delete_applied(st, conn, done);
+  maybe_crash(fault_point::before_process_commit);
+  tx.commit();
+  maybe_crash(fault_point::after_process_commit);
+  st.session->succeeded();
+  return out;
+}
+
+} // namespace
+
 apply_outcome apply_reply(process_writer_state& st,
                           const process_reply_message& m) {
   if (st.session->outage().backing_off())
     return retry_later(st);
-  std::string problem;
   try {
-    auto& conn = st.session->get();
-    db::transaction tx{conn};
-    std::vector<int64_t> done;
-    auto out = apply_in_transaction(st, conn, m, done);
-    delete_applied(st, conn, done);
-    maybe_crash(fault_point::before_process_commit);
-    tx.commit();
-    maybe_crash(fault_point::after_process_commit);
-    st.session->succeeded();
-    return out;
+    return apply_together(st, {m}).front();
   } catch (const std::exception& e) {
     if (is_unavailable(e)) {
       auto delay = st.session->failed(e);
       return {apply_kind::retry, std::nullopt, log::one_line(e.what()), delay};
     }
     st.session->succeeded();
-    problem = log::one_line(e.what());
+    return failed(st, m, log::one_line(e.what()));
   }
-  return failed(st, m, problem);
 }
 
 std::vector<apply_outcome>
@@ -128,35 +140,22 @@ apply_replies(process_writer_state& st,
               const std::vector<process_reply_message>& ms) {
   if (ms.size() == 1)
     return {apply_reply(st, ms.front())};
-  std::vector<apply_outcome> out;
-  if (st.session->outage().backing_off()) {
-    out.assign(ms.size(), retry_later(st));
-    return out;
-  }
+  if (st.session->outage().backing_off())
+    return std::vector<apply_outcome>(ms.size(), retry_later(st));
   try {
-    auto& conn = st.session->get();
-    db::transaction tx{conn};
-    std::vector<int64_t> done;
-    for (auto& m : ms)
-      out.push_back(apply_in_transaction(st, conn, m, done));
-    delete_applied(st, conn, done);
-    maybe_crash(fault_point::before_process_commit);
-    tx.commit();
-    maybe_crash(fault_point::after_process_commit);
-    st.session->succeeded();
-    return out;
+    return apply_together(st, ms);
   } catch (const std::exception& e) {
     if (is_unavailable(e)) {
       auto delay = st.session->failed(e);
-      out.assign(ms.size(), apply_outcome{apply_kind::retry, std::nullopt,
-                                          log::one_line(e.what()), delay});
-      return out;
+      return std::vector<apply_outcome>(
+        ms.size(), apply_outcome{apply_kind::retry, std::nullopt,
+                                 log::one_line(e.what()), delay});
     }
   }
   // One of them cannot apply (its workflow threw, or it has none here):
   // the shared transaction is rolled back; each on its own now, so that
   // one cannot hold back the others.
-  out.clear();
+  std::vector<apply_outcome> out;
   for (auto& m : ms)
     out.push_back(apply_reply(st, m));
   return out;
@@ -168,12 +167,8 @@ process_writer(self_ptr self, process_settings settings, apply_fn apply,
   auto& st = self->state;
   st.settings = std::move(settings);
   st.name = "process-writer/" + st.settings.domain;
-  session_options opts;
-  opts.dsn = st.settings.cfg->dsn;
-  opts.statement_timeout = st.settings.cfg->statement_timeout;
-  opts.application_name = "cmdbus-processes";
-  st.session = std::make_unique<db_session>(st.name, std::move(opts),
-                                            st.settings.counters);
+  st.session = std::make_unique<db_session>(
+    st.name, process_session_options(st.settings), st.settings.counters);
   st.session->report_outages_to(st.settings.health);
   st.apply = apply
                ? std::move(apply)

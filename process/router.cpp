@@ -221,15 +221,9 @@ process_router(self_ptr self, process_settings settings, router_io io,
   auto& st = self->state;
   st.settings = std::move(settings);
   st.name = "process-router/" + st.settings.domain;
-  session_options opts;
-  opts.dsn = st.settings.cfg->dsn;
-  opts.statement_timeout = st.settings.cfg->statement_timeout;
-  opts.application_name = "cmdbus-processes";
-  opts.max_backoff = std::chrono::milliseconds{5000};
-  st.session = std::make_unique<db_session>(st.name, std::move(opts),
-                                            st.settings.counters, [self] {
-                                              return self->clock().now();
-                                            });
+  st.session = std::make_unique<db_session>(
+    st.name, process_session_options(st.settings), st.settings.counters,
+    [self] { return self->clock().now(); });
   st.session->report_outages_to(st.settings.health);
   if (io.read) {
     st.io = std::move(io);

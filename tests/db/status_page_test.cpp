@@ -59,25 +59,20 @@ TEST(StatusPage, ShowsTheLiveFiguresOfARunningWorkerInChromium) {
   auto d = test::unique_name("sp");
   for (int i = 0; i < 4; ++i)
     e.bus.send(make_req(d, "Hold"));
-  gate release;
-  std::atomic<int> entered{0};
+  holding_handler held;
   handler_registry reg;
-  reg.add(d, "Hold", [&](const command&, handler_context&) -> json {
-    ++entered;
-    release.wait(30s);
-    return json::null();
-  });
+  reg.add(d, "Hold", held.fn());
   auto cfg = make_cfg({d}, 1);
   cfg.http = "127.0.0.1:0";
   worker w{cfg, std::move(reg)};
   finally stop{[&] {
-    release.open();
+    held.release.open();
     stop_worker(w);
   }};
   w.start();
   auto port = w.http_port();
   auto url = "http://127.0.0.1:" + std::to_string(port) + "/";
-  ASSERT_TRUE(eventually([&] { return entered.load() == 1; }));
+  ASSERT_TRUE(eventually([&] { return held.entered.load() == 1; }));
   // One command runs (its slot is the only one), three wait.
   std::string dom;
   ASSERT_TRUE(eventually(
@@ -108,7 +103,7 @@ TEST(StatusPage, ShowsTheLiveFiguresOfARunningWorkerInChromium) {
   EXPECT_GT(fs::file_size(shot), 10000u) << shot;
   std::cout << "status page screenshot: " << shot.string() << std::endl;
   // The page follows the worker: everything done, nothing waits.
-  release.open();
+  held.release.open();
   ASSERT_TRUE(eventually(
     [&] {
       dom = chromium(url, "--dump-dom").out;

@@ -68,24 +68,19 @@ TEST(WorkerHealth, StuckHandlersAreCriticalUntilTheyReturn) {
   std::vector<uuid> ids;
   for (int i = 0; i < 3; ++i)
     ids.push_back(e.bus.send(make_req(d, "Slow")).command_id);
-  gate release;
-  std::atomic<int> entered{0};
+  holding_handler held;
   handler_registry reg;
-  reg.add(d, "Slow", [&](const command&, handler_context&) -> json {
-    ++entered;
-    release.wait(60s);
-    return json::null();
-  });
+  reg.add(d, "Slow", held.fn());
   auto cfg = make_cfg({d}, 3);
   cfg.visibility_timeout = 2s;
   cfg.statement_timeout = 1s;
   worker w{cfg, std::move(reg)};
   finally stop{[&] {
-    release.open();
+    held.release.open();
     stop_worker(w);
   }};
   w.start();
-  ASSERT_TRUE(eventually([&] { return entered.load() == 3; }));
+  ASSERT_TRUE(eventually([&] { return held.entered.load() == 3; }));
   ASSERT_TRUE(
     eventually([&] { return state_of(w) == health_state::critical; }, 30s))
     << reasons(w);
@@ -93,7 +88,7 @@ TEST(WorkerHealth, StuckHandlersAreCriticalUntilTheyReturn) {
   EXPECT_EQ(h.domains[0].figures.stuck_handlers, 3);
   EXPECT_EQ(h.domains[0].reasons,
             (strings{"3 handler(s) stuck past visibility timeout + 5s"}));
-  release.open();
+  held.release.open();
   EXPECT_TRUE(eventually([&] {
     return all_have_status(e.conn, d, ids, "COMPLETED")
            && state_of(w) == health_state::healthy;
@@ -155,14 +150,9 @@ TEST(WorkerHealth, AWriterThatCannotCommitDegradesUntilItDoes) {
   // recovers.
   bus_env e;
   auto d = test::unique_name("wh");
-  gate release;
-  std::atomic<int> entered{0};
+  holding_handler held;
   handler_registry reg;
-  reg.add(d, "Held", [&](const command&, handler_context&) -> json {
-    ++entered;
-    release.wait(30s);
-    return json::null();
-  });
+  reg.add(d, "Held", held.fn());
   auto cfg = make_cfg({d}, 1);
   // Long enough for the stall to be seen (10 s, then a heartbeat every
   // 5 s) before the statement timeout would end the wait.
@@ -170,12 +160,12 @@ TEST(WorkerHealth, AWriterThatCannotCommitDegradesUntilItDoes) {
   cfg.statement_timeout = 19s;
   worker w{cfg, std::move(reg)};
   finally stop{[&] {
-    release.open();
+    held.release.open();
     stop_worker(w, 30s);
   }};
   w.start();
   auto id = e.bus.send(make_req(d, "Held")).command_id;
-  ASSERT_TRUE(eventually([&] { return entered.load() == 1; }));
+  ASSERT_TRUE(eventually([&] { return held.entered.load() == 1; }));
   auto locker = db::connection::open(dsn());
   locker.exec("BEGIN");
   bool locked = true;
@@ -186,7 +176,7 @@ TEST(WorkerHealth, AWriterThatCannotCommitDegradesUntilItDoes) {
   locker.query("SELECT 1 FROM commandbus.command WHERE domain = $1 AND "
                "command_id = $2 FOR UPDATE",
                d, id.to_string());
-  release.open();
+  held.release.open();
   ASSERT_TRUE(
     eventually([&] { return state_of(w) == health_state::degraded; }, 40s))
     << reasons(w);

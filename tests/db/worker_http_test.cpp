@@ -54,11 +54,10 @@ int64_t attempts_of(db::connection& c, const std::string& domain,
 }
 
 bool all_terminal(db::connection& c, const std::string& domain) {
-  return c
-           .query("SELECT count(*) FROM commandbus.command WHERE domain = $1 "
-                  "AND status NOT IN ('COMPLETED', 'FAILED', "
-                  "'IN_TROUBLESHOOTING_QUEUE')",
-                  domain)
+  return c.query("SELECT count(*) FROM commandbus.command WHERE domain = $1 "
+                 "AND status NOT IN ('COMPLETED', 'FAILED', "
+                 "'IN_TROUBLESHOOTING_QUEUE')",
+                 domain)
            .int64(0, 0)
          == 0;
 }
@@ -68,24 +67,20 @@ bool all_terminal(db::connection& c, const std::string& domain) {
 TEST(WorkerHttp, HealthAndReadinessFollowTheWorkersLife) {
   bus_env e;
   auto d = test::unique_name("wht");
-  gate release;
-  std::atomic<int> entered{0};
+  holding_handler held;
   handler_registry reg;
-  reg.add(d, "Slow", [&](const command&, handler_context&) -> json {
-    ++entered;
-    release.wait(30s);
-    return json::null();
-  });
+  reg.add(d, "Slow", held.fn());
   worker w{http_cfg({d}), std::move(reg)};
   finally stop{[&] {
-    release.open();
+    held.release.open();
     stop_worker(w);
   }};
   EXPECT_EQ(w.http_port(), 0);
   w.start();
   auto port = w.http_port();
   ASSERT_GT(port, 0);
-  ASSERT_TRUE(eventually([&] { return http_get(port, "/readyz").status == 200; }));
+  ASSERT_TRUE(
+    eventually([&] { return http_get(port, "/readyz").status == 200; }));
   auto ready = http_get(port, "/readyz");
   EXPECT_NE(ready.body.find("\"ready\":true"), std::string::npos) << ready.body;
   EXPECT_NE(ready.body.find("\"polling\":true"), std::string::npos);
@@ -96,13 +91,14 @@ TEST(WorkerHttp, HealthAndReadinessFollowTheWorkersLife) {
                            + d + "\",\"status\":\"HEALTHY\",\"reasons\":[]}]}");
   // A command holds the drain: readiness goes at once, health stays.
   auto id = e.bus.send(make_req(d, "Slow")).command_id;
-  ASSERT_TRUE(eventually([&] { return entered.load() == 1; }));
+  ASSERT_TRUE(eventually([&] { return held.entered.load() == 1; }));
   auto stopped = w.stop(20s);
-  ASSERT_TRUE(eventually([&] { return http_get(port, "/readyz").status == 503; }));
+  ASSERT_TRUE(
+    eventually([&] { return http_get(port, "/readyz").status == 503; }));
   EXPECT_NE(http_get(port, "/readyz").body.find("\"state\":\"draining\""),
             std::string::npos);
   EXPECT_EQ(http_get(port, "/healthz").status, 200);
-  release.open();
+  held.release.open();
   ASSERT_EQ(stopped.wait_for(20s), std::future_status::ready);
   EXPECT_TRUE(has_status(e.conn, d, id, "COMPLETED"));
   // Stopped: the endpoint is gone with the worker.
@@ -115,25 +111,20 @@ TEST(WorkerHttp, HealthzAnswers503WhileADomainIsCritical) {
   auto d = test::unique_name("wht");
   for (int i = 0; i < 3; ++i)
     e.bus.send(make_req(d, "Stuck"));
-  gate release;
-  std::atomic<int> entered{0};
+  holding_handler held;
   handler_registry reg;
-  reg.add(d, "Stuck", [&](const command&, handler_context&) -> json {
-    ++entered;
-    release.wait(60s);
-    return json::null();
-  });
+  reg.add(d, "Stuck", held.fn());
   auto cfg = http_cfg({d}, 3);
   cfg.visibility_timeout = 2s;
   cfg.statement_timeout = 1s;
   worker w{cfg, std::move(reg)};
   finally stop{[&] {
-    release.open();
+    held.release.open();
     stop_worker(w);
   }};
   w.start();
   auto port = w.http_port();
-  ASSERT_TRUE(eventually([&] { return entered.load() == 3; }));
+  ASSERT_TRUE(eventually([&] { return held.entered.load() == 3; }));
   ASSERT_TRUE(
     eventually([&] { return http_get(port, "/healthz").status == 503; }, 30s));
   auto body = http_get(port, "/healthz").body;
@@ -143,7 +134,7 @@ TEST(WorkerHttp, HealthzAnswers503WhileADomainIsCritical) {
     << body;
   auto m = scrape(port);
   EXPECT_EQ(m.value("cmdbus_health", {{"domain", d}}), 2);
-  release.open();
+  held.release.open();
   EXPECT_TRUE(
     eventually([&] { return http_get(port, "/healthz").status == 200; }, 30s));
 }
@@ -190,16 +181,19 @@ TEST(WorkerHttp, MetricsMatchTheDatabaseAfterAMixedLoad) {
     double finished = 0;
     for (auto& [type, n] : sent)
       for (auto* o : {"completed", "failed", "moved_to_tsq"})
-        finished += m.value("cmdbus_commands_total",
-                            {{"domain", d}, {"command_type", type}, {"outcome", o}});
+        finished += m.value("cmdbus_commands_total", {{"domain", d},
+                                                      {"command_type", type},
+                                                      {"outcome", o}});
     return finished == static_cast<double>(total);
-  })) << m.text;
+  }))
+    << m.text;
   int64_t deliveries = 0;
   for (auto& [type, n] : sent) {
     SCOPED_TRACE(type);
     auto of = [&](const char* outcome) {
-      return m.value("cmdbus_commands_total",
-                     {{"domain", d}, {"command_type", type}, {"outcome", outcome}});
+      return m.value("cmdbus_commands_total", {{"domain", d},
+                                               {"command_type", type},
+                                               {"outcome", outcome}});
     };
     EXPECT_EQ(of("completed"), count_where(e.conn, d, type, "COMPLETED"));
     EXPECT_EQ(of("failed"), count_where(e.conn, d, type, "FAILED"));
@@ -231,9 +225,8 @@ TEST(WorkerHttp, MetricsMatchTheDatabaseAfterAMixedLoad) {
   EXPECT_EQ(m.value("cmdbus_queue_figures_up", {}), 1);
   EXPECT_EQ(m.value("cmdbus_build_info", {{"version", version()}}), 1);
   for (auto* actor : {"poller", "completion", "retry_scheduler"})
-    EXPECT_EQ(m.value("cmdbus_db_errors_total",
-                      {{"domain", d}, {"actor", actor}}),
-              0);
+    EXPECT_EQ(
+      m.value("cmdbus_db_errors_total", {{"domain", d}, {"actor", actor}}), 0);
 }
 
 TEST(WorkerHttp, QueueFiguresShowWhatWaits) {
@@ -242,22 +235,17 @@ TEST(WorkerHttp, QueueFiguresShowWhatWaits) {
   auto d = test::unique_name("whq");
   for (int i = 0; i < 4; ++i)
     e.bus.send(make_req(d, "Hold"));
-  gate release;
-  std::atomic<int> entered{0};
+  holding_handler held;
   handler_registry reg;
-  reg.add(d, "Hold", [&](const command&, handler_context&) -> json {
-    ++entered;
-    release.wait(30s);
-    return json::null();
-  });
+  reg.add(d, "Hold", held.fn());
   worker w{http_cfg({d}, 1), std::move(reg)};
   finally stop{[&] {
-    release.open();
+    held.release.open();
     stop_worker(w);
   }};
   w.start();
   auto port = w.http_port();
-  ASSERT_TRUE(eventually([&] { return entered.load() == 1; }));
+  ASSERT_TRUE(eventually([&] { return held.entered.load() == 1; }));
   auto queue = d + "__commands";
   metrics m;
   ASSERT_TRUE(eventually([&] {
@@ -266,7 +254,8 @@ TEST(WorkerHttp, QueueFiguresShowWhatWaits) {
            && m.value("cmdbus_queue_oldest_visible_age_seconds",
                       {{"queue", queue}})
                 > 0;
-  })) << m.text;
+  }))
+    << m.text;
   EXPECT_EQ(m.value("cmdbus_queue_depth", {{"queue", queue}}), 4);
   EXPECT_EQ(m.value("cmdbus_in_flight", {{"domain", d}}), 1);
   EXPECT_EQ(m.value("cmdbus_handler_slots", {{"domain", d}}), 1);

@@ -5,6 +5,7 @@
 // the bus (bus_env.hpp), the state checks (sql_checks.hpp), gates
 // (gate.hpp), scope guards (finally.hpp) and deadlines (eventually.hpp).
 
+#include <atomic>
 #include <chrono>
 
 #include "actors/handler_registry.hpp"
@@ -28,6 +29,23 @@ config::worker_config make_cfg(const strings& domains, int concurrency = 4);
 
 /// A handler that does nothing and succeeds with a null result.
 json null_result(const command&, handler_context&);
+
+/// A handler that holds each command until `release` opens (at most
+/// `max`), counting the commands that entered it: for tests that keep slots
+/// busy. It must outlive the worker that runs fn().
+struct holding_handler {
+  gate release;
+  std::atomic<int> entered{0};
+  std::chrono::milliseconds max = 60s;
+
+  handler_fn fn() {
+    return [this](const command&, handler_context&) -> json {
+      ++entered;
+      release.wait(max);
+      return json::null();
+    };
+  }
+};
 
 /// Stops `w` (if running) within `timeout`.
 void stop_worker(worker& w, std::chrono::milliseconds timeout = 10s);
