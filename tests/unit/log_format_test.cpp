@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <sstream>
+#include <vector>
 #include <string>
 
 #include <rapidjson/document.h>
@@ -94,31 +95,43 @@ TEST(LogFormat, ParseFormatNamesTheChoices) {
   }
 }
 
-TEST(LogFormat, LoggerWritesJsonWithTheOrigin) {
+// Runs `log_some` with the "cmdbus" logger writing JSON lines into a
+// string (its sinks, level and format restored afterwards) and returns the
+// lines written.
+template <class F>
+std::vector<std::string> json_lines_of(F log_some) {
   std::ostringstream out;
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
   auto logger = log::logger();
   auto sinks = logger->sinks();
+  auto level = logger->level();
   logger->sinks() = {sink};
   log::set_format(log::format::json);
-  auto level = logger->level();
   logger->set_level(spdlog::level::info);
-  log::log_from({"poller/orders", "orders"}, spdlog::level::info, "got {}",
-                "it");
-  log::info("after");
+  log_some();
   log::set_format(log::format::text);
   logger->set_level(level);
   logger->sinks() = sinks;
-  std::istringstream lines{out.str()};
-  std::string first, second;
-  std::getline(lines, first);
-  std::getline(lines, second);
-  auto a = parse(first);
+  std::vector<std::string> lines;
+  std::istringstream in{out.str()};
+  for (std::string line; std::getline(in, line);)
+    lines.push_back(line);
+  return lines;
+}
+
+TEST(LogFormat, LoggerWritesJsonWithTheOrigin) {
+  auto lines = json_lines_of([] {
+    log::log_from({"poller/orders", "orders"}, spdlog::level::info, "got {}",
+                  "it");
+    log::info("after");
+  });
+  ASSERT_EQ(lines.size(), 2u);
+  auto a = parse(lines[0]);
   EXPECT_EQ(field(a, "actor"), "poller/orders");
   EXPECT_EQ(field(a, "domain"), "orders");
   EXPECT_EQ(field(a, "message"), "got it");
   EXPECT_EQ(field(a, "level"), "info");
-  auto b = parse(second);
+  auto b = parse(lines[1]);
   EXPECT_FALSE(b.HasMember("actor"));
   EXPECT_EQ(field(b, "message"), "after");
 }
@@ -130,30 +143,18 @@ TEST(LogFormat, AnActorsInstanceNameGivesItsFields) {
   o = log::origin_of("batch-counter");
   EXPECT_EQ(o.actor, "batch-counter");
   EXPECT_EQ(o.domain, "");
-  std::ostringstream out;
-  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
-  auto logger = log::logger();
-  auto sinks = logger->sinks();
-  logger->sinks() = {sink};
-  log::set_format(log::format::json);
-  auto level = logger->level();
-  logger->set_level(spdlog::level::info);
-  log::from("completion/orders").warn("{} cannot use the database", "x");
-  log::from(log::origin{"health", "orders"}).error("domain {} is CRITICAL",
-                                                   "orders");
-  log::set_format(log::format::text);
-  logger->set_level(level);
-  logger->sinks() = sinks;
-  std::istringstream lines{out.str()};
-  std::string first, second;
-  std::getline(lines, first);
-  std::getline(lines, second);
-  auto a = parse(first);
+  auto lines = json_lines_of([] {
+    log::from("completion/orders").warn("{} cannot use the database", "x");
+    log::from(log::origin{"health", "orders"})
+      .error("domain {} is CRITICAL", "orders");
+  });
+  ASSERT_EQ(lines.size(), 2u);
+  auto a = parse(lines[0]);
   EXPECT_EQ(field(a, "actor"), "completion");
   EXPECT_EQ(field(a, "domain"), "orders");
   EXPECT_EQ(field(a, "level"), "warning");
   EXPECT_EQ(field(a, "message"), "x cannot use the database");
-  auto b = parse(second);
+  auto b = parse(lines[1]);
   EXPECT_EQ(field(b, "actor"), "health");
   EXPECT_EQ(field(b, "level"), "error");
 }
