@@ -313,3 +313,73 @@ TEST(ProcessRuntime, ProcessesFinishWhenTheirConnectionsAreCut) {
                  .int64(0, 0);
   EXPECT_EQ(twice, 0);
 }
+
+namespace {
+
+enum class ping_step { ping };
+
+// A second process type: one step, no compensation.
+std::shared_ptr<const workflow> ping_workflow() {
+  workflow_spec<int, ping_step> spec;
+  spec.process_type = "Ping";
+  spec.steps = {{ping_step::ping, "Ping"}};
+  spec.to_json = [](const int& n) {
+    return json::parse("{\"pongs\":" + std::to_string(n) + "}");
+  };
+  spec.from_json = [](const json& x) { return parse_doc(x)["pongs"].GetInt(); };
+  spec.initial_state = [](const json&) { return 0; };
+  spec.first_step = [](const int&) { return ping_step::ping; };
+  spec.command_for = [](ping_step, const int&) {
+    return step_command{"ReleaseStock", json::object()};
+  };
+  spec.update_state = [](int& n, ping_step, const reply&) { ++n; };
+  spec.next_step = [](ping_step, const reply&,
+                      const int&) -> std::optional<ping_step> {
+    return std::nullopt;
+  };
+  return std::make_shared<workflow_definition<int, ping_step>>(std::move(spec));
+}
+
+} // namespace
+
+TEST(ProcessRuntime, SeveralTypesInSeveralDomainsRunSideBySide) {
+  bus_env e;
+  auto a = unique_name("pra");
+  auto b = unique_name("prb");
+  auto order = std::shared_ptr<const workflow>(std::shared_ptr<void>{},
+                                               &order_workflow());
+  auto ping = ping_workflow();
+  auto registry = std::make_shared<process_registry>();
+  handler_registry reg;
+  for (auto& d : {a, b}) {
+    e.bus.ensure_queue(db::command_queue(d));
+    registry->add(d, order);
+    for (auto* t : {"ReserveStock", "DebitAccount", "SendNotification",
+                    "ReleaseStock", "RefundAccount"})
+      reg.add(d, t, null_result);
+  }
+  registry->add(a, ping);
+  process_registry copy = *registry;
+  worker w{make_cfg({a, b}), std::move(reg), std::move(copy)};
+  finally stop{[&] { stop_worker(w); }};
+  process_manager pm{e.pool, registry};
+  std::vector<std::pair<std::string, uuid>> started;
+  for (int i = 0; i < 10; ++i) {
+    started.emplace_back(a, pm.start(a, "OrderFulfilment",
+                                     order_input("a-" + std::to_string(i))));
+    started.emplace_back(b, pm.start(b, "OrderFulfilment",
+                                     order_input("b-" + std::to_string(i))));
+    started.emplace_back(a, pm.start(a, "Ping", json::object()));
+  }
+  EXPECT_THROW(pm.start(b, "Ping", json::object()), unknown_process_type_error);
+  w.start();
+  for (auto& [d, id] : started)
+    EXPECT_TRUE(eventually([&, d = d, id = id] {
+      auto p = pm.get(d, id);
+      return p && p->status == process_status::completed;
+    }))
+      << d << " " << id.to_string();
+  auto p = *pm.get(a, started[2].second);
+  EXPECT_EQ(p.process_type, "Ping");
+  EXPECT_EQ(p.state, json::parse(R"({"pongs":1})"));
+}
