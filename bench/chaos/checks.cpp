@@ -70,6 +70,11 @@ std::vector<std::string> scenario_report::failures() const {
   add(batch_status_wrong, "batches with a status that does not follow from "
                           "their commands");
   add(callbacks_missing, "final batches whose callback was not delivered");
+  add(processes_unstarted, "processes could not be started");
+  add(processes_missing, "processes missing");
+  add(processes_twice, "processes started twice");
+  add(processes_not_final, "processes never reached a final status");
+  add(processes_wrong, "processes in the wrong status or with wrong steps");
   if (health_must_degrade && !health_degraded)
     f.push_back("no worker's /healthz said DEGRADED or CRITICAL during the "
                 "faults");

@@ -84,6 +84,20 @@ struct scenario_report {
   /// Attempts spent on commands that are not final.
   int64_t attempts_not_final = 0;
 
+  // -- processes (DemoOrder, bench/chaos/processes.hpp)
+  std::string process_domain;
+  int64_t processes_planned = 0;
+  int64_t processes_started = 0;
+  /// Starts given up (the database refused them until the deadline).
+  int64_t processes_unstarted = 0;
+  int64_t processes_found = 0;
+  int64_t processes_missing = 0;
+  /// Started twice (two rows for one order).
+  int64_t processes_twice = 0;
+  int64_t processes_not_final = 0;
+  /// Final, but not in their status or not with exactly their steps.
+  int64_t processes_wrong = 0;
+
   // -- the workers' health (/healthz)
   /// Whether the scenario's faults must make the workers say so (a
   /// PostgreSQL restart does), and whether one did while they lasted.

@@ -71,9 +71,9 @@ std::string quoted(const std::string& v) {
 // -- workers
 // -------------------------------------------------------------------
 
-worker_fleet::worker_fleet(const tools& t, std::string domain, std::string dsn,
-                           std::string log_dir, int count)
-  : tools_(t), domain_(std::move(domain)), dsn_(std::move(dsn)) {
+worker_fleet::worker_fleet(const tools& t, std::vector<std::string> domains,
+                           std::string dsn, std::string log_dir, int count)
+  : tools_(t), domains_(std::move(domains)), dsn_(std::move(dsn)) {
   for (int i = 0; i < count; ++i) {
     logs_.push_back(log_dir + "/worker-" + std::to_string(i + 1) + ".log");
     ports_.push_back(free_port());
@@ -85,8 +85,6 @@ void worker_fleet::start(size_t i) {
   process_spec spec;
   spec.argv = {tools_.cmdbus,
                "worker",
-               "--domain",
-               domain_,
                "--concurrency",
                "16",
                "--visibility-timeout",
@@ -99,6 +97,10 @@ void worker_fleet::start(size_t i) {
                "5s",
                "--http",
                "127.0.0.1:" + std::to_string(ports_[i])};
+  for (auto& d : domains_) {
+    spec.argv.push_back("--domain");
+    spec.argv.push_back(d);
+  }
   // In the environment, not on the command line: the DSN holds a password.
   spec.env = {"CMDBUS_DSN=" + dsn_};
   spec.log_path = logs_[i];

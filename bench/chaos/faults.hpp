@@ -24,8 +24,9 @@ struct tools {
 /// `cmdbus worker` processes of one domain, each logging to its own file.
 class worker_fleet {
 public:
-  worker_fleet(const tools& t, std::string domain, std::string dsn,
-               std::string log_dir, int count);
+  /// `domains`: served by every worker.
+  worker_fleet(const tools& t, std::vector<std::string> domains,
+               std::string dsn, std::string log_dir, int count);
 
   /// Starts every worker.
   void start_all();
@@ -55,7 +56,7 @@ private:
   void start(size_t i);
 
   tools tools_;
-  std::string domain_;
+  std::vector<std::string> domains_;
   std::string dsn_;
   std::vector<std::string> logs_;
   std::vector<int> ports_;

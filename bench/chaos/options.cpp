@@ -60,6 +60,8 @@ options parse_options(int argc, char** argv) {
   std::map<std::string, std::function<void(const std::string&)>> valued{
     {"--scenario", [&](auto& v) { scenario = v; }},
     {"--commands", [&](auto& v) { o.commands = as_int("--commands", v, 1); }},
+    {"--processes",
+     [&](auto& v) { o.processes = as_int("--processes", v, 0); }},
     {"--seconds", [&](auto& v) { o.seconds = as_int("--seconds", v, 5); }},
     {"--workers", [&](auto& v) { o.workers = as_int("--workers", v, 1); }},
     {"--restarts", [&](auto& v) { o.restarts = as_int("--restarts", v, 1); }},
@@ -173,6 +175,9 @@ Scenarios (--scenario, default all = each in turn):
 Options:
   --scenario NAME        restart|kill|proxy|stall|all (all)
   --commands N           commands per scenario (3000)
+  --processes N          DemoOrder processes per scenario, in a domain of
+                         their own that the workers serve too, started over
+                         the sending time (60; 0: none)
   --seconds S            sending time per scenario; faults hit between 20 %
                          and 80 % of it (max(20, commands / 250): 250
                          commands/s, which three workers keep up with)

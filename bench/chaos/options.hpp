@@ -14,6 +14,8 @@ struct options {
   /// restart, kill, proxy, stall, in this order for `all`.
   std::vector<std::string> scenarios;
   int commands = 3000;
+  /// DemoOrder processes per scenario, in a domain of their own (0: none).
+  int processes = 60;
   /// Sending time per scenario; 0 = max(20, commands / 250).
   int seconds = 0;
   int workers = 3;

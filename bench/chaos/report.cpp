@@ -53,6 +53,16 @@ void print_table(std::FILE* out, const scenario_report& r) {
   row(out, "batches missing", r.batches_missing);
   row(out, "batch callbacks not delivered", r.callbacks_missing,
       num(r.callbacks_repeated) + " delivered more than once");
+  if (r.processes_planned > 0) {
+    row(out, "processes not started", r.processes_unstarted,
+        num(r.processes_started) + " of " + num(r.processes_planned)
+          + " DemoOrder processes started in " + r.process_domain);
+    row(out, "processes missing", r.processes_missing);
+    row(out, "processes started twice", r.processes_twice);
+    row(out, "processes not final", r.processes_not_final);
+    row(out, "processes wrong", r.processes_wrong,
+        "status or steps not those of their path");
+  }
   row(out, "attempts beyond expected", r.attempts - r.expected_runs,
       "informational: " + num(r.attempts)
         + " attempts of the final "
@@ -176,6 +186,13 @@ std::string to_json(const std::vector<scenario_report>& reports) {
     field("attempts", r.attempts);
     field("expected_runs", r.expected_runs);
     field("attempts_not_final", r.attempts_not_final);
+    field("processes_planned", r.processes_planned);
+    field("processes_started", r.processes_started);
+    field("processes_unstarted", r.processes_unstarted);
+    field("processes_missing", r.processes_missing);
+    field("processes_twice", r.processes_twice);
+    field("processes_not_final", r.processes_not_final);
+    field("processes_wrong", r.processes_wrong);
     w.Key("statuses");
     w.StartObject();
     for (auto& [s, n] : r.statuses)

@@ -11,10 +11,12 @@
 #include "bench/chaos/health_watch.hpp"
 #include "bench/chaos/load.hpp"
 #include "bench/chaos/monitor.hpp"
+#include "bench/chaos/processes.hpp"
 #include "bench/chaos/sender.hpp"
 #include "db/command_bus.hpp"
 #include "db/pool.hpp"
 #include "db/queue_name.hpp"
+#include "process/registry.hpp"
 
 namespace cmdbus::chaos {
 
@@ -109,16 +111,22 @@ std::vector<fault_record> inject(const std::string& name, targets& x,
   return faults;
 }
 
-// Polls until every command is final and every final batch's callback is
-// delivered, or the deadline passes; returns whether it settled.
+// Polls until every command is final, every final batch's callback is
+// delivered and every process of `process_domain` (if any) is final, or the
+// deadline passes; returns whether it settled.
 bool wait_until_settled(const std::string& dsn, const std::string& domain,
+                        const std::string& process_domain,
                         clock::time_point deadline) {
   std::optional<db::connection> conn;
   for (;;) {
     try {
       if (!conn)
         conn.emplace(open_checked(dsn));
-      if (unsettled(*conn, domain) == 0)
+      auto left = unsettled(*conn, domain);
+      if (!process_domain.empty())
+        left += unsettled(*conn, process_domain)
+                + unsettled_processes(*conn, process_domain);
+      if (left == 0)
         return true;
     } catch (const db::error&) {
       conn.reset();
@@ -188,7 +196,20 @@ scenario_report run_scenario(const std::string& name, const options& o,
     r.logs.push_back(dir + "/socat.log");
     worker_dsn = redirect_dsn(o.dsn, port);
   }
-  worker_fleet fleet{t, r.domain, worker_dsn, dir, o.workers};
+  // The processes live in a domain of their own, served by the same
+  // workers.
+  process_plan pplan;
+  std::vector<std::string> domains{r.domain};
+  if (o.processes > 0) {
+    pplan = {r.domain + "_p", o.processes, r.domain};
+    r.process_domain = pplan.domain;
+    domains.push_back(pplan.domain);
+    load_plan queues;
+    queues.domain = pplan.domain;
+    queues.reply_queue = process_reply_queue(pplan.domain);
+    create_queues(o.dsn, queues);
+  }
+  worker_fleet fleet{t, domains, worker_dsn, dir, o.workers};
   for (auto& l : fleet.log_paths())
     r.logs.push_back(l);
   if (name == "restart")
@@ -201,8 +222,12 @@ scenario_report run_scenario(const std::string& name, const options& o,
   // The sender is a client like the workers: through the proxy too.
   sender snd{plan, worker_dsn, std::chrono::seconds{o.load_seconds()},
              std::chrono::seconds{o.give_up_seconds}};
+  process_starter starter{pplan, worker_dsn,
+                          std::chrono::seconds{o.load_seconds()},
+                          std::chrono::seconds{o.give_up_seconds}};
   auto load_start = clock::now();
   snd.start();
+  starter.start();
 
   targets x{o, t, fleet, proxy.get(), dir};
   r.faults = inject(name, x, load_start);
@@ -213,11 +238,15 @@ scenario_report run_scenario(const std::string& name, const options& o,
   while (!snd.done_or_hung(hung_after))
     pause_for(50ms);
   snd.finish_within(0ms);
+  starter.finish();
+  r.processes_started = starter.started();
+  r.processes_unstarted = starter.given_up();
   r.sending = snd.stats();
   auto sent_end = clock::now();
   r.send_seconds = since(load_start);
-  r.settled = wait_until_settled(
-    o.dsn, r.domain, sent_end + std::chrono::seconds{o.settle_seconds});
+  r.settled = wait_until_settled(o.dsn, r.domain, r.process_domain,
+                                 sent_end
+                                   + std::chrono::seconds{o.settle_seconds});
   r.settle_seconds = since(sent_end);
   watch_health(r, health, name);
   // The shutdown timeout given to the workers is 5 s; 15 s is ample.
@@ -228,6 +257,8 @@ scenario_report run_scenario(const std::string& name, const options& o,
 
   auto conn = open_checked(o.dsn);
   check_outcome(conn, *plan, r);
+  if (o.processes > 0)
+    check_processes(conn, pplan, r);
   r.seconds = since(r.started);
   return r;
 }
