@@ -194,6 +194,16 @@ std::string render_metrics(const status_snapshot& s) {
         f.sample({{"domain", d.health.domain}},
                  static_cast<double>(d.queue->tsq));
   }
+  if (s.has_processes) {
+    family_writer f{out, "cmdbus_processes", "gauge",
+                    "Processes not yet final, by type and status (read with "
+                    "the queue figures)."};
+    for (auto& p : s.processes)
+      f.sample({{"domain", p.domain},
+                {"process_type", p.process_type},
+                {"status", p.status}},
+               static_cast<double>(p.count));
+  }
   {
     family_writer f{out, "cmdbus_queue_figures_up", "gauge",
                     "1 when the last read of the queue figures succeeded."};

@@ -71,8 +71,10 @@ public:
   static constexpr auto min_interval = std::chrono::seconds{1};
   static constexpr auto retry_after = std::chrono::seconds{5};
 
-  queue_reader(std::string dsn, std::vector<std::string> domains)
-    : dsn_(std::move(dsn)), domains_(std::move(domains)) {
+  queue_reader(std::string dsn, std::vector<std::string> domains,
+               std::vector<std::string> process_domains)
+    : dsn_(std::move(dsn)), domains_(std::move(domains)),
+      process_domains_(std::move(process_domains)) {
     // nop
   }
 
@@ -85,10 +87,12 @@ public:
       read(now);
     s.queue_error = error_;
     s.queue_age_seconds = read_once_ ? seconds_between(last_read_, now) : 0;
+    s.has_processes = !process_domains_.empty();
     if (!error_.empty())
       return;
     for (size_t i = 0; i < s.domains.size() && i < figures_.size(); ++i)
       s.domains[i].queue = figures_[i];
+    s.processes = processes_;
   }
 
 private:
@@ -106,6 +110,7 @@ private:
           db::connection::open(dsn_, opts));
       }
       figures_ = db::collect_queue_figures(*conn_, domains_);
+      processes_ = db::collect_process_figures(*conn_, process_domains_);
       last_read_ = now;
       if (!error_.empty())
         log::from("http").info("metrics: the queue figures can be read again");
@@ -124,9 +129,11 @@ private:
 
   std::string dsn_;
   std::vector<std::string> domains_;
+  std::vector<std::string> process_domains_;
   std::mutex mtx_;
   std::unique_ptr<db::connection> conn_;
   std::vector<db::queue_figures> figures_;
+  std::vector<db::process_figures> processes_;
   std::string error_;
   bool read_once_ = false;
   clock::time_point last_attempt_;
@@ -157,7 +164,7 @@ struct http_endpoint::impl {
 
   explicit impl(status_source src)
     : source(std::move(src)), throughput(source.metrics),
-      queues(source.dsn, domains_of(source.metrics)) {
+      queues(source.dsn, domains_of(source.metrics), source.process_domains) {
     // nop
   }
 

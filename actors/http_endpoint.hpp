@@ -31,6 +31,9 @@ struct status_source {
   std::vector<std::shared_ptr<const domain_metrics>> metrics;
   /// Where the queue figures are read.
   std::string dsn;
+  /// The domains whose processes the worker drives (their live processes
+  /// are read with the queue figures).
+  std::vector<std::string> process_domains;
 };
 
 class http_endpoint {

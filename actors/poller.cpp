@@ -1,6 +1,5 @@
 #include "actors/poller.hpp"
 
-
 #include <caf/all.hpp>
 
 #include "actors/fault.hpp"

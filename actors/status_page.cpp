@@ -133,6 +133,21 @@ void outcomes_table(std::string& out, const status_snapshot& s) {
   out += "</table>\n";
 }
 
+// The live processes by domain, type and status.
+void processes_table(std::string& out, const status_snapshot& s) {
+  out += "<h2>Processes in progress</h2>\n<table id=\"processes\"><tr><th>"
+         "Domain</th><th>Process type</th><th>Status</th><th>Processes</th>"
+         "</tr>\n";
+  if (s.processes.empty())
+    out += "<tr><td colspan=\"4\">none</td></tr>\n";
+  for (auto& p : s.processes)
+    out += "<tr><td>" + html_escape(p.domain) + "</td><td>"
+           + html_escape(p.process_type) + "</td><td>" + html_escape(p.status)
+           + "</td><td class=\"num\">" + std::to_string(p.count)
+           + "</td></tr>\n";
+  out += "</table>\n";
+}
+
 template <class Build>
 std::string json_text(Build build) {
   rapidjson::StringBuffer buf;
@@ -168,6 +183,8 @@ std::string render_status_page(const status_snapshot& s) {
     domain_row(out, d);
   out += "</table>\n";
   outcomes_table(out, s);
+  if (s.has_processes)
+    processes_table(out, s);
   out += "<div class=\"meta\">Machine-readable: <a href=\"/metrics\">/metrics"
          "</a> &middot; <a href=\"/healthz\">/healthz</a> &middot; "
          "<a href=\"/readyz\">/readyz</a></div>\n</body></html>\n";

@@ -59,6 +59,11 @@ struct status_snapshot {
   std::string readiness;
   double uptime_seconds = 0;
   std::vector<domain_status> domains;
+  /// Whether the worker drives processes (then `processes` was read with
+  /// the queue figures).
+  bool has_processes = false;
+  /// Its processes not yet final, by (domain, type, status).
+  std::vector<db::process_figures> processes;
   /// Why the queue figures are missing (empty when they were read).
   std::string queue_error;
   /// Seconds since the queue figures were read.

@@ -153,6 +153,7 @@ struct worker::impl {
   status_source status_source_of() {
     status_source src;
     src.dsn = cfg.dsn;
+    src.process_domains = processes->domains();
     for (auto& m : metrics)
       src.metrics.push_back(m);
     src.snapshot = [this] { return snapshot(); };

@@ -254,6 +254,24 @@ collect_queue_figures(connection& conn,
   return out;
 }
 
+std::vector<process_figures>
+collect_process_figures(connection& conn,
+                        const std::vector<std::string>& domains) {
+  std::vector<process_figures> out;
+  if (domains.empty())
+    return out;
+  auto r = conn.query(
+    "SELECT domain, process_type, status, count(*) FROM commandbus.process "
+    "WHERE domain = ANY($1::text[]) AND status = ANY('{PENDING,IN_PROGRESS,"
+    "WAITING,WAITING_FOR_TSQ,COMPENSATING}'::text[]) GROUP BY 1, 2, 3 "
+    "ORDER BY 1, 2, 3",
+    array_literal(domains));
+  for (int i = 0; i < r.rows(); ++i)
+    out.push_back({std::string{r.text(i, 0)}, std::string{r.text(i, 1)},
+                   std::string{r.text(i, 2)}, r.int64(i, 3)});
+  return out;
+}
+
 std::vector<domain_stats> collect_stats(connection& conn) {
   return collect_stats(conn, stats_domains(conn));
 }

@@ -88,6 +88,23 @@ std::vector<queue_figures>
 collect_queue_figures(connection& conn,
                       const std::vector<std::string>& domains);
 
+/// How many processes of a (domain, process type) are in a status that is
+/// not final (PENDING, IN_PROGRESS, WAITING, WAITING_FOR_TSQ,
+/// COMPENSATING).
+struct process_figures {
+  std::string domain;
+  std::string process_type;
+  std::string status;
+  int64_t count = 0;
+};
+
+/// Returns the live processes of `domains` by (domain, type, status),
+/// sorted, with one statement over the (domain, status) index: the cost
+/// follows the processes in flight, never the finished ones.
+std::vector<process_figures>
+collect_process_figures(connection& conn,
+                        const std::vector<std::string>& domains);
+
 /// Returns the domains that have commands or a `{domain}__commands` queue,
 /// sorted.
 std::vector<std::string> stats_domains(connection& conn);

@@ -18,6 +18,7 @@
 #include "db/troubleshooting.hpp"
 #include "model/errors.hpp"
 #include "process/manager.hpp"
+#include "tests/support/http_env.hpp"
 #include "tests/support/worker_env.hpp"
 #include "tests/unit/process_workflow_fixture.hpp"
 
@@ -60,7 +61,7 @@ struct process_fixture {
   std::unique_ptr<worker> w;
   process_manager pm;
 
-  explicit process_fixture(int concurrency = 4)
+  explicit process_fixture(int concurrency = 4, bool http = false)
     : pm(e.pool, make_registry(registry, d)) {
     e.bus.ensure_queue(db::command_queue(d));
     handler_registry reg;
@@ -95,8 +96,10 @@ struct process_fixture {
     process_registry procs;
     procs.add(d, std::shared_ptr<const workflow>(std::shared_ptr<void>{},
                                                  &order_workflow()));
-    w = std::make_unique<worker>(make_cfg({d}, concurrency), std::move(reg),
-                                 std::move(procs));
+    auto cfg = make_cfg({d}, concurrency);
+    if (http)
+      cfg.http = "127.0.0.1:0";
+    w = std::make_unique<worker>(cfg, std::move(reg), std::move(procs));
   }
 
   static std::shared_ptr<const process_registry>
@@ -382,4 +385,35 @@ TEST(ProcessRuntime, SeveralTypesInSeveralDomainsRunSideBySide) {
   auto p = *pm.get(a, started[2].second);
   EXPECT_EQ(p.process_type, "Ping");
   EXPECT_EQ(p.state, json::parse(R"({"pongs":1})"));
+}
+
+TEST(ProcessRuntime, MetricsCountTheProcessesInProgress) {
+  // One process waits for an operator, one is done: /metrics (parsed by the
+  // exposition-format parser) counts the one in progress by its status.
+  process_fixture f{4, true};
+  f.w->start();
+  auto waiting = f.pm.start(f.d, "OrderFulfilment",
+                            order_input("o-m1", debit_breaks));
+  auto done = f.pm.start(f.d, "OrderFulfilment", order_input("o-m2", 5));
+  ASSERT_TRUE(f.reaches(waiting, process_status::waiting_for_tsq));
+  ASSERT_TRUE(f.reaches(done, process_status::completed));
+  auto port = f.w->http_port();
+  metrics m;
+  ASSERT_TRUE(eventually([&] {
+    m = scrape(port);
+    return m.value("cmdbus_processes", {{"domain", f.d},
+                                        {"process_type", "OrderFulfilment"},
+                                        {"status", "WAITING_FOR_TSQ"}})
+           == 1;
+  }))
+    << m.text;
+  // Finished processes are not counted.
+  EXPECT_EQ(m.value("cmdbus_processes", {{"domain", f.d},
+                                         {"process_type", "OrderFulfilment"},
+                                         {"status", "COMPLETED"}}),
+            -1);
+  auto page = http_get(port, "/");
+  EXPECT_NE(page.body.find("<td>OrderFulfilment</td><td>WAITING_FOR_TSQ</td>"),
+            std::string::npos)
+    << page.body;
 }

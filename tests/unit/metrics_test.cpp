@@ -18,15 +18,15 @@ using namespace std::chrono_literals;
 
 TEST(Metrics, HistogramBucketsAreCumulativeUpperBounds) {
   duration_histogram h;
-  h.observe(500us);  // le 0.001
-  h.observe(1ms);    // le 0.001 (bounds are inclusive)
-  h.observe(3ms);    // le 0.005
-  h.observe(90s);    // +Inf
+  h.observe(500us); // le 0.001
+  h.observe(1ms);   // le 0.001 (bounds are inclusive)
+  h.observe(3ms);   // le 0.005
+  h.observe(90s);   // +Inf
   auto s = h.read();
   EXPECT_EQ(s.count, 4);
-  EXPECT_EQ(s.cumulative[0], 2);  // 0.001
-  EXPECT_EQ(s.cumulative[1], 2);  // 0.0025
-  EXPECT_EQ(s.cumulative[2], 3);  // 0.005
+  EXPECT_EQ(s.cumulative[0], 2);                           // 0.001
+  EXPECT_EQ(s.cumulative[1], 2);                           // 0.0025
+  EXPECT_EQ(s.cumulative[2], 3);                           // 0.005
   EXPECT_EQ(s.cumulative[duration_buckets.size() - 1], 3); // 60
   EXPECT_EQ(s.cumulative[duration_buckets.size()], 4);     // +Inf
   EXPECT_DOUBLE_EQ(s.sum_seconds, 0.0005 + 0.001 + 0.003 + 90);
@@ -46,8 +46,9 @@ TEST(Metrics, UnregisteredTypesAreBounded) {
   });
   EXPECT_EQ(types, 1 + domain_metrics::max_unregistered_types + 1);
   EXPECT_EQ(other, 10);
-  EXPECT_EQ(m.finished(), 1 + static_cast<int64_t>(
-                                domain_metrics::max_unregistered_types + 10));
+  EXPECT_EQ(
+    m.finished(),
+    1 + static_cast<int64_t>(domain_metrics::max_unregistered_types + 10));
   EXPECT_EQ(&m.of("Known"), &m.of("Known"));
 }
 
@@ -127,7 +128,8 @@ TEST(Metrics, ExpositionHasEveryFamilyWithItsSamples) {
   EXPECT_TRUE(has("cmdbus_queue_oldest_visible_age_seconds{queue=\"payments__"
                   "commands\"} 4.25"));
   EXPECT_TRUE(has("cmdbus_tsq_commands{domain=\"payments\"} 3"));
-  EXPECT_TRUE(has("cmdbus_db_errors_total{domain=\"payments\",actor=\"poller\"} 1"));
+  EXPECT_TRUE(
+    has("cmdbus_db_errors_total{domain=\"payments\",actor=\"poller\"} 1"));
   EXPECT_TRUE(has("cmdbus_db_errors_total{domain=\"payments\",actor=\"retry_"
                   "scheduler\"} 2"));
   EXPECT_TRUE(has("cmdbus_handler_restarts_total{domain=\"payments\"} 0"));
@@ -179,6 +181,26 @@ TEST(StatusPage, ShowsHealthReasonsFiguresAndEscapesText) {
   // Nothing from elsewhere.
   EXPECT_EQ(page.find("src="), std::string::npos);
   EXPECT_EQ(page.find("https://"), std::string::npos);
+}
+
+TEST(Metrics, LiveProcessesByTypeAndStatus) {
+  auto s = sample_snapshot();
+  EXPECT_EQ(render_metrics(s).find("cmdbus_processes"), std::string::npos);
+  s.has_processes = true;
+  s.processes = {{"payments", "Refund", "WAITING", 4},
+                 {"payments", "Refund", "WAITING_FOR_TSQ", 1}};
+  auto text = render_metrics(s);
+  EXPECT_NE(text.find("# TYPE cmdbus_processes gauge\n"), std::string::npos);
+  EXPECT_NE(text.find("cmdbus_processes{domain=\"payments\",process_type="
+                      "\"Refund\",status=\"WAITING_FOR_TSQ\"} 1\n"),
+            std::string::npos);
+  auto page = render_status_page(s);
+  EXPECT_NE(page.find("<td>payments</td><td>Refund</td><td>WAITING</td><td "
+                      "class=\"num\">4</td>"),
+            std::string::npos);
+  s.processes.clear();
+  EXPECT_NE(render_status_page(s).find("<td colspan=\"4\">none</td>"),
+            std::string::npos);
 }
 
 TEST(StatusPage, HealthAndReadinessBodies) {
