@@ -1,9 +1,9 @@
-#include "actors/actor_handler.hpp"
+#include "cmdbus/actors/actor_handler.hpp"
 
 #include <caf/all.hpp>
 
-#include "actors/errors.hpp"
-#include "actors/shutdown.hpp"
+#include "cmdbus/actors/errors.hpp"
+#include "cmdbus/actors/shutdown.hpp"
 
 namespace cmdbus {
 

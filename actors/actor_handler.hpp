@@ -10,8 +10,8 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
-#include "actors/atoms.hpp"
-#include "actors/handler_registry.hpp"
+#include "cmdbus/actors/atoms.hpp"
+#include "cmdbus/actors/handler_registry.hpp"
 
 namespace cmdbus {
 

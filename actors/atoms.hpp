@@ -11,9 +11,9 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 
-#include "db/worker_store.hpp"
-#include "model/outcome.hpp"
-#include "process/runtime_types.hpp"
+#include "cmdbus/db/worker_store.hpp"
+#include "cmdbus/model/outcome.hpp"
+#include "cmdbus/process/runtime_types.hpp"
 
 namespace cmdbus {
 

@@ -1,12 +1,12 @@
 // The process-wide batch counter: delivers batch-completion callbacks from
 // the records the completion writers commit with each completed batch.
 
-#include "actors/batch_counter.hpp"
+#include "cmdbus/actors/batch_counter.hpp"
 
 #include <caf/all.hpp>
 
-#include "db/worker_store.hpp"
-#include "model/log.hpp"
+#include "cmdbus/db/worker_store.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::actors {
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "actors/counters.hpp"
-#include "actors/db_session.hpp"
-#include "actors/interfaces.hpp"
-#include "actors/worker.hpp"
-#include "config/worker_config.hpp"
+#include "cmdbus/actors/counters.hpp"
+#include "cmdbus/actors/db_session.hpp"
+#include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/worker.hpp"
+#include "cmdbus/config/worker_config.hpp"
 
 namespace cmdbus::actors {
 

@@ -1,10 +1,10 @@
-#include "actors/completion.hpp"
+#include "cmdbus/actors/completion.hpp"
 
 #include <algorithm>
 
 #include <caf/all.hpp>
 
-#include "actors/fault.hpp"
+#include "cmdbus/actors/fault.hpp"
 
 namespace cmdbus::actors {
 

@@ -7,10 +7,10 @@
 #include <functional>
 #include <vector>
 
-#include "actors/group_commit.hpp"
-#include "actors/interfaces.hpp"
-#include "actors/spawn.hpp"
-#include "db/worker_store.hpp"
+#include "cmdbus/actors/group_commit.hpp"
+#include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/spawn.hpp"
+#include "cmdbus/db/worker_store.hpp"
 
 namespace cmdbus::actors {
 

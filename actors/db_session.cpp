@@ -1,10 +1,10 @@
-#include "actors/db_session.hpp"
+#include "cmdbus/actors/db_session.hpp"
 
-#include "actors/counters.hpp"
-#include "actors/health.hpp"
-#include "db/error.hpp"
-#include "db/pool.hpp"
-#include "model/log.hpp"
+#include "cmdbus/actors/counters.hpp"
+#include "cmdbus/actors/health.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::actors {
 

@@ -13,7 +13,7 @@
 #include <random>
 #include <string>
 
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 
 namespace cmdbus {
 struct worker_counters;

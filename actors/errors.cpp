@@ -1,10 +1,10 @@
-#include "actors/errors.hpp"
+#include "cmdbus/actors/errors.hpp"
 
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 #include <caf/message.hpp>
 
-#include "model/errors.hpp"
+#include "cmdbus/model/errors.hpp"
 
 namespace cmdbus::actors {
 

@@ -1,4 +1,4 @@
-#include "actors/exposition.hpp"
+#include "cmdbus/actors/exposition.hpp"
 
 #include <cmath>
 #include <cstdio>

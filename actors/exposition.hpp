@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "actors/status_snapshot.hpp"
+#include "cmdbus/actors/status_snapshot.hpp"
 
 namespace cmdbus {
 

@@ -1,4 +1,4 @@
-#include "actors/fault.hpp"
+#include "cmdbus/actors/fault.hpp"
 
 #include <csignal>
 #include <cstdlib>

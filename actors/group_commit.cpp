@@ -1,4 +1,4 @@
-#include "actors/group_commit.hpp"
+#include "cmdbus/actors/group_commit.hpp"
 
 namespace cmdbus::actors {
 

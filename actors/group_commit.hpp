@@ -33,11 +33,11 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
-#include "actors/db_session.hpp"
-#include "actors/interfaces.hpp"
-#include "actors/spawn.hpp"
-#include "db/error.hpp"
-#include "model/log.hpp"
+#include "cmdbus/actors/db_session.hpp"
+#include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/spawn.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::actors {
 

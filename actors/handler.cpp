@@ -1,9 +1,9 @@
-#include "actors/handler.hpp"
+#include "cmdbus/actors/handler.hpp"
 
 #include <caf/all.hpp>
 
-#include "actors/errors.hpp"
-#include "actors/shutdown.hpp"
+#include "cmdbus/actors/errors.hpp"
+#include "cmdbus/actors/shutdown.hpp"
 
 namespace cmdbus::actors {
 

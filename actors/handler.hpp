@@ -3,8 +3,8 @@
 // The handler actor: runs the application's handlers for one domain, one
 // command at a time.
 
-#include "actors/interfaces.hpp"
-#include "actors/spawn.hpp"
+#include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/spawn.hpp"
 
 namespace cmdbus::actors {
 

@@ -1,4 +1,4 @@
-#include "actors/handler_registry.hpp"
+#include "cmdbus/actors/handler_registry.hpp"
 
 #include <cxxabi.h>
 #include <typeinfo>

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "model/errors.hpp"
-#include "model/outcome.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/outcome.hpp"
 
 namespace cmdbus {
 

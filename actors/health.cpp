@@ -1,9 +1,9 @@
-#include "actors/health.hpp"
+#include "cmdbus/actors/health.hpp"
 
 #include <algorithm>
 #include <chrono>
 
-#include "model/log.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus {
 

@@ -1,4 +1,4 @@
-#include "actors/http_endpoint.hpp"
+#include "cmdbus/actors/http_endpoint.hpp"
 
 #include <chrono>
 #include <condition_variable>
@@ -9,10 +9,10 @@
 
 #include <httplib.h>
 
-#include "actors/exposition.hpp"
-#include "actors/status_page.hpp"
-#include "db/connection.hpp"
-#include "model/log.hpp"
+#include "cmdbus/actors/exposition.hpp"
+#include "cmdbus/actors/status_page.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus {
 

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/status_snapshot.hpp"
-#include "config/worker_config.hpp"
+#include "cmdbus/actors/status_snapshot.hpp"
+#include "cmdbus/config/worker_config.hpp"
 
 namespace cmdbus {
 

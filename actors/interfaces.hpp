@@ -25,8 +25,8 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
-#include "actors/atoms.hpp"
-#include "model/types.hpp"
+#include "cmdbus/actors/atoms.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus::actors {
 

@@ -1,4 +1,4 @@
-#include "actors/listener.hpp"
+#include "cmdbus/actors/listener.hpp"
 
 #include <chrono>
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <thread>
 
-#include "actors/db_session.hpp"
+#include "cmdbus/actors/db_session.hpp"
 
 namespace cmdbus::actors {
 

@@ -1,4 +1,4 @@
-#include "actors/metrics.hpp"
+#include "cmdbus/actors/metrics.hpp"
 
 #include <algorithm>
 

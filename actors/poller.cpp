@@ -1,12 +1,12 @@
-#include "actors/poller.hpp"
+#include "cmdbus/actors/poller.hpp"
 
 #include <caf/all.hpp>
 
-#include "actors/fault.hpp"
-#include "actors/listener.hpp"
-#include "db/queue_name.hpp"
-#include "model/backoff.hpp"
-#include "model/log.hpp"
+#include "cmdbus/actors/fault.hpp"
+#include "cmdbus/actors/listener.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/backoff.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::actors {
 

@@ -11,10 +11,10 @@
 #include <random>
 #include <string>
 
-#include "actors/db_session.hpp"
-#include "actors/interfaces.hpp"
-#include "actors/spawn.hpp"
-#include "db/worker_store.hpp"
+#include "cmdbus/actors/db_session.hpp"
+#include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/spawn.hpp"
+#include "cmdbus/db/worker_store.hpp"
 
 namespace cmdbus::actors {
 

@@ -1,11 +1,11 @@
-#include "actors/retry_scheduler.hpp"
+#include "cmdbus/actors/retry_scheduler.hpp"
 
 #include <algorithm>
 
 #include <caf/all.hpp>
 
-#include "actors/errors.hpp"
-#include "actors/fault.hpp"
+#include "cmdbus/actors/errors.hpp"
+#include "cmdbus/actors/fault.hpp"
 
 namespace cmdbus::actors {
 

@@ -1,9 +1,9 @@
-#include "actors/root.hpp"
+#include "cmdbus/actors/root.hpp"
 
 #include <caf/all.hpp>
 
-#include "model/backoff.hpp"
-#include "model/log.hpp"
+#include "cmdbus/model/backoff.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::actors {
 

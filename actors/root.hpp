@@ -8,9 +8,9 @@
 #include <functional>
 #include <vector>
 
-#include "actors/interfaces.hpp"
-#include "actors/spawn.hpp"
-#include "process/process_settings.hpp"
+#include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/spawn.hpp"
+#include "cmdbus/process/process_settings.hpp"
 
 namespace cmdbus::actors {
 

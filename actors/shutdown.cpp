@@ -1,16 +1,16 @@
-#include "actors/shutdown.hpp"
+#include "cmdbus/actors/shutdown.hpp"
 
 #include <atomic>
 #include <thread>
 
 #include <caf/all.hpp>
 
-#include "actors/batch_counter.hpp"
-#include "actors/errors.hpp"
-#include "actors/root.hpp"
-#include "actors/spawn.hpp"
-#include "model/log.hpp"
-#include "process/router.hpp"
+#include "cmdbus/actors/batch_counter.hpp"
+#include "cmdbus/actors/errors.hpp"
+#include "cmdbus/actors/root.hpp"
+#include "cmdbus/actors/spawn.hpp"
+#include "cmdbus/model/log.hpp"
+#include "cmdbus/process/router.hpp"
 
 namespace cmdbus::actors {
 

@@ -54,8 +54,8 @@
 #include <caf/exit_reason.hpp>
 #include <caf/fwd.hpp>
 
-#include "actors/counters.hpp"
-#include "actors/worker.hpp"
+#include "cmdbus/actors/counters.hpp"
+#include "cmdbus/actors/worker.hpp"
 
 namespace cmdbus::actors {
 

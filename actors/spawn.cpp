@@ -1,16 +1,16 @@
-#include "actors/spawn.hpp"
+#include "cmdbus/actors/spawn.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include <caf/all.hpp>
 
-#include "actors/completion.hpp"
-#include "actors/handler.hpp"
-#include "actors/poller.hpp"
-#include "actors/retry_scheduler.hpp"
-#include "actors/supervisor.hpp"
-#include "model/backoff.hpp"
+#include "cmdbus/actors/completion.hpp"
+#include "cmdbus/actors/handler.hpp"
+#include "cmdbus/actors/poller.hpp"
+#include "cmdbus/actors/retry_scheduler.hpp"
+#include "cmdbus/actors/supervisor.hpp"
+#include "cmdbus/model/backoff.hpp"
 
 namespace cmdbus::actors {
 

@@ -12,14 +12,14 @@
 #include <random>
 #include <string>
 
-#include "actors/counters.hpp"
-#include "actors/db_session.hpp"
-#include "actors/handler_registry.hpp"
-#include "actors/health.hpp"
-#include "actors/interfaces.hpp"
-#include "actors/metrics.hpp"
-#include "actors/worker.hpp"
-#include "config/worker_config.hpp"
+#include "cmdbus/actors/counters.hpp"
+#include "cmdbus/actors/db_session.hpp"
+#include "cmdbus/actors/handler_registry.hpp"
+#include "cmdbus/actors/health.hpp"
+#include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/metrics.hpp"
+#include "cmdbus/actors/worker.hpp"
+#include "cmdbus/config/worker_config.hpp"
 
 namespace cmdbus::actors {
 

@@ -1,4 +1,4 @@
-#include "actors/status_page.hpp"
+#include "cmdbus/actors/status_page.hpp"
 
 #include <algorithm>
 #include <cmath>

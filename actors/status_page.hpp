@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "actors/status_snapshot.hpp"
+#include "cmdbus/actors/status_snapshot.hpp"
 
 namespace cmdbus {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/health.hpp"
-#include "actors/metrics.hpp"
-#include "db/stats.hpp"
+#include "cmdbus/actors/health.hpp"
+#include "cmdbus/actors/metrics.hpp"
+#include "cmdbus/db/stats.hpp"
 
 namespace cmdbus {
 

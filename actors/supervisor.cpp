@@ -1,11 +1,11 @@
-#include "actors/supervisor.hpp"
+#include "cmdbus/actors/supervisor.hpp"
 
 #include <caf/all.hpp>
 
-#include "actors/errors.hpp"
-#include "actors/fault.hpp"
-#include "actors/shutdown.hpp"
-#include "model/log.hpp"
+#include "cmdbus/actors/errors.hpp"
+#include "cmdbus/actors/fault.hpp"
+#include "cmdbus/actors/shutdown.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::actors {
 

@@ -17,8 +17,8 @@
 
 #include <caf/typed_response_promise.hpp>
 
-#include "actors/interfaces.hpp"
-#include "actors/spawn.hpp"
+#include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/spawn.hpp"
 
 namespace cmdbus::actors {
 

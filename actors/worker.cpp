@@ -1,19 +1,19 @@
-#include "actors/worker.hpp"
+#include "cmdbus/actors/worker.hpp"
 
 #include <map>
 #include <mutex>
 #include <stdexcept>
 
-#include "actors/batch_counter.hpp"
-#include "actors/counters.hpp"
-#include "actors/http_endpoint.hpp"
-#include "actors/shutdown.hpp"
-#include "actors/spawn.hpp"
-#include "db/connection.hpp"
-#include "db/queue_name.hpp"
-#include "model/log.hpp"
-#include "model/version.hpp"
-#include "process/router.hpp"
+#include "cmdbus/actors/batch_counter.hpp"
+#include "cmdbus/actors/counters.hpp"
+#include "cmdbus/actors/http_endpoint.hpp"
+#include "cmdbus/actors/shutdown.hpp"
+#include "cmdbus/actors/spawn.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/log.hpp"
+#include "cmdbus/model/version.hpp"
+#include "cmdbus/process/router.hpp"
 
 namespace cmdbus {
 

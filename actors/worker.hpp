@@ -11,12 +11,12 @@
 #include <memory>
 #include <string>
 
-#include "actors/handler_registry.hpp"
-#include "actors/health.hpp"
-#include "actors/metrics.hpp"
-#include "config/worker_config.hpp"
-#include "model/types.hpp"
-#include "process/registry.hpp"
+#include "cmdbus/actors/handler_registry.hpp"
+#include "cmdbus/actors/health.hpp"
+#include "cmdbus/actors/metrics.hpp"
+#include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/process/registry.hpp"
 
 namespace cmdbus {
 

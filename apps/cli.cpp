@@ -14,10 +14,10 @@
 
 #include <unistd.h>
 
-#include "db/queue_name.hpp"
-#include "model/errors.hpp"
-#include "model/log.hpp"
-#include "model/text.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/log.hpp"
+#include "cmdbus/model/text.hpp"
 
 namespace cmdbus::cli {
 

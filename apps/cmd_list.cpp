@@ -2,9 +2,9 @@
 
 #include "apps/cli.hpp"
 #include "apps/json_out.hpp"
-#include "db/command_bus.hpp"
-#include "db/pool.hpp"
-#include "db/queue_name.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
 
 namespace cmdbus::cli {
 

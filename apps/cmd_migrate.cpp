@@ -2,10 +2,10 @@
 
 #include "apps/cli.hpp"
 #include "apps/json_out.hpp"
-#include "db/connection.hpp"
-#include "db/migrate.hpp"
-#include "model/log.hpp"
-#include "sql/bundle.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/migrate.hpp"
+#include "cmdbus/model/log.hpp"
+#include "cmdbus/sql/bundle.hpp"
 
 namespace cmdbus::cli {
 

@@ -12,12 +12,12 @@
 #include "apps/cli.hpp"
 #include "apps/demo_workflows.hpp"
 #include "apps/json_out.hpp"
-#include "db/command_bus.hpp"
-#include "db/error.hpp"
-#include "db/pool.hpp"
-#include "db/queue_name.hpp"
-#include "process/manager.hpp"
-#include "process/registry.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/process/manager.hpp"
+#include "cmdbus/process/registry.hpp"
 
 namespace cmdbus::cli {
 

@@ -2,7 +2,7 @@
 
 #include "apps/cli.hpp"
 #include "apps/json_out.hpp"
-#include "db/pool.hpp"
+#include "cmdbus/db/pool.hpp"
 
 namespace cmdbus::cli {
 

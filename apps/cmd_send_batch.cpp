@@ -8,11 +8,11 @@
 
 #include "apps/cli.hpp"
 #include "apps/json_out.hpp"
-#include "db/command_bus.hpp"
-#include "db/pool.hpp"
-#include "db/queue_name.hpp"
-#include "model/errors.hpp"
-#include "model/json.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/json.hpp"
 
 namespace cmdbus::cli {
 

@@ -3,11 +3,11 @@
 
 #include "apps/cli.hpp"
 #include "apps/json_out.hpp"
-#include "db/command_bus.hpp"
-#include "db/pool.hpp"
-#include "db/queue_name.hpp"
-#include "db/rows.hpp"
-#include "model/wire.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/rows.hpp"
+#include "cmdbus/model/wire.hpp"
 
 namespace cmdbus::cli {
 

@@ -6,11 +6,11 @@
 
 #include "apps/cli.hpp"
 #include "apps/json_out.hpp"
-#include "db/error.hpp"
-#include "db/pool.hpp"
-#include "db/queue_name.hpp"
-#include "db/stats.hpp"
-#include "model/log.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/stats.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::cli {
 

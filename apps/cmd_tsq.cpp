@@ -10,9 +10,9 @@
 
 #include "apps/cli.hpp"
 #include "apps/json_out.hpp"
-#include "db/pool.hpp"
-#include "db/queue_name.hpp"
-#include "db/troubleshooting.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/troubleshooting.hpp"
 
 namespace cmdbus::cli {
 

@@ -12,19 +12,19 @@
 
 #include <pthread.h>
 
-#include "actors/worker.hpp"
 #include "apps/cli.hpp"
 #include "apps/demo_handlers.hpp"
 #include "apps/demo_workflows.hpp"
 #include "apps/json_out.hpp"
-#include "config/settings.hpp"
-#include "config/worker_config.hpp"
-#include "db/connection.hpp"
-#include "db/migrate.hpp"
-#include "db/pool.hpp"
-#include "db/queue_name.hpp"
-#include "model/log.hpp"
-#include "sql/bundle.hpp"
+#include "cmdbus/actors/worker.hpp"
+#include "cmdbus/config/settings.hpp"
+#include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/migrate.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/log.hpp"
+#include "cmdbus/sql/bundle.hpp"
 
 namespace cmdbus::cli {
 

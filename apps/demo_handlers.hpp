@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "actors/handler_registry.hpp"
+#include "cmdbus/actors/handler_registry.hpp"
 
 namespace cmdbus::demo {
 

@@ -6,7 +6,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include "model/types.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus::demo {
 

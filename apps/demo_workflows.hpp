@@ -27,8 +27,8 @@
 #include <optional>
 #include <string>
 
-#include "process/registry.hpp"
-#include "process/workflow.hpp"
+#include "cmdbus/process/registry.hpp"
+#include "cmdbus/process/workflow.hpp"
 
 namespace cmdbus::demo {
 

@@ -12,9 +12,9 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include "model/json.hpp"
-#include "model/types.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/model/uuid.hpp"
 
 namespace cmdbus::cli {
 

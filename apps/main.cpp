@@ -8,10 +8,10 @@
 
 #include "apps/cli.hpp"
 #include "apps/json_out.hpp"
-#include "db/error.hpp"
-#include "model/errors.hpp"
-#include "model/log.hpp"
-#include "model/version.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/log.hpp"
+#include "cmdbus/model/version.hpp"
 
 namespace {
 

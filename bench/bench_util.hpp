@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 
 namespace cmdbus::bench {
 

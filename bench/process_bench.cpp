@@ -15,13 +15,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include "actors/worker.hpp"
 #include "bench/bench_util.hpp"
-#include "db/command_bus.hpp"
-#include "db/connection.hpp"
-#include "db/pool.hpp"
-#include "db/queue_name.hpp"
-#include "process/manager.hpp"
+#include "cmdbus/actors/worker.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/process/manager.hpp"
 
 using namespace cmdbus;
 using namespace std::chrono_literals;

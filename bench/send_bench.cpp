@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "bench/bench_util.hpp"
-#include "db/command_bus.hpp"
-#include "db/connection.hpp"
-#include "db/pool.hpp"
-#include "db/queue_name.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
 
 using namespace cmdbus;
 using namespace std::chrono_literals;

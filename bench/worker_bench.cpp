@@ -28,11 +28,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include "actors/worker.hpp"
 #include "bench/bench_util.hpp"
-#include "db/command_bus.hpp"
-#include "db/connection.hpp"
-#include "db/pool.hpp"
+#include "cmdbus/actors/worker.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/pool.hpp"
 
 using namespace cmdbus;
 using namespace std::chrono_literals;

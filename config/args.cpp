@@ -12,11 +12,11 @@
 // and a worker takes no positional argument at all (one is most likely a
 // DSN missing its --dsn, so it is shown masked).
 
-#include "config/settings.hpp"
-#include "config/values.hpp"
-#include "config/worker_config.hpp"
-#include "db/dsn.hpp"
-#include "db/queue_name.hpp"
+#include "cmdbus/config/settings.hpp"
+#include "cmdbus/config/values.hpp"
+#include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/db/dsn.hpp"
+#include "cmdbus/db/queue_name.hpp"
 
 namespace cmdbus::config {
 

@@ -1,9 +1,9 @@
 // The effective configuration as a config file: what --dump-config prints
 // and what a log may show. The DSN's secrets are masked.
 
-#include "config/values.hpp"
-#include "config/worker_config.hpp"
-#include "db/dsn.hpp"
+#include "cmdbus/config/values.hpp"
+#include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/db/dsn.hpp"
 
 namespace cmdbus::config {
 

@@ -2,9 +2,9 @@
 // config/settings.hpp). Lists are comma-separated, booleans also take 1 and
 // 0 in any case, and a variable set to the empty string counts as unset.
 
-#include "config/settings.hpp"
-#include "config/values.hpp"
-#include "config/worker_config.hpp"
+#include "cmdbus/config/settings.hpp"
+#include "cmdbus/config/values.hpp"
+#include "cmdbus/config/worker_config.hpp"
 
 namespace cmdbus::config {
 

@@ -3,7 +3,7 @@
 // tool before these options (cli::take_log_level in apps/cli.hpp), since
 // every command takes it.
 
-#include "config/worker_config.hpp"
+#include "cmdbus/config/worker_config.hpp"
 
 namespace cmdbus::config {
 

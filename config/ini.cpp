@@ -1,4 +1,4 @@
-#include "config/ini.hpp"
+#include "cmdbus/config/ini.hpp"
 
 #include <algorithm>
 #include <cctype>

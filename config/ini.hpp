@@ -20,8 +20,8 @@
 #include <string>
 #include <string_view>
 
-#include "config/values.hpp"
-#include "config/worker_config.hpp"
+#include "cmdbus/config/values.hpp"
+#include "cmdbus/config/worker_config.hpp"
 
 namespace cmdbus::config::detail {
 

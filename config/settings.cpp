@@ -1,9 +1,9 @@
-#include "config/settings.hpp"
+#include "cmdbus/config/settings.hpp"
 
 #include <algorithm>
 #include <vector>
 
-#include "model/text.hpp"
+#include "cmdbus/model/text.hpp"
 
 namespace cmdbus::config::detail {
 

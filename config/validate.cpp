@@ -5,10 +5,10 @@
 #include <set>
 #include <stdexcept>
 
-#include "config/values.hpp"
-#include "config/worker_config.hpp"
-#include "db/error.hpp"
-#include "db/queue_name.hpp"
+#include "cmdbus/config/values.hpp"
+#include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/db/queue_name.hpp"
 
 namespace cmdbus::config {
 

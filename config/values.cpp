@@ -1,9 +1,9 @@
-#include "config/values.hpp"
+#include "cmdbus/config/values.hpp"
 
 #include <cctype>
 #include <charconv>
 
-#include "db/queue_name.hpp"
+#include "cmdbus/db/queue_name.hpp"
 
 namespace cmdbus::config::detail {
 

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "config/settings.hpp"
-#include "config/worker_config.hpp"
+#include "cmdbus/config/settings.hpp"
+#include "cmdbus/config/worker_config.hpp"
 
 namespace cmdbus::config::detail {
 

@@ -4,7 +4,7 @@
 // values.cpp (conversion), ini.cpp (the file), environment.cpp, args.cpp,
 // validate.cpp, help.cpp and describe.cpp.
 
-#include "config/worker_config.hpp"
+#include "cmdbus/config/worker_config.hpp"
 
 #include <cerrno>
 #include <cstring>

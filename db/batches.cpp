@@ -3,11 +3,11 @@
 
 #include <algorithm>
 
-#include "db/command_bus.hpp"
-#include "db/queue_name.hpp"
-#include "db/rows.hpp"
-#include "db/send_statement.hpp"
-#include "db/transaction.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/rows.hpp"
+#include "cmdbus/db/send_statement.hpp"
+#include "cmdbus/db/transaction.hpp"
 
 namespace cmdbus {
 

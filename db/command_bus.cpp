@@ -2,13 +2,13 @@
 // of commands and audits. Bulk sends are in db/send_batch.cpp, batches in
 // db/batches.cpp.
 
-#include "db/command_bus.hpp"
+#include "cmdbus/db/command_bus.hpp"
 
 #include <algorithm>
 
-#include "db/queue_name.hpp"
-#include "db/rows.hpp"
-#include "db/send_statement.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/rows.hpp"
+#include "cmdbus/db/send_statement.hpp"
 
 namespace cmdbus {
 

@@ -8,12 +8,12 @@
 #include <utility>
 #include <vector>
 
-#include "db/connection.hpp"
-#include "db/pool.hpp"
-#include "db/prepared_command.hpp"
-#include "db/send_combiner.hpp"
-#include "model/errors.hpp"
-#include "model/types.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/prepared_command.hpp"
+#include "cmdbus/db/send_combiner.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus {
 

@@ -1,4 +1,4 @@
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -8,9 +8,9 @@
 
 #include <libpq-fe.h>
 
-#include "db/libpq.hpp"
-#include "db/pipeline.hpp"
-#include "model/log.hpp"
+#include "cmdbus/db/libpq.hpp"
+#include "cmdbus/db/pipeline.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::db {
 

@@ -13,11 +13,11 @@
 #include <string_view>
 #include <vector>
 
-#include "db/dsn.hpp"
-#include "db/error.hpp"
-#include "db/result.hpp"
-#include "db/text_format.hpp"
-#include "db/transaction.hpp"
+#include "cmdbus/db/dsn.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/db/result.hpp"
+#include "cmdbus/db/text_format.hpp"
+#include "cmdbus/db/transaction.hpp"
 
 struct pg_conn;
 

@@ -1,4 +1,4 @@
-#include "db/dsn.hpp"
+#include "cmdbus/db/dsn.hpp"
 
 #include <algorithm>
 #include <cctype>

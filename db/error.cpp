@@ -1,4 +1,4 @@
-#include "db/error.hpp"
+#include "cmdbus/db/error.hpp"
 
 namespace cmdbus::db {
 

@@ -1,4 +1,4 @@
-#include "db/libpq.hpp"
+#include "cmdbus/db/libpq.hpp"
 
 #include <cerrno>
 

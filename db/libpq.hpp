@@ -9,9 +9,9 @@
 
 #include <libpq-fe.h>
 
-#include "db/error.hpp"
-#include "db/result.hpp"
-#include "db/text_format.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/db/result.hpp"
+#include "cmdbus/db/text_format.hpp"
 
 namespace cmdbus::db::detail {
 

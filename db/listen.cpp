@@ -5,9 +5,9 @@
 
 #include <poll.h>
 
-#include "db/connection.hpp"
-#include "db/libpq.hpp"
-#include "db/queue_name.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/libpq.hpp"
+#include "cmdbus/db/queue_name.hpp"
 
 namespace cmdbus::db {
 

@@ -1,11 +1,11 @@
-#include "db/migrate.hpp"
+#include "cmdbus/db/migrate.hpp"
 
 #include <cstdint>
 #include <map>
 #include <utility>
 
-#include "db/rows.hpp"
-#include "model/log.hpp"
+#include "cmdbus/db/rows.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::db {
 

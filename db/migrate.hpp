@@ -5,8 +5,8 @@
 #include <string_view>
 #include <vector>
 
-#include "db/connection.hpp"
-#include "model/types.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus::db {
 

@@ -1,10 +1,10 @@
-#include "db/pipeline.hpp"
+#include "cmdbus/db/pipeline.hpp"
 
 #include <optional>
 
 #include <poll.h>
 
-#include "db/libpq.hpp"
+#include "cmdbus/db/libpq.hpp"
 
 namespace cmdbus::db::detail {
 

@@ -8,7 +8,7 @@
 
 #include <libpq-fe.h>
 
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 
 namespace cmdbus::db::detail {
 

@@ -1,11 +1,11 @@
-#include "db/pool.hpp"
+#include "cmdbus/db/pool.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <random>
 
-#include "model/backoff.hpp"
-#include "model/log.hpp"
+#include "cmdbus/model/backoff.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::db {
 

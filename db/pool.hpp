@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 
 namespace cmdbus::db {
 

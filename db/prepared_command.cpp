@@ -1,7 +1,7 @@
-#include "db/prepared_command.hpp"
+#include "cmdbus/db/prepared_command.hpp"
 
-#include "db/queue_name.hpp"
-#include "model/wire.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/wire.hpp"
 
 namespace cmdbus::db {
 

@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "model/errors.hpp"
-#include "model/types.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/model/uuid.hpp"
 
 namespace cmdbus::db {
 

@@ -1,6 +1,6 @@
-#include "db/queue_name.hpp"
+#include "cmdbus/db/queue_name.hpp"
 
-#include "db/error.hpp"
+#include "cmdbus/db/error.hpp"
 
 namespace cmdbus::db {
 

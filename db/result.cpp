@@ -1,4 +1,4 @@
-#include "db/result.hpp"
+#include "cmdbus/db/result.hpp"
 
 #include <stdexcept>
 

@@ -1,8 +1,8 @@
-#include "db/rows.hpp"
+#include "cmdbus/db/rows.hpp"
 
 #include <string>
 
-#include "model/errors.hpp"
+#include "cmdbus/model/errors.hpp"
 
 namespace cmdbus::db {
 

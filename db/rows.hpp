@@ -7,10 +7,10 @@
 #include <optional>
 #include <vector>
 
-#include "db/result.hpp"
-#include "model/json.hpp"
-#include "model/types.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/db/result.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/model/uuid.hpp"
 
 namespace cmdbus::db {
 

@@ -6,9 +6,9 @@
 #include <atomic>
 #include <future>
 
-#include "db/command_bus.hpp"
-#include "db/queue_name.hpp"
-#include "db/send_chunk.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/send_chunk.hpp"
 
 namespace cmdbus {
 

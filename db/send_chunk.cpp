@@ -1,12 +1,12 @@
-#include "db/send_chunk.hpp"
+#include "cmdbus/db/send_chunk.hpp"
 
 #include <map>
 
-#include "db/queue_name.hpp"
-#include "db/rows.hpp"
-#include "db/send_statement.hpp"
-#include "model/errors.hpp"
-#include "model/wire.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/rows.hpp"
+#include "cmdbus/db/send_statement.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/wire.hpp"
 
 namespace cmdbus::db {
 

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "db/connection.hpp"
-#include "db/prepared_command.hpp"
-#include "model/types.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/prepared_command.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/model/uuid.hpp"
 
 namespace cmdbus::db {
 

@@ -1,8 +1,8 @@
-#include "db/send_combiner.hpp"
+#include "cmdbus/db/send_combiner.hpp"
 
 #include <algorithm>
 
-#include "db/error.hpp"
+#include "cmdbus/db/error.hpp"
 
 namespace cmdbus::db {
 

@@ -12,8 +12,8 @@
 #include <mutex>
 #include <vector>
 
-#include "db/prepared_command.hpp"
-#include "model/types.hpp"
+#include "cmdbus/db/prepared_command.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus::db {
 

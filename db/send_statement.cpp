@@ -1,7 +1,7 @@
-#include "db/send_statement.hpp"
+#include "cmdbus/db/send_statement.hpp"
 
-#include "db/queue_name.hpp"
-#include "model/errors.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/errors.hpp"
 
 namespace cmdbus::db {
 

@@ -4,9 +4,9 @@
 // connection and what a combined transaction of concurrent sends is made
 // of; and how the send SQL reports the failures a caller gets to see.
 
-#include "db/connection.hpp"
-#include "db/prepared_command.hpp"
-#include "model/types.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/prepared_command.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus::db {
 

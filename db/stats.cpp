@@ -1,11 +1,11 @@
-#include "db/stats.hpp"
+#include "cmdbus/db/stats.hpp"
 
 #include <algorithm>
 #include <map>
 #include <string>
 
-#include "db/queue_name.hpp"
-#include "db/text_format.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/text_format.hpp"
 
 namespace cmdbus::db {
 

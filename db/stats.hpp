@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "db/connection.hpp"
-#include "model/types.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus::db {
 

@@ -1,4 +1,4 @@
-#include "db/text_format.hpp"
+#include "cmdbus/db/text_format.hpp"
 
 namespace cmdbus::db {
 

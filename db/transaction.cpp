@@ -1,7 +1,7 @@
-#include "db/transaction.hpp"
+#include "cmdbus/db/transaction.hpp"
 
-#include "db/connection.hpp"
-#include "model/log.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::db {
 

@@ -5,13 +5,13 @@
 // replies and batch counters are those the reference writes; see
 // docs/tsq.md.
 
-#include "db/troubleshooting.hpp"
+#include "cmdbus/db/troubleshooting.hpp"
 
-#include "db/connection.hpp"
-#include "db/queue_name.hpp"
-#include "db/rows.hpp"
-#include "model/log.hpp"
-#include "model/wire.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/rows.hpp"
+#include "cmdbus/model/log.hpp"
+#include "cmdbus/model/wire.hpp"
 
 namespace cmdbus {
 

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "db/pool.hpp"
-#include "model/errors.hpp"
-#include "model/json.hpp"
-#include "model/types.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/model/uuid.hpp"
 
 namespace cmdbus {
 

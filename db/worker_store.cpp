@@ -1,8 +1,8 @@
-#include "db/worker_store.hpp"
+#include "cmdbus/db/worker_store.hpp"
 
-#include "db/queue_name.hpp"
-#include "model/errors.hpp"
-#include "model/wire.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/wire.hpp"
 
 namespace cmdbus::db {
 

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "db/connection.hpp"
-#include "model/outcome.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/model/outcome.hpp"
 
 namespace cmdbus::db {
 

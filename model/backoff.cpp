@@ -1,4 +1,4 @@
-#include "model/backoff.hpp"
+#include "cmdbus/model/backoff.hpp"
 
 #include <algorithm>
 #include <cmath>

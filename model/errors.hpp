@@ -3,8 +3,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/json.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/uuid.hpp"
 
 namespace cmdbus {
 

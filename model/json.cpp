@@ -1,4 +1,4 @@
-#include "model/json.hpp"
+#include "cmdbus/model/json.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -9,8 +9,8 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include "model/detail/json_reader.hpp"
-#include "model/errors.hpp"
+#include "cmdbus/model/detail/json_reader.hpp"
+#include "cmdbus/model/errors.hpp"
 
 namespace cmdbus {
 

@@ -1,4 +1,4 @@
-#include "model/log.hpp"
+#include "cmdbus/model/log.hpp"
 
 #include <cstdio>
 #include <cstdlib>

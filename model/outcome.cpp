@@ -1,4 +1,4 @@
-#include "model/outcome.hpp"
+#include "cmdbus/model/outcome.hpp"
 
 namespace cmdbus {
 

@@ -4,8 +4,8 @@
 #include <optional>
 #include <string>
 
-#include "model/json.hpp"
-#include "model/types.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus {
 

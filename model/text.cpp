@@ -1,4 +1,4 @@
-#include "model/text.hpp"
+#include "cmdbus/model/text.hpp"
 
 #include <algorithm>
 #include <vector>

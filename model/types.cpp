@@ -1,6 +1,6 @@
-#include "model/types.hpp"
+#include "cmdbus/model/types.hpp"
 
-#include "model/backoff.hpp"
+#include "cmdbus/model/backoff.hpp"
 
 #include <array>
 #include <cstdio>

@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "model/json.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/uuid.hpp"
 
 namespace cmdbus {
 

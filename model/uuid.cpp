@@ -1,4 +1,4 @@
-#include "model/uuid.hpp"
+#include "cmdbus/model/uuid.hpp"
 
 #include <cerrno>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "model/version.hpp"
+#include "cmdbus/model/version.hpp"
 
 namespace cmdbus {
 

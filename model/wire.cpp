@@ -1,4 +1,4 @@
-#include "model/wire.hpp"
+#include "cmdbus/model/wire.hpp"
 
 #include <limits>
 #include <stdexcept>
@@ -6,7 +6,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include "model/detail/json_reader.hpp"
+#include "cmdbus/model/detail/json_reader.hpp"
 
 // Encoding writes compact JSON: `{"domain":"payments",...}`. The reference
 // (Python's json.dumps) writes `{"domain": "payments", ...}` with spaces and

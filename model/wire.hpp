@@ -5,9 +5,9 @@
 #include <string>
 #include <string_view>
 
-#include "model/errors.hpp"
-#include "model/json.hpp"
-#include "model/types.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus::wire {
 

@@ -1,6 +1,6 @@
-#include "process/manager.hpp"
+#include "cmdbus/process/manager.hpp"
 
-#include "db/queue_name.hpp"
+#include "cmdbus/db/queue_name.hpp"
 
 namespace cmdbus {
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "db/pool.hpp"
-#include "process/registry.hpp"
-#include "process/store.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/process/registry.hpp"
+#include "cmdbus/process/store.hpp"
 
 namespace cmdbus {
 

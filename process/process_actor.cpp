@@ -1,8 +1,8 @@
-#include "process/process_actor.hpp"
+#include "cmdbus/process/process_actor.hpp"
 
 #include <caf/all.hpp>
 
-#include "model/log.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::actors {
 

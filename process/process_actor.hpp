@@ -12,7 +12,7 @@
 #include <deque>
 #include <string>
 
-#include "actors/interfaces.hpp"
+#include "cmdbus/actors/interfaces.hpp"
 
 namespace cmdbus::actors {
 

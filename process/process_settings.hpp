@@ -9,12 +9,12 @@
 #include <memory>
 #include <string>
 
-#include "actors/counters.hpp"
-#include "actors/db_session.hpp"
-#include "actors/health.hpp"
-#include "config/worker_config.hpp"
-#include "process/registry.hpp"
-#include "process/runtime_types.hpp"
+#include "cmdbus/actors/counters.hpp"
+#include "cmdbus/actors/db_session.hpp"
+#include "cmdbus/actors/health.hpp"
+#include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/process/registry.hpp"
+#include "cmdbus/process/runtime_types.hpp"
 
 namespace cmdbus::actors {
 

@@ -1,14 +1,14 @@
-#include "process/process_writer.hpp"
+#include "cmdbus/process/process_writer.hpp"
 
 #include <algorithm>
 #include <iterator>
 
 #include <caf/all.hpp>
 
-#include "actors/fault.hpp"
-#include "db/text_format.hpp"
-#include "db/transaction.hpp"
-#include "model/log.hpp"
+#include "cmdbus/actors/fault.hpp"
+#include "cmdbus/db/text_format.hpp"
+#include "cmdbus/db/transaction.hpp"
+#include "cmdbus/model/log.hpp"
 
 namespace cmdbus::actors {
 

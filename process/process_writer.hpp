@@ -20,10 +20,10 @@
 #include <memory>
 #include <string>
 
-#include "actors/db_session.hpp"
-#include "actors/interfaces.hpp"
-#include "process/process_settings.hpp"
-#include "process/store.hpp"
+#include "cmdbus/actors/db_session.hpp"
+#include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/process/process_settings.hpp"
+#include "cmdbus/process/store.hpp"
 
 namespace cmdbus::actors {
 

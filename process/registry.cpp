@@ -1,7 +1,7 @@
-#include "process/registry.hpp"
+#include "cmdbus/process/registry.hpp"
 
-#include "db/error.hpp"
-#include "db/queue_name.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/db/queue_name.hpp"
 
 namespace cmdbus {
 

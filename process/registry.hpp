@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "process/workflow.hpp"
+#include "cmdbus/process/workflow.hpp"
 
 namespace cmdbus {
 

@@ -1,13 +1,13 @@
-#include "process/router.hpp"
+#include "cmdbus/process/router.hpp"
 
 #include <caf/all.hpp>
 
-#include "actors/poller.hpp"
-#include "db/queue_name.hpp"
-#include "model/log.hpp"
-#include "model/wire.hpp"
-#include "process/process_actor.hpp"
-#include "process/process_writer.hpp"
+#include "cmdbus/actors/poller.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/log.hpp"
+#include "cmdbus/model/wire.hpp"
+#include "cmdbus/process/process_actor.hpp"
+#include "cmdbus/process/process_writer.hpp"
 
 namespace cmdbus::actors {
 

@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "actors/db_session.hpp"
-#include "actors/interfaces.hpp"
-#include "actors/listener.hpp"
-#include "process/process_settings.hpp"
+#include "cmdbus/actors/db_session.hpp"
+#include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/listener.hpp"
+#include "cmdbus/process/process_settings.hpp"
 
 namespace cmdbus::actors {
 

@@ -1,4 +1,4 @@
-#include "process/status.hpp"
+#include "cmdbus/process/status.hpp"
 
 #include <array>
 #include <utility>

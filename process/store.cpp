@@ -1,12 +1,12 @@
-#include "process/store.hpp"
+#include "cmdbus/process/store.hpp"
 
 #include <utility>
 
-#include "db/prepared_command.hpp"
-#include "db/queue_name.hpp"
-#include "db/rows.hpp"
-#include "db/send_statement.hpp"
-#include "model/errors.hpp"
+#include "cmdbus/db/prepared_command.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/rows.hpp"
+#include "cmdbus/db/send_statement.hpp"
+#include "cmdbus/model/errors.hpp"
 
 namespace cmdbus {
 

@@ -14,14 +14,14 @@
 #include <string>
 #include <vector>
 
-#include "db/connection.hpp"
-#include "model/json.hpp"
-#include "model/types.hpp"
-#include "model/uuid.hpp"
-#include "process/status.hpp"
-#include "process/transition.hpp"
-#include "process/types.hpp"
-#include "process/workflow.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/model/uuid.hpp"
+#include "cmdbus/process/status.hpp"
+#include "cmdbus/process/transition.hpp"
+#include "cmdbus/process/types.hpp"
+#include "cmdbus/process/workflow.hpp"
 
 namespace cmdbus {
 

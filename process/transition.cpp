@@ -1,4 +1,4 @@
-#include "process/transition.hpp"
+#include "cmdbus/process/transition.hpp"
 
 #include <map>
 

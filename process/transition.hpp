@@ -29,11 +29,11 @@
 #include <string_view>
 #include <vector>
 
-#include "model/json.hpp"
-#include "model/types.hpp"
-#include "process/status.hpp"
-#include "process/types.hpp"
-#include "process/workflow.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/process/status.hpp"
+#include "cmdbus/process/types.hpp"
+#include "cmdbus/process/workflow.hpp"
 
 namespace cmdbus {
 

@@ -6,10 +6,10 @@
 #include <optional>
 #include <string>
 
-#include "model/json.hpp"
-#include "model/types.hpp"
-#include "model/uuid.hpp"
-#include "process/status.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/model/uuid.hpp"
+#include "cmdbus/process/status.hpp"
 
 namespace cmdbus {
 

@@ -1,4 +1,4 @@
-#include "process/workflow.hpp"
+#include "cmdbus/process/workflow.hpp"
 
 namespace cmdbus {
 

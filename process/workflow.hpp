@@ -14,8 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "model/json.hpp"
-#include "model/types.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus {
 

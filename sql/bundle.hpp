@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "db/migrate.hpp"
+#include "cmdbus/db/migrate.hpp"
 
 namespace cmdbus::sql {
 

@@ -3,7 +3,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "db/queue_name.hpp"
+#include "cmdbus/db/queue_name.hpp"
 
 namespace cmdbus::chaos {
 

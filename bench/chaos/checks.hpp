@@ -12,7 +12,7 @@
 #include "bench/chaos/load.hpp"
 #include "bench/chaos/monitor.hpp"
 #include "bench/chaos/sender.hpp"
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 
 namespace cmdbus::chaos {
 

@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 
 namespace cmdbus::chaos {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "model/json.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/uuid.hpp"
 
 namespace cmdbus::chaos {
 

@@ -2,7 +2,7 @@
 
 #include <optional>
 
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 
 namespace cmdbus::chaos {
 

@@ -5,9 +5,9 @@
 #include "apps/demo_workflows.hpp"
 #include "bench/chaos/checks.hpp"
 #include "bench/chaos/process.hpp"
-#include "db/pool.hpp"
-#include "model/json.hpp"
-#include "process/manager.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/process/manager.hpp"
 
 namespace cmdbus::chaos {
 

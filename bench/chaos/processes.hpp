@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 
 namespace cmdbus::chaos {
 

@@ -13,10 +13,10 @@
 #include "bench/chaos/monitor.hpp"
 #include "bench/chaos/processes.hpp"
 #include "bench/chaos/sender.hpp"
-#include "db/command_bus.hpp"
-#include "db/pool.hpp"
-#include "db/queue_name.hpp"
-#include "process/registry.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/process/registry.hpp"
 
 namespace cmdbus::chaos {
 

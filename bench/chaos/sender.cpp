@@ -5,10 +5,10 @@
 #include <mutex>
 
 #include "bench/chaos/process.hpp"
-#include "db/command_bus.hpp"
-#include "db/pool.hpp"
-#include "model/errors.hpp"
-#include "model/types.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus::chaos {
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "model/json.hpp"
+#include "cmdbus/model/json.hpp"
 
 namespace cmdbus::detail {
 

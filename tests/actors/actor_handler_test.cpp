@@ -3,7 +3,7 @@
 // failure. Uses a real (threaded) actor system: the registry blocks.
 
 #define CAF_SUITE actors.actor_handler
-#include "actors/actor_handler.hpp"
+#include "cmdbus/actors/actor_handler.hpp"
 
 #include <caf/all.hpp>
 #include <caf/test/dsl.hpp>

@@ -5,11 +5,11 @@
 // replaced by a fake receive function.
 
 #define CAF_SUITE actors.poller
-#include "actors/poller.hpp"
+#include "cmdbus/actors/poller.hpp"
 
 #include <caf/test/dsl.hpp>
 
-#include "db/error.hpp"
+#include "cmdbus/db/error.hpp"
 #include "tests/actors/settings.hpp"
 
 using namespace cmdbus;

@@ -9,14 +9,14 @@
 // answer when the test says so.
 
 #define CAF_SUITE actors.process_router
-#include "process/router.hpp"
+#include "cmdbus/process/router.hpp"
 
 #include <caf/test/dsl.hpp>
 
 #include <deque>
 
-#include "db/error.hpp"
-#include "process/process_actor.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/process/process_actor.hpp"
 
 using namespace cmdbus;
 using namespace cmdbus::actors;

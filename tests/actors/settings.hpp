@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "actors/spawn.hpp"
+#include "cmdbus/actors/spawn.hpp"
 
 namespace cmdbus::actors::test {
 

@@ -5,9 +5,9 @@
 // deterministic scheduler.
 
 #define CAF_SUITE actors.supervisor
-#include "actors/supervisor.hpp"
+#include "cmdbus/actors/supervisor.hpp"
 
-#include "actors/errors.hpp"
+#include "cmdbus/actors/errors.hpp"
 
 #include "tests/actors/settings.hpp"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 
 namespace cmdbus::audit_test {
 

@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "db/command_bus.hpp"
-#include "db/connection.hpp"
-#include "db/error.hpp"
-#include "db/pool.hpp"
-#include "db/worker_store.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/worker_store.hpp"
+#include "cmdbus/model/uuid.hpp"
 #include "tests/support/test_db.hpp"
 
 using namespace cmdbus;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "model/errors.hpp"
+#include "cmdbus/model/errors.hpp"
 #include "tests/support/rows.hpp"
 #include "tests/support/worker_env.hpp"
 

@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "db/command_bus.hpp"
-#include "db/pool.hpp"
-#include "model/types.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/model/uuid.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/rows.hpp"

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "db/connection.hpp"
-#include "db/migrate.hpp"
-#include "sql/bundle.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/migrate.hpp"
+#include "cmdbus/sql/bundle.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/sql_checks.hpp"
 #include "tests/support/test_db.hpp"

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "db/queue_name.hpp"
-#include "process/registry.hpp"
-#include "process/store.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/process/registry.hpp"
+#include "cmdbus/process/store.hpp"
 #include "tests/db/background_cmdbus.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/eventually.hpp"

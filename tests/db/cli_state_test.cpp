@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "db/connection.hpp"
-#include "model/json.hpp"
-#include "model/types.hpp"
-#include "model/uuid.hpp"
-#include "model/wire.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/model/uuid.hpp"
+#include "cmdbus/model/wire.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/process.hpp"

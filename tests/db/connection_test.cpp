@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "db/connection.hpp"
-#include "db/error.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/error.hpp"
 #include "tests/support/test_db.hpp"
 
 using namespace cmdbus;

@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "actors/handler_registry.hpp"
-#include "actors/worker.hpp"
-#include "config/worker_config.hpp"
-#include "db/command_bus.hpp"
-#include "db/pool.hpp"
+#include "cmdbus/actors/handler_registry.hpp"
+#include "cmdbus/actors/worker.hpp"
+#include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/pool.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"

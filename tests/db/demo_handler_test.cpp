@@ -7,12 +7,12 @@
 #include <optional>
 #include <string>
 
-#include "db/command_bus.hpp"
-#include "db/connection.hpp"
-#include "db/pool.hpp"
-#include "model/json.hpp"
-#include "model/types.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/model/uuid.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/test_db.hpp"
 

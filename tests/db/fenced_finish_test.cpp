@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "db/worker_store.hpp"
+#include "cmdbus/db/worker_store.hpp"
 #include "tests/support/worker_env.hpp"
 
 using namespace cmdbus;

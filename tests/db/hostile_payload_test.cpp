@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "db/error.hpp"
+#include "cmdbus/db/error.hpp"
 #include "tests/support/hostile_input.hpp"
 
 using namespace cmdbus;

@@ -3,9 +3,9 @@
 #include <future>
 #include <thread>
 
-#include "db/connection.hpp"
-#include "db/migrate.hpp"
-#include "sql/bundle.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/migrate.hpp"
+#include "cmdbus/sql/bundle.hpp"
 #include "tests/support/test_db.hpp"
 
 using namespace cmdbus;

@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "db/connection.hpp"
-#include "db/error.hpp"
-#include "db/migrate.hpp"
-#include "sql/bundle.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/db/migrate.hpp"
+#include "cmdbus/sql/bundle.hpp"
 #include "tests/support/test_db.hpp"
 
 namespace cmdbus::pgmq_test {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/test_db.hpp"
 

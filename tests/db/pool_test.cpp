@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "db/connection.hpp"
-#include "db/pool.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/pool.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/test_db.hpp"

@@ -15,8 +15,8 @@
 #include <utility>
 #include <vector>
 
-#include "db/connection.hpp"
-#include "db/error.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/error.hpp"
 #include "tests/db/audit_support.hpp"
 #include "tests/support/rows.hpp"
 #include "tests/support/test_db.hpp"

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "db/command_bus.hpp"
-#include "db/queue_name.hpp"
-#include "process/registry.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/process/registry.hpp"
 #include "tests/db/background_cmdbus.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/eventually.hpp"

@@ -14,10 +14,10 @@
 #include <mutex>
 #include <vector>
 
-#include "db/queue_name.hpp"
-#include "db/troubleshooting.hpp"
-#include "model/errors.hpp"
-#include "process/manager.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/troubleshooting.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/process/manager.hpp"
 #include "tests/support/http_env.hpp"
 #include "tests/support/worker_env.hpp"
 #include "tests/unit/process_workflow_fixture.hpp"

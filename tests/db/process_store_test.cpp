@@ -7,7 +7,7 @@
 // batches. The example process type is tests/unit/process_workflow_fixture.hpp.
 // Every test works in its own domain.
 
-#include "process/store.hpp"
+#include "cmdbus/process/store.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "db/queue_name.hpp"
-#include "db/troubleshooting.hpp"
-#include "model/wire.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/troubleshooting.hpp"
+#include "cmdbus/model/wire.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/rows.hpp"

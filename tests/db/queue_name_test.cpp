@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "db/error.hpp"
-#include "db/queue_name.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/db/queue_name.hpp"
 
 using namespace cmdbus;
 

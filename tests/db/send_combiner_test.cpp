@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "db/error.hpp"
-#include "db/send_combiner.hpp"
-#include "model/errors.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/db/send_combiner.hpp"
+#include "cmdbus/model/errors.hpp"
 #include "tests/support/eventually.hpp"
 
 using namespace cmdbus;

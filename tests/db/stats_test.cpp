@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "db/connection.hpp"
-#include "db/stats.hpp"
-#include "model/types.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/stats.hpp"
+#include "cmdbus/model/types.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/sql_checks.hpp"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "db/text_format.hpp"
+#include "cmdbus/db/text_format.hpp"
 
 using namespace cmdbus;
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "db/queue_name.hpp"
-#include "db/troubleshooting.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/troubleshooting.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/rows.hpp"

@@ -9,7 +9,7 @@
 #include <atomic>
 #include <string>
 
-#include "model/errors.hpp"
+#include "cmdbus/model/errors.hpp"
 #include "tests/support/worker_env.hpp"
 
 using namespace cmdbus;

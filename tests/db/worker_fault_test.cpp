@@ -15,7 +15,7 @@
 #include <memory>
 #include <thread>
 
-#include "db/queue_name.hpp"
+#include "cmdbus/db/queue_name.hpp"
 #include "tests/support/worker_env.hpp"
 
 using namespace cmdbus;

@@ -17,8 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "model/errors.hpp"
-#include "model/version.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/version.hpp"
 #include "tests/support/http_env.hpp"
 #include "tests/support/worker_env.hpp"
 

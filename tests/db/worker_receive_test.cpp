@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "db/queue_name.hpp"
+#include "cmdbus/db/queue_name.hpp"
 #include "tests/support/worker_env.hpp"
 
 using namespace cmdbus;

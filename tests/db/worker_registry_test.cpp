@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "model/errors.hpp"
+#include "cmdbus/model/errors.hpp"
 #include "tests/support/worker_env.hpp"
 
 using namespace cmdbus;

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "model/errors.hpp"
+#include "cmdbus/model/errors.hpp"
 #include "tests/support/worker_env.hpp"
 
 using namespace cmdbus;

@@ -19,14 +19,14 @@
 #include <utility>
 #include <vector>
 
-#include "db/command_bus.hpp"
-#include "db/connection.hpp"
-#include "db/error.hpp"
-#include "db/pool.hpp"
-#include "db/queue_name.hpp"
-#include "model/json.hpp"
-#include "model/types.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/error.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/types.hpp"
+#include "cmdbus/model/uuid.hpp"
 #include "tests/db/audit_support.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/rows.hpp"

@@ -11,7 +11,7 @@
 #include <future>
 #include <thread>
 
-#include "model/errors.hpp"
+#include "cmdbus/model/errors.hpp"
 #include "tests/support/worker_env.hpp"
 
 using namespace cmdbus;

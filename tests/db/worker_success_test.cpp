@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "model/errors.hpp"
+#include "cmdbus/model/errors.hpp"
 #include "tests/support/worker_env.hpp"
 
 using namespace cmdbus;

@@ -10,9 +10,9 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "model/errors.hpp"
-#include "model/json.hpp"
-#include "model/wire.hpp"
+#include "cmdbus/model/errors.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/wire.hpp"
 
 namespace {
 

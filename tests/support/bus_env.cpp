@@ -1,7 +1,7 @@
 #include "tests/support/bus_env.hpp"
 
-#include "model/json.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/uuid.hpp"
 #include "tests/support/test_db.hpp"
 
 namespace cmdbus::test {

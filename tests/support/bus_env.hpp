@@ -6,10 +6,10 @@
 #include <cstddef>
 #include <string>
 
-#include "db/command_bus.hpp"
-#include "db/connection.hpp"
-#include "db/pool.hpp"
-#include "model/types.hpp"
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus::test {
 

@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "db/queue_name.hpp"
+#include "cmdbus/db/queue_name.hpp"
 #include "tests/support/worker_env.hpp"
 
 namespace cmdbus::test {

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 
 namespace cmdbus::test {
 

@@ -1,6 +1,6 @@
 #include "tests/support/sql_checks.hpp"
 
-#include "db/queue_name.hpp"
+#include "cmdbus/db/queue_name.hpp"
 
 namespace cmdbus::test {
 

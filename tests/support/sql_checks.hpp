@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "db/connection.hpp"
-#include "model/json.hpp"
-#include "model/uuid.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/uuid.hpp"
 
 namespace cmdbus::test {
 

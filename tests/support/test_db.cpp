@@ -9,9 +9,9 @@
 #include <libpq-fe.h>
 #include <unistd.h>
 
-#include "db/migrate.hpp"
-#include "db/queue_name.hpp"
-#include "sql/bundle.hpp"
+#include "cmdbus/db/migrate.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/sql/bundle.hpp"
 
 namespace cmdbus::test {
 

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "db/connection.hpp"
+#include "cmdbus/db/connection.hpp"
 
 namespace cmdbus::test {
 

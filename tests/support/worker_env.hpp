@@ -8,9 +8,9 @@
 #include <atomic>
 #include <chrono>
 
-#include "actors/handler_registry.hpp"
-#include "actors/worker.hpp"
-#include "config/worker_config.hpp"
+#include "cmdbus/actors/handler_registry.hpp"
+#include "cmdbus/actors/worker.hpp"
+#include "cmdbus/config/worker_config.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/finally.hpp"

@@ -1,13 +1,13 @@
 // The one backoff curve, jitter and retry schedule (model/backoff.hpp), with
 // the figures of each caller.
 
-#include "model/backoff.hpp"
+#include "cmdbus/model/backoff.hpp"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "model/types.hpp"
+#include "cmdbus/model/types.hpp"
 
 namespace cmdbus {
 namespace {

@@ -1,4 +1,4 @@
-#include "config/worker_config.hpp"
+#include "cmdbus/config/worker_config.hpp"
 
 #include <gtest/gtest.h>
 

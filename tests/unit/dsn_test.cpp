@@ -2,7 +2,7 @@
 // --dump-config, or as the target "user@host:port/dbname" for logs. Both read
 // the DSN with libpq's parser, so libpq decides what a DSN means.
 
-#include "db/dsn.hpp"
+#include "cmdbus/db/dsn.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
-#include "model/json.hpp"
+#include "cmdbus/model/json.hpp"
 
 #include <gtest/gtest.h>
 
 #include <limits>
 #include <string>
 
-#include "model/errors.hpp"
+#include "cmdbus/model/errors.hpp"
 
 using cmdbus::decode_error;
 using cmdbus::decode_limits;

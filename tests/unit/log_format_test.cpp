@@ -11,7 +11,7 @@
 #include <rapidjson/document.h>
 #include <spdlog/sinks/ostream_sink.h>
 
-#include "model/log.hpp"
+#include "cmdbus/model/log.hpp"
 
 using namespace cmdbus;
 

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 
-#include "model/log.hpp"
+#include "cmdbus/model/log.hpp"
 
 using namespace cmdbus;
 

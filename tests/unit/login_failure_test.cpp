@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "db/error.hpp"
+#include "cmdbus/db/error.hpp"
 
 using cmdbus::db::login_failure_sqlstate;
 

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <limits>
 
-#include "actors/exposition.hpp"
-#include "actors/metrics.hpp"
-#include "actors/status_page.hpp"
+#include "cmdbus/actors/exposition.hpp"
+#include "cmdbus/actors/metrics.hpp"
+#include "cmdbus/actors/status_page.hpp"
 
 namespace cmdbus {
 namespace {

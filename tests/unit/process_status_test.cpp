@@ -1,7 +1,7 @@
 // Process statuses: the reference's stored strings, parsing and which ones
 // are terminal.
 
-#include "process/status.hpp"
+#include "cmdbus/process/status.hpp"
 
 #include <gtest/gtest.h>
 

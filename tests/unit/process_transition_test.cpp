@@ -3,14 +3,14 @@
 // stand-in for the store that writes what `decide` says (the database tests
 // in tests/db/process_store_test.cpp check the store writes the same).
 
-#include "process/transition.hpp"
+#include "cmdbus/process/transition.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "model/wire.hpp"
+#include "cmdbus/model/wire.hpp"
 #include "tests/unit/process_workflow_fixture.hpp"
 
 using namespace cmdbus;

@@ -15,7 +15,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include "process/workflow.hpp"
+#include "cmdbus/process/workflow.hpp"
 
 namespace cmdbus::process_test {
 

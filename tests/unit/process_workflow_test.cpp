@@ -3,13 +3,13 @@
 // through its typed spec and through the type-erased interface the runtime
 // uses, and the checks of `workflow_definition`'s constructor.
 
-#include "process/workflow.hpp"
+#include "cmdbus/process/workflow.hpp"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "model/wire.hpp"
+#include "cmdbus/model/wire.hpp"
 #include "tests/unit/process_workflow_fixture.hpp"
 
 using namespace cmdbus;

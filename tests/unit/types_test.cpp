@@ -1,4 +1,4 @@
-#include "model/types.hpp"
+#include "cmdbus/model/types.hpp"
 
 #include <gtest/gtest.h>
 

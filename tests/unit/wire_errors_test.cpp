@@ -1,7 +1,7 @@
 // Table-driven: every class of bad input is rejected with decode_error and a
 // message naming the problem.
 
-#include "model/wire.hpp"
+#include "cmdbus/model/wire.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "model/wire.hpp"
+#include "cmdbus/model/wire.hpp"
 
 #include <gtest/gtest.h>
 
