@@ -7,21 +7,11 @@
 #include <string>
 
 #include <caf/actor_system.hpp>
-#include <caf/replies_to.hpp>
-#include <caf/typed_actor.hpp>
 
-#include "cmdbus/actors/atoms.hpp"
+#include "cmdbus/actors/handler_actor.hpp"
 #include "cmdbus/actors/handler_registry.hpp"
 
 namespace cmdbus {
-
-/// The interface of an application actor that handles commands: it gets
-/// the received command (with attempt, max_attempts and msg_id) and replies
-/// with the outcome (success with its result, or a failure kind with error
-/// code, message and details).
-using command_handler_actor = caf::typed_actor<
-  // Handles one command.
-  caf::replies_to<atom::handle, received_command>::with<outcome>>;
 
 /// Registers `hdl` (an actor of `sys`) as the handler of (domain,
 /// command_type). Each command becomes a request with `timeout`; a timeout,

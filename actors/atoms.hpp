@@ -1,8 +1,10 @@
 #pragma once
 
 // Atoms and message types exchanged between the worker's actors, one atom
-// per meaning. actors/interfaces.hpp says who sends which message to whom;
-// only actor code and actor tests include this (it pulls in CAF headers).
+// per meaning (the handlers' own, which applications use too, are in
+// actors/handler_actor.hpp). actors/interfaces.hpp says who sends which
+// message to whom; only actor code and actor tests include this (it pulls
+// in CAF headers).
 
 #include <cstdint>
 #include <memory>
@@ -11,6 +13,7 @@
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 
+#include "cmdbus/actors/handler_actor.hpp"
 #include "cmdbus/db/worker_store.hpp"
 #include "cmdbus/model/outcome.hpp"
 #include "cmdbus/process/runtime_types.hpp"
@@ -31,8 +34,6 @@ using wakeup = caf::atom_constant<caf::atom("wakeup")>;
 using credit = caf::atom_constant<caf::atom("credit")>;
 /// Supervisor: commands read by the poller, to run.
 using run = caf::atom_constant<caf::atom("run")>;
-/// Handler: run one command, reply with its outcome.
-using handle = caf::atom_constant<caf::atom("handle")>;
 /// Completion: apply the final side effects of a finished command.
 using finish = caf::atom_constant<caf::atom("finish")>;
 /// Retry scheduler: reschedule a transient failure.
@@ -70,9 +71,7 @@ using apply = caf::atom_constant<caf::atom("apply")>;
 
 } // namespace cmdbus::atom
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::received_command)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::command_ptr)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::outcome)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::db::finished_command)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::db::retry_command)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(std::vector<cmdbus::received_command>)

@@ -6,7 +6,9 @@ include(GoogleTest)
 file(GLOB unit_test_sources CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/*.cpp)
 # The health evaluation, the metrics and their renderers (plain C++, no CAF)
-# are tested without the actors; the demo workflow (apps/) alone.
+# are tested without the actors; the demo workflow (apps/) alone. It links
+# only libcmdbus-client: these sources must not also come from
+# libcmdbus-worker.
 add_executable(cmdbus-unit-test ${unit_test_sources}
   ${PROJECT_SOURCE_DIR}/actors/exposition.cpp
   ${PROJECT_SOURCE_DIR}/actors/health.cpp
@@ -14,10 +16,10 @@ add_executable(cmdbus-unit-test ${unit_test_sources}
   ${PROJECT_SOURCE_DIR}/actors/status_page.cpp
   ${PROJECT_SOURCE_DIR}/apps/demo_workflows.cpp)
 target_link_libraries(cmdbus-unit-test PRIVATE
-  cmdbus_model cmdbus_config cmdbus_process cmdbus_rapidjson GTest::gtest
-  GTest::gtest_main)
+  cmdbus_client spdlog::spdlog cmdbus_rapidjson GTest::gtest GTest::gtest_main)
 target_compile_definitions(cmdbus-unit-test PRIVATE
-  CMDBUS_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+  CMDBUS_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+  CMDBUS_EXPECTED_VERSION="${PROJECT_VERSION}")
 cmdbus_warnings(cmdbus-unit-test)
 gtest_discover_tests(cmdbus-unit-test DISCOVERY_TIMEOUT 60)
 

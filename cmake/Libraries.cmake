@@ -1,0 +1,57 @@
+# The two libraries an application links, and what the tool, tests and
+# benchmarks link besides. Each folder adds its sources with target_sources.
+#
+#   cmdbus::client  (libcmdbus-client): model/, db/, sql/, config/ and the
+#                   process store and definitions; the send API, the
+#                   operator API, migrations. No CAF.
+#   cmdbus::worker  (libcmdbus-worker): the worker runtime on CAF (actors/,
+#                   the process managers' actors, the reusable worker
+#                   program). Links cmdbus::client and CAF::core.
+#   cmdbus::cmdbus  both.
+if(CMDBUS_SHARED)
+  set(cmdbus_library_type SHARED)
+else()
+  set(cmdbus_library_type STATIC)
+endif()
+
+add_library(cmdbus_client ${cmdbus_library_type})
+add_library(cmdbus_worker ${cmdbus_library_type})
+foreach(lib client worker)
+  set_target_properties(cmdbus_${lib} PROPERTIES
+    OUTPUT_NAME cmdbus-${lib}
+    EXPORT_NAME ${lib}
+    VERSION ${PROJECT_VERSION}
+    # 0.x: the ABI may change with every minor version.
+    SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR}
+    POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(cmdbus_${lib} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  # Calls inside a shared library stay direct (and inlinable).
+  target_compile_options(cmdbus_${lib} PRIVATE
+    $<$<CXX_COMPILER_ID:GNU>:-fno-semantic-interposition>)
+  cmdbus_warnings(cmdbus_${lib})
+  add_library(cmdbus::${lib} ALIAS cmdbus_${lib})
+endforeach()
+
+target_link_libraries(cmdbus_client
+  PUBLIC Threads::Threads
+  PRIVATE PostgreSQL::PostgreSQL spdlog::spdlog $<BUILD_INTERFACE:cmdbus_rapidjson>)
+target_link_libraries(cmdbus_worker
+  PUBLIC cmdbus_client CAF::core
+  PRIVATE PostgreSQL::PostgreSQL spdlog::spdlog PkgConfig::httplib
+          $<BUILD_INTERFACE:cmdbus_rapidjson>)
+
+# `cmdbus::cmdbus`: the name most applications link. (The target `cmdbus`
+# is the tool.)
+add_library(cmdbus_all INTERFACE)
+target_link_libraries(cmdbus_all INTERFACE cmdbus_client cmdbus_worker)
+set_target_properties(cmdbus_all PROPERTIES EXPORT_NAME cmdbus)
+add_library(cmdbus::cmdbus ALIAS cmdbus_all)
+
+# Not exported: the private headers and dependencies the tool, tests and
+# benchmarks use besides the public API.
+add_library(cmdbus_internal INTERFACE)
+target_link_libraries(cmdbus_internal INTERFACE cmdbus_client cmdbus_worker
+  spdlog::spdlog PostgreSQL::PostgreSQL cmdbus_rapidjson PkgConfig::httplib
+  Threads::Threads)
