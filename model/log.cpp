@@ -105,6 +105,22 @@ public:
   }
 };
 
+// spdlog's formatter for the journal format.
+class journal_formatter final : public spdlog::formatter {
+public:
+  void format(const spdlog::details::log_msg& msg,
+              spdlog::memory_buf_t& dest) override {
+    auto line = journal_line(msg.level, current_origin,
+                             {msg.payload.data(), msg.payload.size()});
+    line += '\n';
+    dest.append(line.data(), line.data() + line.size());
+  }
+
+  std::unique_ptr<spdlog::formatter> clone() const override {
+    return std::make_unique<journal_formatter>();
+  }
+};
+
 } // namespace
 
 origin origin_of(std::string_view instance_name) {
@@ -128,8 +144,10 @@ format parse_format(std::string_view text) {
     return format::text;
   if (name == "json")
     return format::json;
+  if (name == "journal")
+    return format::journal;
   throw std::invalid_argument{"unknown log format '" + std::string{text}
-                              + "' (use text or json)"};
+                              + "' (use text, json or journal)"};
 }
 
 format format_from_env() {
@@ -141,6 +159,8 @@ format format_from_env() {
 void set_format(format f) {
   if (f == format::json)
     logger()->set_formatter(std::make_unique<json_formatter>());
+  else if (f == format::journal)
+    logger()->set_formatter(std::make_unique<journal_formatter>());
   else
     logger()->set_formatter(std::make_unique<spdlog::pattern_formatter>());
 }
@@ -167,6 +187,29 @@ std::string json_line(std::chrono::system_clock::time_point time,
   field("message", message);
   w.EndObject();
   return {buf.GetString(), buf.GetSize()};
+}
+
+std::string journal_line(spdlog::level::level_enum level, const origin& from,
+                         std::string_view message) {
+  char priority = '6';
+  switch (level) {
+    case spdlog::level::trace:
+    case spdlog::level::debug: priority = '7'; break;
+    case spdlog::level::warn: priority = '4'; break;
+    case spdlog::level::err: priority = '3'; break;
+    case spdlog::level::critical: priority = '2'; break;
+    default: break;
+  }
+  std::string line{'<', priority, '>'};
+  if (!from.actor.empty() || !from.domain.empty()) {
+    line += '[';
+    line += from.actor;
+    if (!from.domain.empty())
+      line += (from.actor.empty() ? "" : "/") + from.domain;
+    line += "] ";
+  }
+  line += one_line(message);
+  return line;
 }
 
 std::shared_ptr<spdlog::logger> logger() {

@@ -39,12 +39,13 @@ void set_level(spdlog::level::level_enum level);
 /// std::invalid_argument.
 spdlog::level::level_enum level_from_env(spdlog::level::level_enum fallback);
 
-/// The format of the entries: `text` (spdlog's default pattern) or `json`
-/// (one JSON object per line: time, level, logger, actor, domain, message).
-enum class format { text, json };
+/// The format of the entries: `text` (spdlog's default pattern), `json`
+/// (one JSON object per line: time, level, logger, actor, domain, message)
+/// or `journal` (for journald and syslog: see journal_line).
+enum class format { text, json, journal };
 
-/// Parses a format name (text, json; any case); throws std::invalid_argument
-/// naming the choices.
+/// Parses a format name (text, json, journal; any case); throws
+/// std::invalid_argument naming the choices.
 format parse_format(std::string_view text);
 
 /// Returns the format CMDBUS_LOG_FORMAT sets, else text. An unknown name
@@ -82,6 +83,13 @@ private:
 std::string json_line(std::chrono::system_clock::time_point time,
                       spdlog::level::level_enum level, std::string_view logger,
                       const origin& from, std::string_view message);
+
+/// One line for journald: the syslog priority of `level` as a `<N>` prefix
+/// (trace and debug 7, info 6, warn 4, error 3, critical 2), the origin in
+/// brackets when known ("[poller/payments] ", "[worker] "), the message. No
+/// time: the journal records its own.
+std::string journal_line(spdlog::level::level_enum level, const origin& from,
+                         std::string_view message);
 
 /// Returns `text` on one line: line breaks and tabs become spaces, runs of
 /// spaces collapse to one, and leading and trailing spaces go.

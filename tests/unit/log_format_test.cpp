@@ -87,12 +87,31 @@ TEST(LogFormat, InvalidUtf8BecomesReplacementCharacters) {
 TEST(LogFormat, ParseFormatNamesTheChoices) {
   EXPECT_EQ(log::parse_format("JSON"), log::format::json);
   EXPECT_EQ(log::parse_format("text"), log::format::text);
+  EXPECT_EQ(log::parse_format("Journal"), log::format::journal);
   try {
     log::parse_format("xml");
     FAIL();
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string{e.what()}.find("text or json"), std::string::npos);
+    EXPECT_NE(std::string{e.what()}.find("text, json or journal"),
+              std::string::npos);
   }
+}
+
+TEST(LogFormat, JournalLineHasThePriorityAndTheOriginWithoutATime) {
+  using spdlog::level::level_enum;
+  EXPECT_EQ(log::journal_line(level_enum::info, {"poller", "payments"},
+                              "reading"),
+            "<6>[poller/payments] reading");
+  EXPECT_EQ(log::journal_line(level_enum::warn, {"worker", ""}, "slow"),
+            "<4>[worker] slow");
+  EXPECT_EQ(log::journal_line(level_enum::err, {}, "down"), "<3>down");
+  EXPECT_EQ(log::journal_line(level_enum::critical, {}, "x"), "<2>x");
+  EXPECT_EQ(log::journal_line(level_enum::debug, {}, "x"), "<7>x");
+  EXPECT_EQ(log::journal_line(level_enum::trace, {}, "x"), "<7>x");
+  // One entry, one line: journald would take a line break for two entries.
+  EXPECT_EQ(log::journal_line(level_enum::err, {},
+                              "server closed\n  the connection"),
+            "<3>server closed the connection");
 }
 
 // Runs `log_some` with the "cmdbus" logger writing JSON lines into a
