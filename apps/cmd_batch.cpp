@@ -4,8 +4,8 @@
 
 #include <iostream>
 
-#include "apps/cli.hpp"
-#include "apps/json_out.hpp"
+#include "cmdbus/cli/cli.hpp"
+#include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"

@@ -9,9 +9,9 @@
 #include <memory>
 #include <stdexcept>
 
-#include "apps/cli.hpp"
 #include "apps/demo_workflows.hpp"
-#include "apps/json_out.hpp"
+#include "cmdbus/cli/cli.hpp"
+#include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/error.hpp"
 #include "cmdbus/db/pool.hpp"

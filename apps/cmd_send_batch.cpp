@@ -6,8 +6,8 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include "apps/cli.hpp"
-#include "apps/json_out.hpp"
+#include "cmdbus/cli/cli.hpp"
+#include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"

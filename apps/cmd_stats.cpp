@@ -4,8 +4,8 @@
 #include <iostream>
 #include <thread>
 
-#include "apps/cli.hpp"
-#include "apps/json_out.hpp"
+#include "cmdbus/cli/cli.hpp"
+#include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/error.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"

@@ -8,8 +8,8 @@
 #include <pwd.h>
 #include <unistd.h>
 
-#include "apps/cli.hpp"
-#include "apps/json_out.hpp"
+#include "cmdbus/cli/cli.hpp"
+#include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/db/troubleshooting.hpp"

@@ -6,11 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/cli.hpp"
-#include "apps/json_out.hpp"
-#include "cmdbus/db/error.hpp"
-#include "cmdbus/model/errors.hpp"
-#include "cmdbus/model/log.hpp"
+#include "cmdbus/cli/cli.hpp"
 #include "cmdbus/model/version.hpp"
 
 namespace {
@@ -57,8 +53,9 @@ Commands:
   stats        commands by status, queue depth and throughput per domain
   queues       show PGMQ metrics of every queue
   replies      read or peek at a reply queue
-  worker       process commands with the demo handlers (until SIGINT/SIGTERM,
-               or once with --tick)
+  worker       process commands with the demo handlers, with --demo (until
+               SIGINT/SIGTERM, or once with --tick); without --demo it
+               refuses to start
 
 Options:
   -h, --help         show this help (`cmdbus CMD --help` for a command's)
@@ -70,9 +67,11 @@ Options:
                      $SPDLOG_LEVEL, else info for worker and warn for the
                      others); the log goes to stderr
   --log-format FORMAT
-                     text or json (one JSON object per line: time, level,
-                     logger, actor, domain, message), before or after any
-                     command (default: $CMDBUS_LOG_FORMAT, else text)
+                     text, json (one JSON object per line: time, level,
+                     logger, actor, domain, message) or journal (for
+                     journald: a <N> priority prefix, the origin, the
+                     message, no time), before or after any command
+                     (default: $CMDBUS_LOG_FORMAT, else text)
   --                 ends the options: what follows is positional
 
 Connection: --dsn DSN, else $CMDBUS_DSN, else the standard libpq environment
@@ -145,102 +144,12 @@ std::vector<std::string> take_global_options(std::vector<std::string>& argv) {
   return moved;
 }
 
-bool wants_json(const std::vector<std::string>& argv) {
-  for (auto& a : argv) {
-    if (a == "--")
-      return false;
-    if (a == "--json")
-      return true;
-  }
-  return false;
-}
-
-// Whether a failure names an object of our schema (or PGMQ's functions):
-// the database was never migrated.
-bool schema_missing(const db::error& e) {
-  if (e.code() != db::errc::undefined_table
-      && e.code() != db::errc::undefined_function && e.sqlstate() != "3F000")
-    return false;
-  std::string what = e.what();
-  // A missing queue table (pgmq.q_..., pgmq.a_...) is a missing queue,
-  // not a missing schema.
-  return what.find("commandbus.") != std::string::npos
-         || (what.find("pgmq.") != std::string::npos
-             && what.find("pgmq.q_") == std::string::npos
-             && what.find("pgmq.a_") == std::string::npos)
-         || what.find("schema \"commandbus\"") != std::string::npos
-         || what.find("schema \"pgmq\"") != std::string::npos;
-}
-
-// What to do about a refused login, by its reason (see
-// db::login_failure_sqlstate).
-std::string login_advice(const db::error& e) {
-  const auto& s = e.sqlstate();
-  if (s == "28P01")
-    return " (the server refused the password: check the password in --dsn, "
-           "$CMDBUS_DSN or $PGPASSWORD; with password authentication the "
-           "server gives this same answer for a user that does not exist)";
-  if (s == "3D000")
-    return " (the database does not exist on that server: check dbname in "
-           "--dsn or $CMDBUS_DSN, or create it and run `cmdbus migrate`)";
-  if (std::string{e.what()}.find("no pg_hba.conf entry") != std::string::npos)
-    return " (the server's pg_hba.conf allows no connection from this host "
-           "for this user and database: ask its administrator)";
-  return " (the server knows no such user: check user in --dsn or "
-         "$CMDBUS_DSN)";
-}
-
-struct failure {
-  int code;
-  std::string message;
-};
-
-failure describe(std::exception_ptr ep) {
-  try {
-    std::rethrow_exception(ep);
-  } catch (const cli::usage_error& e) {
-    return {cli::exit_usage, e.message};
-  } catch (const cli::not_found& e) {
-    return {cli::exit_not_found, e.message};
-  } catch (const cli::exit_with& e) {
-    return {e.code, e.message};
-  } catch (const db::invalid_argument& e) {
-    return {cli::exit_usage, e.what()};
-  } catch (const decode_error& e) {
-    return {cli::exit_usage, e.what()};
-  } catch (const keyed_error& e) {
-    // duplicate command, unknown command or batch
-    return {cli::exit_not_found, e.what()};
-  } catch (const invalid_operation_error& e) {
-    return {cli::exit_not_found, e.what()};
-  } catch (const db::error& e) {
-    if (db::is_login_refused(e))
-      return {cli::exit_auth, std::string{e.what()} + login_advice(e)};
-    if (e.code() == db::errc::connection) {
-      std::string what = e.what();
-      return {cli::exit_db_unavailable,
-              what
-                + (what.find("Is the server running") != std::string::npos
-                     ? " (check host and port in --dsn or $CMDBUS_DSN)"
-                     : " (is the server running, and are host and port in "
-                       "--dsn or $CMDBUS_DSN right?)")};
-    }
-    if (schema_missing(e)) {
-      log::debug("no cmdbus schema: {}", log::one_line(e.what()));
-      return {cli::exit_failed, cli::never_migrated};
-    }
-    return {cli::exit_failed, e.what()};
-  } catch (const std::exception& e) {
-    return {cli::exit_failed, e.what()};
-  }
-}
-
 } // namespace
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string command;
-  bool json = wants_json(args);
+  bool json = cli::wants_json(args);
   try {
     auto level = cli::take_log_level(args);
     auto format = cli::take_log_format(args);
@@ -286,22 +195,12 @@ int main(int argc, char** argv) {
     command.clear();
     throw cli::usage_error{message};
   } catch (...) {
-    auto f = describe(std::current_exception());
+    auto f = cli::describe_failure(std::current_exception());
     if (f.code == cli::exit_usage
         && f.message.find("--help`") == std::string::npos)
       f.message += command.empty() || command[0] == '-'
                      ? " (see `cmdbus --help`)"
                      : " (see `cmdbus " + command + " --help`)";
-    if (json) {
-      cli::json_out out;
-      out.begin_object()
-        .field("error", f.message)
-        .field("exit_code", f.code)
-        .end_object();
-      out.print(std::cout);
-    } else {
-      std::cerr << "cmdbus: " << f.message << '\n';
-    }
-    return f.code;
+    return cli::report_failure(f, "cmdbus", json);
   }
 }

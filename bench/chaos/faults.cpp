@@ -85,6 +85,7 @@ void worker_fleet::start(size_t i) {
   process_spec spec;
   spec.argv = {tools_.cmdbus,
                "worker",
+               "--demo",
                "--concurrency",
                "16",
                "--visibility-timeout",

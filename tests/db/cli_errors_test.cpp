@@ -66,7 +66,7 @@ std::vector<std::vector<std::string>> one_shot_commands() {
           {"batch", "list", "ce_x"},
           {"stats"},
           {"replies", "ce_x__replies", "--peek"},
-          {"worker", "--tick", "--domain", "ce_x"}};
+          {"worker", "--demo", "--tick", "--domain", "ce_x"}};
 }
 
 } // namespace
@@ -314,7 +314,7 @@ TEST(CliErrors, DatabaseWithPgmqButNoCommandbusSchemaSaysRunMigrate) {
        {std::vector<std::string>{"send", "ce_x", "T", "--create"},
         {"show", "ce_x", test::new_uuid()},
         {"list", "ce_x"},
-        {"worker", "--tick", "--domain", "ce_x"}}) {
+        {"worker", "--demo", "--tick", "--domain", "ce_x"}}) {
     args.insert(args.end(), {"--dsn", scratch.dsn()});
     auto r = run_cmdbus(args);
     EXPECT_EQ(r.exit_code, 4) << args[0] << ": " << r.err;
@@ -340,8 +340,8 @@ TEST(CliErrors, ErrorsUnderJsonAreJsonOnStdout) {
      2,
      "not found"},
     {{"queues", "--dsn", closed_port_dsn}, 3, "cannot connect"},
-    {{"worker", "--tick", "--domain", test::unique_name("ce"), "--dsn",
-      test::dsn()},
+    {{"worker", "--demo", "--tick", "--domain", test::unique_name("ce"),
+      "--dsn", test::dsn()},
      2,
      "--create"},
   };

@@ -75,8 +75,8 @@ size_t progress_lines(const std::string& out) {
 
 TEST(CliLogFormat, JsonOptionMakesEveryLogLineAJsonObject) {
   auto domain = domain_with_a_command();
-  auto r = run({"worker", "--tick", "--log-format", "json", "--domain", domain,
-                "--dsn", test::dsn()});
+  auto r = run({"worker", "--demo", "--tick", "--log-format", "json",
+                "--domain", domain, "--dsn", test::dsn()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_json_lines(r.err);
   EXPECT_NE(r.err.find("\"message\":\"worker started for 1 domain(s)"),
@@ -86,28 +86,53 @@ TEST(CliLogFormat, JsonOptionMakesEveryLogLineAJsonObject) {
 
 TEST(CliLogFormat, JsonBeforeTheCommandAndFromTheEnvironment) {
   auto domain = domain_with_a_command();
-  auto r = run({"--log-format=json", "worker", "--tick", "--domain", domain,
-                "--dsn", test::dsn()});
+  auto r = run({"--log-format=json", "worker", "--demo", "--tick", "--domain",
+                domain, "--dsn", test::dsn()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_json_lines(r.err);
   domain = domain_with_a_command();
-  r = run({"worker", "--tick", "--domain", domain, "--dsn", test::dsn()},
+  r = run({"worker", "--demo", "--tick", "--domain", domain, "--dsn",
+           test::dsn()},
           {"CMDBUS_LOG_FORMAT=json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_json_lines(r.err);
   // The option wins over the environment.
   domain = domain_with_a_command();
-  r = run({"worker", "--tick", "--log-format", "text", "--domain", domain,
-           "--dsn", test::dsn()},
+  r = run({"worker", "--demo", "--tick", "--log-format", "text", "--domain",
+           domain, "--dsn", test::dsn()},
           {"CMDBUS_LOG_FORMAT=json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.err.find("{\"time\""), std::string::npos) << r.err;
 }
 
+TEST(CliLogFormat, JournalLinesHaveAPriorityAndNoTime) {
+  auto domain = domain_with_a_command();
+  auto r = run({"worker", "--demo", "--tick", "--log-format", "journal",
+                "--domain", domain, "--dsn", test::dsn()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lines = lines_of(r.err);
+  ASSERT_FALSE(lines.empty());
+  const std::regex journal_line{R"(^<[2-7]>\S.*$)"};
+  const std::regex time{R"(\d\d:\d\d:\d\d)"};
+  for (auto& line : lines) {
+    EXPECT_TRUE(std::regex_match(line, journal_line)) << line;
+    EXPECT_FALSE(std::regex_search(line, time)) << line;
+  }
+  EXPECT_NE(r.err.find("<6>worker started for 1 domain(s)"), std::string::npos)
+    << r.err;
+  // From the environment; debug lines have priority 7.
+  domain = domain_with_a_command();
+  r = run({"worker", "--demo", "--tick", "--log-level", "debug", "--domain",
+           domain, "--dsn", test::dsn()},
+          {"CMDBUS_LOG_FORMAT=journal"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("\n<7>"), std::string::npos) << r.err;
+}
+
 TEST(CliLogFormat, UnknownFormatIsAUsageErrorNamingTheChoices) {
   auto r = run({"worker", "--tick", "--log-format", "xml", "--domain", "d"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("unknown log format 'xml' (use text or json)"),
+  EXPECT_NE(r.err.find("unknown log format 'xml' (use text, json or journal)"),
             std::string::npos)
     << r.err;
   r = run({"queues", "--dsn", test::dsn()}, {"CMDBUS_LOG_FORMAT=xml"});
@@ -115,14 +140,15 @@ TEST(CliLogFormat, UnknownFormatIsAUsageErrorNamingTheChoices) {
   EXPECT_NE(r.err.find("CMDBUS_LOG_FORMAT"), std::string::npos) << r.err;
   r = run({"queues", "--log-format"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_NE(r.err.find("--log-format needs a value (text or json)"),
+  EXPECT_NE(r.err.find("--log-format needs a value (text, json or journal)"),
             std::string::npos)
     << r.err;
 }
 
 TEST(CliLogFormat, WorkerWithoutATerminalPrintsNoProgressLines) {
   auto domain = domain_with_a_command();
-  auto r = run({"worker", "--tick", "--domain", domain, "--dsn", test::dsn()});
+  auto r = run(
+    {"worker", "--demo", "--tick", "--domain", domain, "--dsn", test::dsn()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(progress_lines(r.out), 0u) << r.out;
   // Only the final counters.
@@ -131,14 +157,14 @@ TEST(CliLogFormat, WorkerWithoutATerminalPrintsNoProgressLines) {
 
 TEST(CliLogFormat, ProgressOptionForcesProgressLines) {
   auto domain = domain_with_a_command();
-  auto r = run({"worker", "--tick", "--progress", "--domain", domain, "--dsn",
-                test::dsn()});
+  auto r = run({"worker", "--demo", "--tick", "--progress", "--domain", domain,
+                "--dsn", test::dsn()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_GE(progress_lines(r.out), 1u) << r.out;
   // --quiet keeps meaning off.
   domain = domain_with_a_command();
-  r = run({"worker", "--tick", "--progress", "--quiet", "--domain", domain,
-           "--dsn", test::dsn()});
+  r = run({"worker", "--demo", "--tick", "--progress", "--quiet", "--domain",
+           domain, "--dsn", test::dsn()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(progress_lines(r.out), 0u) << r.out;
 }

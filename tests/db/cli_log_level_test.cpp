@@ -122,8 +122,8 @@ TEST(CliLogLevel, HelpDocumentsTheOption) {
 
 TEST(CliLogLevel, WorkerShowsItsInfoLinesByDefault) {
   auto domain = domain_with_a_command();
-  auto r = run({"worker", "--tick", "--quiet", "--domain", domain, "--dsn",
-                test::dsn()});
+  auto r = run({"worker", "--demo", "--tick", "--quiet", "--domain", domain,
+                "--dsn", test::dsn()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(contains(r.err, start_line)) << r.err;
   EXPECT_FALSE(contains(r.err, debug_line)) << r.err;
@@ -131,11 +131,11 @@ TEST(CliLogLevel, WorkerShowsItsInfoLinesByDefault) {
 
 TEST(CliLogLevel, WorkerHidesItsInfoLinesAtWarn) {
   auto domain = domain_with_a_command();
-  auto r = run({"worker", "--tick", "--quiet", "--domain", domain, "--dsn",
-                test::dsn(), "--log-level", "warn"});
+  auto r = run({"worker", "--demo", "--tick", "--quiet", "--domain", domain,
+                "--dsn", test::dsn(), "--log-level", "warn"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(contains(r.err, start_line)) << r.err;
-  r = run({"worker", "--tick", "--quiet", "--domain", domain, "--dsn",
+  r = run({"worker", "--demo", "--tick", "--quiet", "--domain", domain, "--dsn",
            test::dsn()},
           {"CMDBUS_LOG_LEVEL=warn"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -225,9 +225,9 @@ TEST(cli_process, the_demo_paths_with_a_worker) {
   auto ok = start(env.conn, domain, order("o-1", "ok"));
   auto declined = start(env.conn, domain, order("o-2", "declined"));
   auto broken = start(env.conn, domain, order("o-3", "broken"));
-  background_cmdbus worker{{"worker", "--domain", domain, "--dsn", test::dsn(),
-                            "--backoff", "0", "--poll-interval", "100ms",
-                            "--quiet"}};
+  background_cmdbus worker{{"worker", "--demo", "--domain", domain, "--dsn",
+                            test::dsn(), "--backoff", "0", "--poll-interval",
+                            "100ms", "--quiet"}};
   auto status_is = [&](const std::string& id, const std::string& status) {
     return process_column(env.conn, domain, id, "status") == status;
   };

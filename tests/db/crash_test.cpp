@@ -33,8 +33,8 @@ test::process_result run_worker(const std::string& domain,
   std::vector<std::string> env;
   if (!fault.empty())
     env.push_back("CMDBUS_FAULT_INJECT=" + fault);
-  return test::run_cmdbus({"worker", "--tick", "--domain", domain, "--dsn",
-                           test::dsn(), "--visibility-timeout", "1",
+  return test::run_cmdbus({"worker", "--demo", "--tick", "--domain", domain,
+                           "--dsn", test::dsn(), "--visibility-timeout", "1",
                            "--statement-timeout", "500ms", "--backoff", "0",
                            "--json"},
                           env);

@@ -71,8 +71,9 @@ TEST(DemoHandler, TransientAttemptsAndFixedOutcomesAreDeterministic) {
     bus.send(req);
     ids.push_back(req.command_id);
   }
-  auto r = test::run_cmdbus({"worker", "--tick", "--quiet", "--domain", domain,
-                             "--dsn", test::dsn(), "--backoff", "0"});
+  auto r = test::run_cmdbus({"worker", "--demo", "--tick", "--quiet",
+                             "--domain", domain, "--dsn", test::dsn(),
+                             "--backoff", "0"});
   // Exit 5: some cases end in the troubleshooting queue.
   ASSERT_EQ(r.exit_code, 5) << r.err;
   auto conn = test::connect();

@@ -45,13 +45,21 @@ const expected_path declined_path{"declined",
                                   {"SUCCESS", "FAILED", "SUCCESS"}};
 
 std::vector<std::string> worker_args(const std::string& domain) {
-  return {"worker",    "--domain",
-          domain,      "--dsn",
-          test::dsn(), "--visibility-timeout",
-          "1",         "--statement-timeout",
-          "500ms",     "--backoff",
-          "0",         "--poll-interval",
-          "100ms",     "--quiet"};
+  return {"worker",
+          "--demo",
+          "--domain",
+          domain,
+          "--dsn",
+          test::dsn(),
+          "--visibility-timeout",
+          "1",
+          "--statement-timeout",
+          "500ms",
+          "--backoff",
+          "0",
+          "--poll-interval",
+          "100ms",
+          "--quiet"};
 }
 
 std::string start_process(const std::string& domain, const std::string& order,

@@ -1,7 +1,8 @@
-// The `cmdbus worker` command line: a tick with the demo handler and its
-// JSON counters, what a tick leaves for later (exit code 5), domains whose
-// queue does not exist (exit code 2 unless --create), usage errors and an
-// unreachable database (exit codes 1 and 3, no password in the output).
+// The `cmdbus worker` command line: a tick with the demo handler (--demo)
+// and its JSON counters, what a tick leaves for later (exit code 5), domains
+// whose queue does not exist (exit code 2 unless --create), usage errors and
+// an unreachable database (exit codes 1 and 3, no password in the output),
+// and the refusal of domains it has no handlers for (without --demo).
 // The binary runs as a child process with a clean environment.
 
 #include <gtest/gtest.h>
@@ -29,15 +30,16 @@ TEST(WorkerCli, TickReportsWhatIsLeftForLater) {
   auto req = make_req(d, "Test", R"({"behavior":{"fail_transient_pct":100}})");
   e.bus.send(req);
   e.bus.send(make_req(d, "Test"));
-  auto r = test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn",
-                             test::dsn(), "--json", "--backoff", "60"});
+  auto r = test::run_cmdbus({"worker", "--demo", "--tick", "--domain", d,
+                             "--dsn", test::dsn(), "--json", "--backoff",
+                             "60"});
   ASSERT_EQ(r.exit_code, 5) << r.err;
   auto line = last_line(r.out);
   EXPECT_EQ(jget(e.conn, line, "{completed}"), opt_str{"1"}) << line;
   EXPECT_EQ(jget(e.conn, line, "{retried}"), opt_str{"1"}) << line;
   EXPECT_EQ(jget(e.conn, line, "{remaining}"), opt_str{"1"}) << line;
-  r = test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
-                        "--backoff", "60"});
+  r = test::run_cmdbus({"worker", "--demo", "--tick", "--domain", d, "--dsn",
+                        test::dsn(), "--backoff", "60"});
   ASSERT_EQ(r.exit_code, 5) << r.err;
   EXPECT_NE(r.out.find("remaining in the queue 1 (not due yet"),
             std::string::npos)
@@ -62,9 +64,9 @@ TEST(WorkerCli, TickRunsTheDemoHandlerAndPrintsJsonCounters) {
     = make_req(d, "Test", R"({"behavior":{"fail_transient_pct":100}})");
   trans_req.max_attempts = 2;
   auto trans = e.bus.send(trans_req);
-  auto r =
-      test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn", test::dsn(),
-                        "--json", "--max-attempts", "3", "--backoff", "0"});
+  auto r = test::run_cmdbus({"worker", "--demo", "--tick", "--domain", d,
+                             "--dsn", test::dsn(), "--json", "--max-attempts",
+                             "3", "--backoff", "0"});
   // Exit 5: two commands went to the troubleshooting queue.
   ASSERT_EQ(r.exit_code, 5) << r.err;
   // The last stdout line is the JSON counters.
@@ -111,8 +113,8 @@ TEST(WorkerCli, TickExitsZeroWhenEveryCommandCompleted) {
   bus_env e;
   auto d = test::unique_name("wkcli");
   auto ok = e.bus.send(make_req(d, "Test", R"({"behavior":{"outcome":"success"}})"));
-  auto r = test::run_cmdbus(
-    {"worker", "--tick", "--domain", d, "--dsn", test::dsn(), "--json"});
+  auto r = test::run_cmdbus({"worker", "--demo", "--tick", "--domain", d,
+                             "--dsn", test::dsn(), "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto line = last_line(r.out);
   EXPECT_EQ(jget(e.conn, line, "{completed}"), opt_str{"1"}) << line;
@@ -120,7 +122,8 @@ TEST(WorkerCli, TickExitsZeroWhenEveryCommandCompleted) {
   EXPECT_EQ(jget(e.conn, line, "{remaining}"), opt_str{"0"}) << line;
   EXPECT_EQ(status_of(e.conn, d, ok.command_id), opt_str{"COMPLETED"});
   // Nothing to do at all is a success too.
-  r = test::run_cmdbus({"worker", "--tick", "--domain", d, "--dsn", test::dsn()});
+  r = test::run_cmdbus(
+    {"worker", "--demo", "--tick", "--domain", d, "--dsn", test::dsn()});
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
@@ -129,8 +132,8 @@ TEST(WorkerCli, TickExitsFiveWhenACommandWentToTheTsq) {
   auto d = test::unique_name("wkcli");
   auto perm = e.bus.send(
     make_req(d, "Test", R"({"behavior":{"outcome":"permanent"}})"));
-  auto r = test::run_cmdbus(
-    {"worker", "--tick", "--domain", d, "--dsn", test::dsn(), "--json"});
+  auto r = test::run_cmdbus({"worker", "--demo", "--tick", "--domain", d,
+                             "--dsn", test::dsn(), "--json"});
   EXPECT_EQ(r.exit_code, 5) << r.err;
   auto line = last_line(r.out);
   EXPECT_EQ(jget(e.conn, line, "{moved_to_tsq}"), opt_str{"1"}) << line;
@@ -150,8 +153,8 @@ TEST(WorkerCli, MissingQueuesAreRefusedUnlessCreate) {
                   queue_of(domain))
            == opt_str{"1"};
   };
-  auto r = test::run_cmdbus({"worker", "--tick", "--domain", known, "--domain",
-                             missing, "--dsn", test::dsn()});
+  auto r = test::run_cmdbus({"worker", "--demo", "--tick", "--domain", known,
+                             "--domain", missing, "--dsn", test::dsn()});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(r.err, "cmdbus: queue " + queue_of(missing)
                      + " does not exist: check the domain's spelling, or "
@@ -166,13 +169,13 @@ TEST(WorkerCli, MissingQueuesAreRefusedUnlessCreate) {
   std::ofstream{file} << "[worker]\ndomains = [\"" << known << "\", \""
                       << missing << "\"]\n";
   r = test::run_cmdbus(
-    {"worker", "--tick", "--config", file, "--dsn", test::dsn()});
+    {"worker", "--demo", "--tick", "--config", file, "--dsn", test::dsn()});
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_TRUE(r.err.find(queue_of(missing)) != std::string::npos) << r.err;
   EXPECT_FALSE(queue_exists(missing));
   // --create creates them, and the tick runs.
-  r = test::run_cmdbus(
-    {"worker", "--tick", "--config", file, "--dsn", test::dsn(), "--create"});
+  r = test::run_cmdbus({"worker", "--demo", "--tick", "--config", file, "--dsn",
+                        test::dsn(), "--create"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(queue_exists(missing));
 }
@@ -191,9 +194,80 @@ TEST(WorkerCli, HelpUsageAndUnreachableDatabase) {
   EXPECT_NE(r.err.find("bogus-option"), std::string::npos) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
 
-  r = test::run_cmdbus({"worker", "--tick", "--domain", "wk_cli", "--dsn",
+  r = test::run_cmdbus({"worker", "--demo", "--tick", "--domain", "wk_cli",
+                        "--dsn",
                         "host=127.0.0.1 port=1 user=cmdbus password=secret "
                         "dbname=nowhere connect_timeout=2"});
   EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
   EXPECT_EQ(r.err.find("secret"), std::string::npos) << r.err;
+}
+
+// -- domains without handlers -------------------------------------------------
+
+namespace {
+
+/// A DSN nothing listens on: a worker that tried to connect would exit
+/// with 3, so exit code 1 proves it never did.
+const char* closed_port_dsn = "host=127.0.0.1 port=1 user=cmdbus "
+                              "dbname=nowhere connect_timeout=2";
+
+} // namespace
+
+TEST(WorkerCli, RefusesDomainsWithoutHandlersBeforeConnecting) {
+  auto r = test::run_cmdbus(
+    {"worker", "--tick", "--domain", "wk_refused", "--dsn", closed_port_dsn});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_EQ(line_count(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("no handlers for domain 'wk_refused'"),
+            std::string::npos)
+    << r.err;
+  EXPECT_NE(r.err.find("HandlerNotFoundError"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--demo"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("examples/payments"), std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  // Every refused domain is named, from a config file too, and under
+  // --json the refusal is JSON.
+  auto file = (std::filesystem::temp_directory_path()
+               / (test::unique_name("wkcli") + ".ini"))
+                .string();
+  finally remove_file{[&] { std::remove(file.c_str()); }};
+  std::ofstream{file} << "[worker]\ndomains = [\"wk_a\", \"wk_b\"]\n";
+  r = test::run_cmdbus({"worker", "--config", file, "--dsn", closed_port_dsn,
+                        "--json"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("no handlers for domains 'wk_a', 'wk_b'"),
+            std::string::npos)
+    << r.out;
+  EXPECT_NE(r.out.find("\"exit_code\":1"), std::string::npos) << r.out;
+}
+
+TEST(WorkerCli, HelpAndDumpConfigNeedNoHandlers) {
+  auto r = test::run_cmdbus({"worker", "--help"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--demo"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("usage: cmdbus worker"), std::string::npos) << r.out;
+  r = test::run_cmdbus({"help", "worker"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--demo"), std::string::npos) << r.out;
+  r = test::run_cmdbus({"--help"});
+  EXPECT_NE(r.out.find("--demo"), std::string::npos) << r.out;
+  r = test::run_cmdbus({"worker", "--dump-config", "--domain", "wk_dump"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("wk_dump"), std::string::npos) << r.out;
+}
+
+TEST(WorkerCli, DemoServesTheDemoHandlersFromAConfigFile) {
+  bus_env e;
+  auto d = test::unique_name("wkcli");
+  auto ok = make_req(d, "Test", R"({"behavior":{"outcome":"success"}})");
+  e.bus.send(ok);
+  auto file = (std::filesystem::temp_directory_path()
+               / (test::unique_name("wkcli") + ".ini"))
+                .string();
+  finally remove_file{[&] { std::remove(file.c_str()); }};
+  std::ofstream{file} << "[worker]\ndomains = [\"" << d << "\"]\n";
+  auto r = test::run_cmdbus(
+    {"worker", "--demo", "--tick", "--config", file, "--dsn", test::dsn()});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(status_of(e.conn, d, ok.command_id), opt_str{"COMPLETED"});
 }

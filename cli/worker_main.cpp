@@ -1,0 +1,377 @@
+// The worker program shared by `cmdbus worker` and applications' own
+// workers: settings, checks before the start, the run, the exit codes.
+
+#include "cmdbus/cli/worker_main.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <exception>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <pthread.h>
+
+#include "cmdbus/cli/cli.hpp"
+#include "cmdbus/cli/json_out.hpp"
+#include "cmdbus/config/settings.hpp"
+#include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/migrate.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/log.hpp"
+#include "cmdbus/model/version.hpp"
+#include "cmdbus/sql/bundle.hpp"
+
+namespace cmdbus {
+
+namespace {
+
+using namespace cli;
+
+constexpr const char* worker_help_tail = R"(
+Options of the command line only:
+  --create                 create the command queue of a configured domain
+                           that does not exist (without it, such a domain
+                           stops the worker with exit code 2: a mistyped
+                           domain would otherwise get a queue nobody sends to)
+  --json                   print the final counters as JSON
+  --progress               print a progress line every 2 s (time, counters,
+                           commands completed per second since the line
+                           before) even when standard output is not a
+                           terminal, and with --tick
+  --quiet                  no progress lines (the default when standard
+                           output is not a terminal, e.g. under systemd:
+                           the log then shows state changes only)
+  --log-format FORMAT      text, json (one object per line) or journal
+                           (a syslog priority prefix per line and no time,
+                           for journald); default $CMDBUS_LOG_FORMAT, else
+                           text
+
+Exit codes: 0 ok (with --tick: no command went to the troubleshooting queue
+and none is left in the queues), 1 usage error, invalid setting or a domain
+that this program has no handlers for, 2 a
+domain's queue does not exist (see --create), 3 database unavailable, 4 other
+failure (e.g. a database without the cmdbus schema, or with migrations
+pending), 5 with --tick: commands went to the troubleshooting queue during
+the run, or remain in the queues afterwards (retries not due yet, or held by
+another worker), 6 login refused.
+)";
+
+std::string counters_text(const worker_stats& s) {
+  return "received " + std::to_string(s.received) + ", completed "
+         + std::to_string(s.completed) + ", retried "
+         + std::to_string(s.retried) + ", to TSQ "
+         + std::to_string(s.moved_to_tsq) + ", failed "
+         + std::to_string(s.failed) + ", rejected " + std::to_string(s.rejected)
+         + ", in flight " + std::to_string(s.in_flight);
+}
+
+// Prints a progress line every 2 s while it lives, and a last one when it
+// ends: UTC time, the counters, and the commands completed per second since
+// the line before.
+class progress_printer {
+public:
+  explicit progress_printer(const worker& w) : w_(w) {
+    thread_ = std::thread([this] {
+      auto next = std::chrono::steady_clock::now();
+      while (!done_) {
+        next += std::chrono::seconds{2};
+        while (!done_ && std::chrono::steady_clock::now() < next)
+          std::this_thread::sleep_for(std::chrono::milliseconds{100});
+        if (!done_)
+          print();
+      }
+    });
+  }
+
+  ~progress_printer() {
+    done_ = true;
+    thread_.join();
+    print();
+  }
+
+  progress_printer(const progress_printer&) = delete;
+  progress_printer& operator=(const progress_printer&) = delete;
+
+private:
+  void print() {
+    auto now = std::chrono::steady_clock::now();
+    auto s = w_.stats();
+    double secs = std::chrono::duration<double>(now - last_time_).count();
+    double rate = secs > 0
+                    ? static_cast<double>(s.completed - last_completed_) / secs
+                    : 0.0;
+    last_time_ = now;
+    last_completed_ = s.completed;
+    auto t = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char stamp[32];
+    std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    char rate_text[32];
+    std::snprintf(rate_text, sizeof rate_text, "%.1f", rate);
+    std::cout << stamp << " " << counters_text(s) << ", " << rate_text
+              << " completed/s" << std::endl;
+  }
+
+  const worker& w_;
+  std::atomic<bool> done_{false};
+  std::chrono::steady_clock::time_point last_time_
+    = std::chrono::steady_clock::now();
+  decltype(worker_stats{}.completed) last_completed_{0};
+  std::thread thread_;
+};
+
+// Prints the counters; `remaining` (tick mode) is the number of messages
+// still in the domains' queues: not due yet (retries backing off) or held
+// by another worker.
+void print_stats(const worker_stats& s, bool json,
+                 std::optional<int64_t> remaining = std::nullopt) {
+  if (json) {
+    json_out out;
+    out.begin_object()
+      .field("received", s.received)
+      .field("completed", s.completed)
+      .field("retried", s.retried)
+      .field("moved_to_tsq", s.moved_to_tsq)
+      .field("failed", s.failed)
+      .field("rejected", s.rejected)
+      .field("in_flight", s.in_flight);
+    if (remaining)
+      out.field("remaining", *remaining);
+    out.end_object();
+    out.print(std::cout);
+    return;
+  }
+  std::cout << counters_text(s);
+  if (remaining)
+    std::cout << ", remaining in the queue " << *remaining
+              << (*remaining > 0 ? " (not due yet, or held by another worker)"
+                                 : "");
+  std::cout << std::endl;
+}
+
+// Checks the worker's options against the settings table, so that a
+// mistyped one names the nearest (config::load reads them afterwards).
+args check_worker_options(const std::vector<std::string>& argv) {
+  std::vector<std::string> flags{"--help",      "--json",       "--quiet",
+                                 "--progress",  "--create",     "--tick",
+                                 "--no-notify", "--dump-config"};
+  std::vector<std::string> options{"--config", "--domain"};
+  for (auto& s : config::detail::settings)
+    if (!s.option.empty())
+      options.emplace_back(s.option);
+  return args{argv, flags, options};
+}
+
+// Throws unless every migration of this build is applied: without them the
+// worker's statements fail, and it would retry them forever.
+void require_schema(db::pool& pool) {
+  auto conn = pool.acquire();
+  auto report = db::migration_status(*conn, sql::pgmq_files(),
+                                     sql::commandbus_files());
+  auto applied = std::any_of(report.migrations.begin(), report.migrations.end(),
+                             [](const auto& m) { return m.applied; });
+  if (!applied)
+    throw exit_with{exit_failed, never_migrated};
+  if (auto pending = report.pending(); pending > 0)
+    throw exit_with{exit_failed, "the database lacks " + std::to_string(pending)
+                                   + " cmdbus migration(s): run `cmdbus "
+                                     "migrate` first"};
+}
+
+// Counts the messages left in the domains' command queues, or nothing when
+// the database cannot tell (logged).
+std::optional<int64_t> remaining_messages(const config::worker_config& cfg) {
+  try {
+    db::connection_options opts;
+    opts.application_name = "cmdbus-worker";
+    auto conn = db::connection::open(cfg.dsn, opts);
+    int64_t n = 0;
+    for (auto& d : cfg.domains)
+      n += conn
+             .query("SELECT queue_length FROM pgmq.metrics($1)",
+                    db::command_queue(d))
+             .int64(0, 0);
+    return n;
+  } catch (const std::exception& e) {
+    log::warn("tick: could not count the messages left: {}",
+              log::one_line(e.what()));
+    return std::nullopt;
+  }
+}
+
+// The help text: the settings' help under the program's name, what the
+// program serves, the options of the command line only.
+std::string help_text(const worker_program& program) {
+  std::string text = config::worker_help();
+  const std::string usage = "usage: cmdbus worker";
+  if (text.rfind(usage, 0) == 0)
+    text.replace(0, usage.size(), "usage: " + program.name);
+  if (!program.description.empty()) {
+    auto options = text.find("\nOptions:\n");
+    if (options != std::string::npos)
+      text.insert(options + 1, program.description + "\n\n");
+  }
+  return text + worker_help_tail;
+}
+
+// Refuses the domains that got neither a handler nor a process type: the
+// worker would take their commands, fail each with HandlerNotFoundError and
+// use up their attempts.
+void refuse_domains_without_handlers(const config::worker_config& cfg,
+                                     const handler_registry& handlers,
+                                     const process_registry& processes,
+                                     const worker_program& program) {
+  auto keys = handlers.keys();
+  std::vector<std::string> empty;
+  for (auto& d : cfg.domains) {
+    bool has_handler = std::any_of(keys.begin(), keys.end(),
+                                   [&](const auto& k) { return k.first == d; });
+    if (!has_handler && processes.types(d).empty())
+      empty.push_back("'" + d + "'");
+  }
+  if (empty.empty())
+    return;
+  std::string names;
+  for (auto& n : empty)
+    names += (names.empty() ? "" : ", ") + n;
+  bool several = empty.size() > 1;
+  throw usage_error{
+    std::string{"no handlers for domain"} + (several ? "s " : " ") + names
+    + ": this worker would fail " + (several ? "their" : "its")
+    + " commands with HandlerNotFoundError and use up their attempts"
+    + (program.no_handlers_hint.empty() ? ""
+                                        : "; " + program.no_handlers_hint)};
+}
+
+} // namespace
+
+int run_worker(const std::vector<std::string>& argv,
+               const worker_program& program) {
+  auto a = check_worker_options(argv);
+  std::vector<std::string> settings_args;
+  for (auto& arg : argv)
+    if (arg != "--json" && arg != "--quiet" && arg != "--create"
+        && arg != "--progress")
+      settings_args.push_back(arg);
+  bool json = a.flag("--json");
+  // Progress lines on a terminal, or when asked for; under systemd the
+  // log shows state changes only.
+  bool progress_on = !a.flag("--quiet")
+                     && (a.flag("--progress")
+                         || (!json && stdout_is_terminal()));
+  config::worker_config cfg;
+  try {
+    cfg = config::load(settings_args,
+                       [](const char* name) -> std::optional<std::string> {
+                         if (const char* v = std::getenv(name))
+                           return std::string{v};
+                         return std::nullopt;
+                       });
+  } catch (const config::help_requested&) {
+    std::cout << help_text(program);
+    return exit_ok;
+  } catch (const config::config_error& e) {
+    throw usage_error{e.what()};
+  }
+  if (cfg.dump_config) {
+    std::cout << config::describe(cfg);
+    return exit_ok;
+  }
+  // The program's handlers, before any database access: a domain without
+  // any is refused at once.
+  handler_registry registry;
+  process_registry processes;
+  if (program.register_domain)
+    for (auto& d : cfg.domains)
+      program.register_domain(d, registry, processes);
+  refuse_domains_without_handlers(cfg, registry, processes, program);
+  {
+    // The schema must be up to date, and every configured domain's queue
+    // must exist (or be created now).
+    auto popts = pool_options_for(a, 1);
+    popts.dsn = cfg.dsn;
+    popts.connection.application_name = "cmdbus-worker";
+    db::pool pool{popts};
+    require_schema(pool);
+    for (auto& d : cfg.domains)
+      require_queue(pool, db::command_queue(d), a.flag("--create"));
+  }
+  auto shutdown_timeout = cfg.shutdown_timeout;
+  bool tick = cfg.tick;
+  worker w{cfg, std::move(registry), std::move(processes)};
+  if (program.on_worker)
+    program.on_worker(w);
+  if (tick) {
+    worker_stats stats;
+    {
+      std::optional<progress_printer> progress;
+      if (progress_on)
+        progress.emplace(w);
+      stats = w.run_tick(std::chrono::hours{24});
+    }
+    auto remaining = remaining_messages(cfg);
+    print_stats(stats, json, remaining);
+    // Not all done: some went to the troubleshooting queue, or some are
+    // left (or, when they could not be counted, may be).
+    return stats.moved_to_tsq > 0 || remaining.value_or(1) > 0 ? exit_incomplete
+                                                               : exit_ok;
+  }
+  // Block SIGINT/SIGTERM in every thread; this one waits for them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  w.start();
+  std::optional<progress_printer> progress;
+  if (progress_on)
+    progress.emplace(w);
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  log::info("signal {}: stopping (up to {} ms)", sig, shutdown_timeout.count());
+  w.stop(shutdown_timeout).get();
+  progress.reset();
+  print_stats(w.stats(), json);
+  if (w.in_flight_count() > 0) {
+    // Handlers abandoned at the shutdown timeout are still running in the
+    // background; their commands reappear after the visibility timeout.
+    // Leave without running destructors under their feet.
+    std::cout.flush();
+    std::_Exit(exit_ok);
+  }
+  return exit_ok;
+}
+
+int worker_main(int argc, char** argv, const worker_program& program) {
+  std::vector<std::string> arguments(argv + 1, argv + argc);
+  bool json = wants_json(arguments);
+  try {
+    auto level = take_log_level(arguments);
+    auto format = take_log_format(arguments);
+    set_log_level("worker", level);
+    set_log_format(format);
+    auto end = std::find(arguments.begin(), arguments.end(), "--");
+    if (std::find(arguments.begin(), end, "--version") != end) {
+      std::cout << program.name << " (cmdbus " << version() << ")\n";
+      return exit_ok;
+    }
+    return run_worker(arguments, program);
+  } catch (...) {
+    auto f = describe_failure(std::current_exception());
+    if (f.code == exit_usage && f.message.find("--help`") == std::string::npos)
+      f.message += " (see `" + program.name + " --help`)";
+    return report_failure(f, program.name, json);
+  }
+}
+
+} // namespace cmdbus
