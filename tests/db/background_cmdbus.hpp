@@ -25,16 +25,18 @@ namespace cmdbus::test {
 
 class background_cmdbus {
 public:
-  /// Starts `cmdbus <args...>` with `env` ("NAME=value") on top of the
-  /// current environment without its cmdbus settings.
+  /// Starts `cmdbus <args...>` (or `binary <args...>`, another program
+  /// that takes the worker's settings) with `env` ("NAME=value") on top of
+  /// the current environment without its cmdbus settings.
   explicit background_cmdbus(const std::vector<std::string>& args,
-                             const std::vector<std::string>& env = {})
+                             const std::vector<std::string>& env = {},
+                             const std::string& binary = CMDBUS_BINARY)
     : pid_file_((std::filesystem::temp_directory_path()
                  / (unique_name("cmdbus_pid") + ".pid"))
                   .string()) {
     std::vector<std::string> argv{
       "/bin/sh", "-c", "echo $$ > '" + pid_file_ + "' && exec \"$0\" \"$@\"",
-      CMDBUS_BINARY};
+      binary};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> overrides{
       "CMDBUS_DSN=", "CMDBUS_CONFIG=", "CMDBUS_DOMAINS=",
