@@ -56,13 +56,13 @@ Options of the command line only:
                            text
 
 Exit codes: 0 ok (with --tick: no command went to the troubleshooting queue
-and none is left in the queues), 1 usage error, invalid setting or a domain
-that this program has no handlers for, 2 a
-domain's queue does not exist (see --create), 3 database unavailable, 4 other
-failure (e.g. a database without the cmdbus schema, or with migrations
-pending), 5 with --tick: commands went to the troubleshooting queue during
-the run, or remain in the queues afterwards (retries not due yet, or held by
-another worker), 6 login refused.
+and none is left in the queues), 1 usage error, invalid setting, or a domain
+this program has no handlers for (checked before connecting), 2 a domain's
+queue does not exist (see --create), 3 database unavailable, 4 other failure
+(e.g. a database without the cmdbus schema, or with migrations pending), 5
+with --tick: commands went to the troubleshooting queue during the run, or
+remain in the queues afterwards (retries not due yet, or held by another
+worker), 6 login refused.
 )";
 
 std::string counters_text(const worker_stats& s) {
