@@ -73,19 +73,12 @@ sent send(db::connection& c, const std::string& domain, int64_t cents) {
           jget(c, r.out, "{payment}").value_or("")};
 }
 
-opt_str status_text(db::connection& c, const std::string& domain,
-                    const std::string& id) {
+// The status of a command (`what` = "command") or a process ("process").
+opt_str status_of(db::connection& c, const std::string& what,
+                  const std::string& domain, const std::string& id) {
   return scalar(c,
-                "SELECT status::text FROM commandbus.command"
-                " WHERE domain = $1 AND command_id = $2::uuid",
-                domain, id);
-}
-
-opt_str process_status(db::connection& c, const std::string& domain,
-                       const std::string& id) {
-  return scalar(c,
-                "SELECT status::text FROM commandbus.process"
-                " WHERE domain = $1 AND process_id = $2::uuid",
+                "SELECT status::text FROM commandbus." + what
+                  + " WHERE domain = $1 AND " + what + "_id = $2::uuid",
                 domain, id);
 }
 
@@ -109,14 +102,17 @@ TEST(PaymentsExample, WorkerServesWhatTheSenderSends) {
   auto ok = send(env.conn, domain, 2500);
   EXPECT_TRUE(eventually(
     [&] {
-      return status_text(env.conn, domain, ok.debit) == "COMPLETED"
-             && status_text(env.conn, domain, ok.fraud_check) == "COMPLETED"
-             && process_status(env.conn, domain, ok.payment) == "COMPLETED";
+      return status_of(env.conn, "command", domain, ok.debit) == "COMPLETED"
+             && status_of(env.conn, "command", domain, ok.fraud_check)
+                  == "COMPLETED"
+             && status_of(env.conn, "process", domain, ok.payment)
+                  == "COMPLETED";
     },
     30s))
-    << status_text(env.conn, domain, ok.debit).value_or("none") << " "
-    << status_text(env.conn, domain, ok.fraud_check).value_or("none") << " "
-    << process_status(env.conn, domain, ok.payment).value_or("none");
+    << status_of(env.conn, "command", domain, ok.debit).value_or("none") << " "
+    << status_of(env.conn, "command", domain, ok.fraud_check).value_or("none")
+    << " "
+    << status_of(env.conn, "process", domain, ok.payment).value_or("none");
   // The process got the Debit function's answer as the step's reply.
   EXPECT_EQ(scalar(env.conn,
                    "SELECT count(*) FROM commandbus.process_audit"
@@ -131,13 +127,16 @@ TEST(PaymentsExample, WorkerServesWhatTheSenderSends) {
   auto refused = send(env.conn, domain, 250000);
   EXPECT_TRUE(eventually(
     [&] {
-      return status_text(env.conn, domain, refused.fraud_check) == "FAILED"
-             && process_status(env.conn, domain, refused.payment) == "CANCELED";
+      return status_of(env.conn, "command", domain, refused.fraud_check)
+               == "FAILED"
+             && status_of(env.conn, "process", domain, refused.payment)
+                  == "CANCELED";
     },
     30s))
-    << status_text(env.conn, domain, refused.fraud_check).value_or("none")
+    << status_of(env.conn, "command", domain, refused.fraud_check)
+         .value_or("none")
     << " "
-    << process_status(env.conn, domain, refused.payment).value_or("none");
+    << status_of(env.conn, "process", domain, refused.payment).value_or("none");
   EXPECT_EQ(scalar(env.conn,
                    "SELECT string_agg(step_name, ',' ORDER BY id)"
                    " FROM commandbus.process_audit"
