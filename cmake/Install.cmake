@@ -50,6 +50,18 @@ install(FILES
   ${PROJECT_SOURCE_DIR}/cmake/FindCAF.cmake
   DESTINATION ${cmdbus_cmake_dir} COMPONENT Development)
 
+# pkg-config: under /usr the prefix is written as is (a sysroot, e.g.
+# PKG_CONFIG_SYSROOT_DIR over an unpacked package, is added by pkg-config);
+# elsewhere it is relative to the .pc file, so that a prefix given only to
+# `cmake --install --prefix` or moved later still works.
+if(CMAKE_INSTALL_PREFIX STREQUAL "/usr")
+  set(cmdbus_pc_prefix "${CMAKE_INSTALL_PREFIX}")
+else()
+  file(RELATIVE_PATH cmdbus_pc_to_prefix
+    ${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig ${CMAKE_INSTALL_PREFIX})
+  string(REGEX REPLACE "/$" "" cmdbus_pc_to_prefix "${cmdbus_pc_to_prefix}")
+  set(cmdbus_pc_prefix "\${pcfiledir}/${cmdbus_pc_to_prefix}")
+endif()
 foreach(pc cmdbus cmdbus-client)
   configure_file(cmake/${pc}.pc.in ${PROJECT_BINARY_DIR}/${pc}.pc @ONLY)
   install(FILES ${PROJECT_BINARY_DIR}/${pc}.pc
