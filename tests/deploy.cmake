@@ -18,13 +18,13 @@ function(cmdbus_deploy_tests)
   set(here ${PROJECT_SOURCE_DIR}/tests/deploy)
 
   # The worker the unit runs: the example's payments-worker when it is built
-  # in this tree, else the tool's worker (same options).
+  # in this tree, else the tool's demo worker (same options).
   if(TARGET payments-worker)
     set(worker $<TARGET_FILE:payments-worker>)
     set(worker_args "")
   else()
     set(worker $<TARGET_FILE:cmdbus>)
-    set(worker_args worker)
+    set(worker_args worker --demo)
   endif()
   add_test(NAME deploy.systemd_unit
     COMMAND ${here}/check_unit.sh ${PROJECT_SOURCE_DIR} ${worker} ${worker_args})
