@@ -165,7 +165,7 @@ args check_worker_options(const std::vector<std::string>& argv) {
   std::vector<std::string> flags{"--help",      "--json",       "--quiet",
                                  "--progress",  "--create",     "--tick",
                                  "--no-notify", "--dump-config"};
-  std::vector<std::string> options{"--config", "--domain"};
+  std::vector<std::string> options{"--config", "--domain", "--remote-pool"};
   for (auto& s : config::detail::settings)
     if (!s.option.empty())
       options.emplace_back(s.option);
