@@ -113,9 +113,11 @@ struct client {
     return {door, error};
   }
 
-  // Says hello for `domain`: the session, or the error's text.
+  // Says hello for `domain`: the session, or the error's text; `offer`
+  // receives the node's offer.
   std::pair<remote::handler_pool_actor, std::string>
-  hello(const remote::node_door_actor& door, const std::string& domain) {
+  hello(const remote::node_door_actor& door, const std::string& domain,
+        remote::pool_offer* offer = nullptr) {
     remote::handler_pool_actor pool;
     std::string error;
     caf::scoped_actor self{*sys};
@@ -123,8 +125,10 @@ struct client {
       ->request(door, 10s, atom::hello::value, remote::protocol_version,
                 std::string{"test-worker"}, domain, lease)
       .receive(
-        [&](remote::pool_offer&, caf::actor& session) {
+        [&](remote::pool_offer& x, caf::actor& session) {
           pool = caf::actor_cast<remote::handler_pool_actor>(session);
+          if (offer != nullptr)
+            *offer = x;
         },
         [&](caf::error& err) { error = actors::describe(err); });
     return {pool, error};
@@ -272,6 +276,63 @@ TEST(ClusterNode, ServesWithoutDatabaseOnLoopbackAndWritesItsPort) {
     << r->err;
   // Never a word about a database.
   EXPECT_EQ(r->err.find("database"), std::string::npos) << r->err;
+}
+
+TEST(ClusterNode, RefusesAnotherProtocolVersionOnBothSides) {
+  temp_dir dir;
+  auto port_file = dir.file("port");
+  auto env = no_database;
+  env.push_back("CMDBUS_TEST_PROTOCOL_VERSION=99");
+  env.push_back("CMDBUS_NODE_NAME=future");
+  background_cmdbus node{node_args("payments", port_file), env};
+  auto port = read_port(port_file);
+  ASSERT_GT(port, 0);
+  client c;
+  // The door's interface is the same in every version: the connection
+  // works, the hello is refused.
+  auto [door, error] = c.connect(port);
+  ASSERT_TRUE(door) << error;
+  auto [pool, refused] = c.hello(door, "payments");
+  EXPECT_FALSE(pool);
+  EXPECT_NE(refused.find("handler node 'future' speaks protocol 99, the "
+                         "worker speaks 1"),
+            std::string::npos)
+    << refused;
+  auto r = node.stop(20s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->exit_code, 0);
+  EXPECT_NE(r->err.find("refused worker 'test-worker' (domain payments): it "
+                        "speaks protocol 1, this node speaks 99"),
+            std::string::npos)
+    << r->err;
+}
+
+TEST(ClusterNode, OffersItsSlotsTypesAndHeartbeat) {
+  temp_dir dir;
+  auto port_file = dir.file("port");
+  auto args = node_args("payments", port_file);
+  args.insert(args.end(), {"--heartbeat", "500ms", "--domain", "orders"});
+  background_cmdbus node{args, no_database};
+  auto port = read_port(port_file);
+  ASSERT_GT(port, 0);
+  client c;
+  auto [door, error] = c.connect(port);
+  ASSERT_TRUE(door) << error;
+  for (auto domain : {"payments", "orders"}) {
+    remote::pool_offer offer;
+    auto [pool, hello_error] = c.hello(door, domain, &offer);
+    ASSERT_TRUE(pool) << hello_error;
+    EXPECT_EQ(offer.protocol, remote::protocol_version);
+    EXPECT_EQ(offer.slots, 2);
+    EXPECT_EQ(offer.heartbeat_ms, 500);
+    EXPECT_EQ(offer.command_types, std::vector<std::string>{"Test"});
+    EXPECT_NE(offer.node_name.find(":" + std::to_string(port)),
+              std::string::npos)
+      << offer.node_name;
+  }
+  auto r = node.stop(20s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->exit_code, 0) << r->err;
 }
 
 TEST(ClusterNode, ListensOnLoopbackByDefault) {
