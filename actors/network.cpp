@@ -1,14 +1,71 @@
 #include "cmdbus/actors/network.hpp"
 
+#include <memory>
+
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
 #include <caf/openssl/publish.hpp>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+
 #include "cmdbus/actors/errors.hpp"
 
 namespace cmdbus::actors {
+
+namespace {
+
+// The last OpenSSL error of this thread, as text ("" when none).
+std::string openssl_error() {
+  auto code = ERR_get_error();
+  ERR_clear_error();
+  if (code == 0)
+    return {};
+  char buf[256];
+  ERR_error_string_n(code, buf, sizeof buf);
+  return buf;
+}
+
+// Loads the certificate set into a throwaway context, so that a file that
+// is not what it should be is refused with its setting's name now, not at
+// the first connection (CAF loads them per connection).
+void check_certificates(const config::tls_config& tls) {
+  std::unique_ptr<SSL_CTX, void (*)(SSL_CTX*)> ctx{SSL_CTX_new(TLS_method()),
+                                                   SSL_CTX_free};
+  if (!ctx)
+    throw config::config_error("TLS: cannot create an OpenSSL context: "
+                               + openssl_error());
+  auto fail = [](const std::string& what) {
+    throw config::config_error(what + ": " + openssl_error());
+  };
+  if (tls.passphrase.empty())
+    // Never ask on a terminal for the passphrase of an encrypted key.
+    SSL_CTX_set_default_passwd_cb(ctx.get(),
+                                  [](char*, int, int, void*) { return 0; });
+  else
+    SSL_CTX_set_default_passwd_cb_userdata(
+      ctx.get(), const_cast<char*>(tls.passphrase.c_str()));
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), tls.certificate.c_str())
+      != 1)
+    fail("tls-certificate (" + tls.certificate
+         + "): not a usable PEM certificate");
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), tls.key.c_str(), SSL_FILETYPE_PEM)
+      != 1)
+    fail("tls-key (" + tls.key
+         + "): not a usable PEM private key (or a wrong tls-passphrase)");
+  if (SSL_CTX_check_private_key(ctx.get()) != 1)
+    fail("tls-key (" + tls.key + ") does not belong to tls-certificate ("
+         + tls.certificate + ")");
+  if (SSL_CTX_load_verify_locations(
+        ctx.get(), tls.ca_file.empty() ? nullptr : tls.ca_file.c_str(),
+        tls.ca_path.empty() ? nullptr : tls.ca_path.c_str())
+      != 1)
+    fail("tls-ca-file / tls-ca-path: no usable CA certificates");
+}
+
+} // namespace
 
 std::chrono::milliseconds
 connection_timeout(std::chrono::milliseconds heartbeat) {
@@ -32,6 +89,7 @@ void configure_network(caf::actor_system_config& cfg,
           caf::timespan{connection_timeout(settings.heartbeat)});
   auto& tls = settings.tls;
   if (tls.enabled()) {
+    check_certificates(tls);
     cfg.load<caf::openssl::manager>();
     cfg.set("openssl.certificate", tls.certificate);
     cfg.set("openssl.key", tls.key);

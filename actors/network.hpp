@@ -45,7 +45,9 @@ std::chrono::milliseconds connection_timeout(std::chrono::milliseconds heartbeat
 /// sets the heartbeat, the connection timeout, the application identifier,
 /// the TLS options, the wire types (remote::add_remote_types) and our error
 /// category (add_error_category). Throws config::config_error when
-/// settings.tls is invalid (validate_tls), before the actor system sees it.
+/// settings.tls is invalid (validate_tls) or its files are not a usable
+/// certificate, key (matching the certificate) and CA set, before the actor
+/// system sees them.
 void configure_network(caf::actor_system_config& cfg,
                        const network_settings& settings);
 
