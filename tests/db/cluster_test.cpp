@@ -212,6 +212,12 @@ std::vector<std::string> worker_args(const std::string& domain,
   return args;
 }
 
+// Waits until `w` is connected to `n` remote pools.
+bool connected(const worker& w, int64_t n) {
+  return eventually(
+    [&] { return w.metrics().at(0)->remote_pools.load() == n; }, 30s);
+}
+
 std::string behavior_ms(int ms) {
   return R"({"min_duration_ms":)" + std::to_string(ms)
          + R"(,"max_duration_ms":)" + std::to_string(ms) + "}";
@@ -229,11 +235,13 @@ TEST(ClusterRouting, TypesRunWhereTheyAreServedAndCreditsSpanAllSlots) {
   node n2{dir, "n2", d, 3};
   ASSERT_GT(n1.port(), 0);
   ASSERT_GT(n2.port(), 0);
-  auto local = send_many(e, d, "Local", 6);
-  auto remote = send_many(e, d, "Test", 18, behavior_ms(300));
   worker w{cluster_cfg(d, {n1.address(), n2.address()}), local_only(d)};
   finally stop{[&] { stop_worker(w); }};
   w.start();
+  ASSERT_TRUE(connected(w, 2));
+  EXPECT_EQ(w.metrics().at(0)->remote_slots.load(), 6);
+  auto local = send_many(e, d, "Local", 6);
+  auto remote = send_many(e, d, "Test", 18, behavior_ms(300));
   // 2 local slots + 2 nodes x 3: never more in flight than 8 (no
   // prefetch), and more than the local slots alone once the nodes are in.
   int64_t most = 0;
@@ -267,10 +275,11 @@ TEST(ClusterFailover, KilledNodeCommandsRunElsewhereLongBeforeTheirLease) {
   node n1{dir, "n1", d, 3};
   auto n2 = std::make_unique<node>(dir, "n2", d, 3);
   auto n2_port = n2->port();
-  auto ids = send_many(e, d, "Test", 60, behavior_ms(150));
   worker w{cluster_cfg(d, {n1.address(), n2->address()}), local_only(d)};
   finally stop{[&] { stop_worker(w); }};
   w.start();
+  ASSERT_TRUE(connected(w, 2));
+  auto ids = send_many(e, d, "Test", 60, behavior_ms(150));
   ASSERT_TRUE(eventually(
     [&] { return count_status(e.conn, d, "COMPLETED") >= 18; }, 60s));
   // kill -9 mid-load: the commands it ran get no answer; the worker makes
@@ -294,8 +303,11 @@ TEST(ClusterFailover, KilledNodeCommandsRunElsewhereLongBeforeTheirLease) {
   EXPECT_EQ(count_status(e.conn, d, "IN_TROUBLESHOOTING_QUEUE"), 0);
   // The node comes back on its port: the worker adds it back and it takes
   // work again.
+  EXPECT_EQ(w.metrics().at(0)->remote_slots.load(), 3);
   node back{dir, "n2b", d, 3, "127.0.0.1:" + std::to_string(n2_port)};
   ASSERT_EQ(back.port(), n2_port);
+  ASSERT_TRUE(connected(w, 2));
+  EXPECT_EQ(w.metrics().at(0)->remote_slots.load(), 6);
   auto more = send_many(e, d, "Test", 30, behavior_ms(150));
   ASSERT_TRUE(eventually(
     [&] { return count_status(e.conn, d, "COMPLETED") == 90; }, 60s));
@@ -314,15 +326,18 @@ TEST(ClusterFailover, ConnectionCutThroughProxyReleasesItsCommandsAtOnce) {
   node n2{dir, "n2", d, 3};
   tcp_proxy proxy{n1.port()};
   // n1 is reached through the proxy; its commands run long.
-  auto ids = send_many(e, d, "Test", 6, behavior_ms(3000));
   worker w{cluster_cfg(d, {"127.0.0.1:" + std::to_string(proxy.port()),
                            n2.address()}),
            local_only(d)};
   finally stop{[&] { stop_worker(w); }};
   w.start();
+  ASSERT_TRUE(connected(w, 2));
+  auto ids = send_many(e, d, "Test", 6, behavior_ms(3000));
   // Both nodes busy with three each.
   ASSERT_TRUE(eventually([&] { return w.stats().in_flight == 6; }, 30s));
   proxy.cut();
+  EXPECT_TRUE(connected(w, 1));
+  EXPECT_EQ(w.metrics().at(0)->remote_disconnects.load(), 1);
   // n1's three come back at once and run on n2 after its own three: about
   // 6 s, where a lease would hold them for 60 s.
   auto cut_at = std::chrono::steady_clock::now();
