@@ -113,9 +113,12 @@ caf::expected<uint16_t> publish(caf::actor_system& sys,
                                 const std::string& listen) {
   auto address = config::parse_http_address(listen);
   auto port = static_cast<uint16_t>(address.port);
+  // SO_REUSEADDR: a node restarted after a crash binds its port again at
+  // once, although the connections of its predecessor linger in TIME_WAIT
+  // (on Linux it never lets two processes listen on one port).
   if (uses_tls(sys))
-    return caf::openssl::publish(door, port, address.host.c_str(), false);
-  return sys.middleman().publish(door, port, address.host.c_str(), false);
+    return caf::openssl::publish(door, port, address.host.c_str(), true);
+  return sys.middleman().publish(door, port, address.host.c_str(), true);
 }
 
 caf::io::middleman_actor connector(caf::actor_system& sys) {
