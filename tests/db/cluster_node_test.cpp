@@ -265,6 +265,14 @@ TEST(ClusterNode, ServesWithoutDatabaseOnLoopbackAndWritesItsPort) {
                       R"({"behavior":{"outcome":"business_rule"}})");
   EXPECT_EQ(failed.kind, outcome_kind::business_rule);
   EXPECT_EQ(failed.error_code, "DEMO_BUSINESS_RULE");
+  // A second node on the same port: refused (exit code 4), though the
+  // door binds with SO_REUSEADDR (to rebind at once after a crash).
+  auto twin = run_cmdbus({"node", "--demo", "--domain", "payments", "--listen",
+                          "127.0.0.1:" + std::to_string(port)});
+  EXPECT_EQ(twin.exit_code, 4) << twin.err;
+  EXPECT_NE(twin.err.find("cannot listen on 127.0.0.1:" + std::to_string(port)),
+            std::string::npos)
+    << twin.err;
   auto r = node.stop(20s);
   ASSERT_TRUE(r) << "the node did not stop";
   EXPECT_EQ(r->exit_code, 0) << r->err;
