@@ -50,13 +50,29 @@ void failed(self_ptr self, const std::string& why) {
   retry_later(self);
 }
 
+// The only actor of this worker a node gets to know: it takes the
+// extensions of the node's handlers (handler_context::extend_visibility)
+// and hands them to the supervisor, whose other messages (drain, credits,
+// commits) a node must never be able to send.
+remote::lease_actor::behavior_type lease_forwarder(remote::lease_actor::pointer self,
+                                                   supervisor_actor parent) {
+  return {
+    [self, parent](atom::extend, std::vector<int64_t>& ids, int seconds,
+                   bool keep_longer) {
+      return self->delegate(parent, atom::extend::value, std::move(ids),
+                            seconds, keep_longer);
+    },
+  };
+}
+
 void hello(self_ptr self, const remote::node_door_actor& door) {
   auto& st = self->state;
+  if (!st.lease)
+    st.lease = self->spawn<caf::linked>(lease_forwarder, st.parent);
   self
     ->request(door, st.settings.cfg->remote.connect_timeout, atom::hello::value,
               remote::effective_protocol_version(), worker_identity(),
-              st.settings.domain,
-              caf::actor_cast<caf::actor>(st.parent))
+              st.settings.domain, caf::actor_cast<caf::actor>(st.lease))
     .then(
       [self](remote::pool_offer& offer, caf::actor& pool) {
         auto& st = self->state;

@@ -4,8 +4,10 @@
 // configured "HOST:PORT"), spawned and linked by the domain's supervisor.
 // It connects through the middleman (never blocking a scheduler thread),
 // checks that the peer is a cmdbus handler node, says hello with this
-// worker's protocol version and gets the node's offer (its command types
-// and slots) and a handler pool actor for the domain. It monitors that
+// worker's protocol version and a lease actor (the only actor of the worker
+// the node learns of: it forwards visibility extensions to the supervisor)
+// and gets the node's offer (its command types and slots) and a handler
+// pool actor for the domain. It monitors that
 // pool and reports it to the supervisor, which monitors it too: pool_up
 // when connected, pool_down when it is lost. It then reconnects with a
 // capped exponential backoff (250 ms doubling to [remote] reconnect-max,
@@ -35,6 +37,9 @@ struct remote_link_state {
   std::string host;
   uint16_t port = 0;
   supervisor_actor parent;
+  /// What the node may call back (extensions only), spawned at the first
+  /// hello and linked to the link.
+  remote::lease_actor lease;
   /// The connected pool; null while disconnected.
   caf::actor pool;
   /// Consecutive failures (0 while connected).

@@ -14,6 +14,7 @@
 #include "cmdbus/actors/remote_protocol.hpp"
 
 #include "tests/actors/settings.hpp"
+#include "tests/actors/sinks.hpp"
 
 #include <caf/test/dsl.hpp>
 
@@ -76,20 +77,6 @@ remote_link_actor::behavior_type inert_link(remote_link_actor::pointer) {
   };
 }
 
-poller_actor::behavior_type poller_sink(poller_actor::pointer) {
-  return {
-    [](atom::credit, int64_t) {},
-    [](atom::wakeup) {},
-  };
-}
-
-completion_actor::behavior_type completion_sink(completion_actor::pointer) {
-  return {
-    [](atom::finish, const db::finished_command&) {},
-    [](atom::flush) {},
-  };
-}
-
 retry_scheduler_actor::behavior_type
 retry_sink(retry_scheduler_actor::pointer, std::shared_ptr<children> k) {
   return {
@@ -128,6 +115,37 @@ remote::pool_offer offer_of(int32_t slots, std::vector<std::string> types) {
   return o;
 }
 
+// The supervisor's children as fakes that `k` records.
+spawners fake_spawners(std::shared_ptr<children> k) {
+  spawners sp;
+  sp.poller = [k](supervisor_actor::pointer self, const domain_settings&) {
+    k->poller = self->spawn<caf::linked>(test::poller_sink);
+    return k->poller;
+  };
+  sp.completion = [k](supervisor_actor::pointer self, const domain_settings&) {
+    k->completion = self->spawn<caf::linked>(test::completion_sink);
+    return k->completion;
+  };
+  sp.retry = [k](supervisor_actor::pointer self, const domain_settings&) {
+    k->retry = self->spawn<caf::linked>(retry_sink, k);
+    return k->retry;
+  };
+  sp.handler = [k](supervisor_actor::pointer self, const domain_settings&,
+                   handler_mode) {
+    auto h = self->spawn<caf::linked>(local_handler);
+    k->handlers.push_back(h);
+    return h;
+  };
+  sp.remote = [k](supervisor_actor::pointer self, const domain_settings&,
+                  const std::string& address) {
+    auto l = self->spawn<caf::linked>(inert_link);
+    k->links.push_back(l);
+    k->link_addresses.push_back(address);
+    return l;
+  };
+  return sp;
+}
+
 // Domain "d": local handlers for "ok" (concurrency 2, prefetch 0), and two
 // configured remote pools, "n1:1" and "n2:2".
 struct fixture : test_coordinator_fixture<> {
@@ -147,34 +165,7 @@ struct fixture : test_coordinator_fixture<> {
     settings = test::make_settings(cfg, "d", std::move(reg));
     settings.metrics = std::make_shared<domain_metrics>(
       "d", 2, std::vector<std::string>{"ok"});
-    spawners sp;
-    auto k = kids;
-    sp.poller = [k](supervisor_actor::pointer self, const domain_settings&) {
-      k->poller = self->spawn<caf::linked>(poller_sink);
-      return k->poller;
-    };
-    sp.completion = [k](supervisor_actor::pointer self,
-                        const domain_settings&) {
-      k->completion = self->spawn<caf::linked>(completion_sink);
-      return k->completion;
-    };
-    sp.retry = [k](supervisor_actor::pointer self, const domain_settings&) {
-      k->retry = self->spawn<caf::linked>(retry_sink, k);
-      return k->retry;
-    };
-    sp.handler = [k](supervisor_actor::pointer self, const domain_settings&,
-                     handler_mode) {
-      auto h = self->spawn<caf::linked>(local_handler);
-      k->handlers.push_back(h);
-      return h;
-    };
-    sp.remote = [k](supervisor_actor::pointer self, const domain_settings&,
-                    const std::string& address) {
-      auto l = self->spawn<caf::linked>(inert_link);
-      k->links.push_back(l);
-      k->link_addresses.push_back(address);
-      return l;
-    };
+    auto sp = fake_spawners(kids);
     parent = sys.spawn(parent_sink);
     sup = sys.spawn(supervisor, settings, sp, parent);
     sched.run();
@@ -473,30 +464,7 @@ struct remote_only_fixture : test_coordinator_fixture<> {
     cfg.concurrency = 2;
     cfg.remote.pools = {"n1:1"};
     auto settings = test::make_settings(cfg, "d");
-    spawners sp;
-    auto k = kids;
-    sp.poller = [k](supervisor_actor::pointer self, const domain_settings&) {
-      k->poller = self->spawn<caf::linked>(poller_sink);
-      return k->poller;
-    };
-    sp.completion = [](supervisor_actor::pointer self, const domain_settings&) {
-      return completion_actor{self->spawn<caf::linked>(completion_sink)};
-    };
-    sp.retry = [k](supervisor_actor::pointer self, const domain_settings&) {
-      return retry_scheduler_actor{self->spawn<caf::linked>(retry_sink, k)};
-    };
-    sp.handler = [k](supervisor_actor::pointer self, const domain_settings&,
-                     handler_mode) {
-      auto h = self->spawn<caf::linked>(local_handler);
-      k->handlers.push_back(h);
-      return h;
-    };
-    sp.remote = [k](supervisor_actor::pointer self, const domain_settings&,
-                    const std::string&) {
-      auto l = self->spawn<caf::linked>(inert_link);
-      k->links.push_back(l);
-      return l;
-    };
+    auto sp = fake_spawners(kids);
     sup = sys.spawn(supervisor, settings, sp, batch_listener_actor{});
     sched.run();
   }

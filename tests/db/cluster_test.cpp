@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "tests/db/background_cmdbus.hpp"
+#include "tests/support/certificates.hpp"
 #include "tests/support/tcp_proxy.hpp"
 #include "tests/support/worker_env.hpp"
 
@@ -390,31 +391,6 @@ TEST(ClusterRefusal, AnotherProtocolVersionIsRefusedOnBothSides) {
 
 namespace {
 
-void openssl(const std::vector<std::string>& args) {
-  std::vector<std::string> argv{"/usr/bin/openssl"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto r = run_process(argv);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-}
-
-// A CA (NAME.pem, NAME.key).
-void make_ca(const scratch_dir& dir, const std::string& name) {
-  openssl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
-           dir.file(name + ".key"), "-out", dir.file(name + ".pem"), "-days",
-           "2", "-subj", "/CN=" + name});
-}
-
-// A certificate NAME.pem with its key NAME.key, signed by the CA `ca`.
-void make_cert(const scratch_dir& dir, const std::string& name,
-               const std::string& ca) {
-  openssl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout",
-           dir.file(name + ".key"), "-out", dir.file(name + ".csr"), "-subj",
-           "/CN=" + name});
-  openssl({"x509", "-req", "-in", dir.file(name + ".csr"), "-CA",
-           dir.file(ca + ".pem"), "-CAkey", dir.file(ca + ".key"),
-           "-CAcreateserial", "-out", dir.file(name + ".pem"), "-days", "2"});
-}
-
 std::vector<std::string> tls_args(const scratch_dir& dir,
                                   const std::string& name,
                                   const std::string& ca) {
@@ -427,11 +403,12 @@ std::vector<std::string> tls_args(const scratch_dir& dir,
 TEST(ClusterTls, OnlyACertificateOfTheTrustedCaGetsIn) {
   bus_env e;
   scratch_dir dir;
-  make_ca(dir, "ca");
-  make_ca(dir, "rogue_ca");
-  make_cert(dir, "node", "ca");
-  make_cert(dir, "worker", "ca");
-  make_cert(dir, "rogue", "rogue_ca");
+  auto certs = dir.path.string();
+  make_ca(certs, "ca");
+  make_ca(certs, "rogue_ca");
+  make_cert(certs, "node", "ca");
+  make_cert(certs, "worker", "ca");
+  make_cert(certs, "rogue", "rogue_ca");
   auto d = unique_name("cl");
   node n{dir, "tls", d, 3, "127.0.0.1:0", tls_args(dir, "node", "ca")};
   ASSERT_GT(n.port(), 0);
