@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -319,14 +320,18 @@ TEST(ClusterFailover, KilledNodeCommandsRunElsewhereLongBeforeTheirLease) {
   EXPECT_TRUE(nodes.count("n2b")) << "the restarted node took work again";
 }
 
-TEST(ClusterFailover, ConnectionCutThroughProxyReleasesItsCommandsAtOnce) {
+namespace {
+
+// n1 behind a TCP proxy and n2 direct, each busy with three long commands
+// (3 s); `fault` breaks the proxy. n1's commands come back and run on n2
+// after its own three (about 6 s), where a lease would hold them for 60 s.
+void proxied_node_fails(const std::function<void(tcp_proxy&)>& fault) {
   bus_env e;
   scratch_dir dir;
   auto d = unique_name("cl");
   node n1{dir, "n1", d, 3};
   node n2{dir, "n2", d, 3};
   tcp_proxy proxy{n1.port()};
-  // n1 is reached through the proxy; its commands run long.
   worker w{cluster_cfg(d, {"127.0.0.1:" + std::to_string(proxy.port()),
                            n2.address()}),
            local_only(d)};
@@ -336,22 +341,33 @@ TEST(ClusterFailover, ConnectionCutThroughProxyReleasesItsCommandsAtOnce) {
   auto ids = send_many(e, d, "Test", 6, behavior_ms(3000));
   // Both nodes busy with three each.
   ASSERT_TRUE(eventually([&] { return w.stats().in_flight == 6; }, 30s));
-  proxy.cut();
+  fault(proxy);
+  auto fault_at = std::chrono::steady_clock::now();
   EXPECT_TRUE(connected(w, 1));
   EXPECT_EQ(w.metrics().at(0)->remote_disconnects.load(), 1);
-  // n1's three come back at once and run on n2 after its own three: about
-  // 6 s, where a lease would hold them for 60 s.
-  auto cut_at = std::chrono::steady_clock::now();
   ASSERT_TRUE(eventually(
     [&] { return count_status(e.conn, d, "COMPLETED") == 6; }, 40s))
     << count_status(e.conn, d, "COMPLETED") << " of 6 completed";
-  EXPECT_LT(std::chrono::steady_clock::now() - cut_at, 40s);
+  EXPECT_LT(std::chrono::steady_clock::now() - fault_at, 40s);
   auto where = served_by(e, d);
   int on_n2 = 0;
   for (auto& id : ids)
     on_n2 += where[id.to_string()] == "n2" ? 1 : 0;
-  // n1 may finish its runs after the cut, but their outcomes never arrive.
+  // n1 may finish its runs after the fault, but their outcomes never
+  // arrive.
   EXPECT_EQ(on_n2, 6);
+}
+
+} // namespace
+
+TEST(ClusterFailover, ConnectionCutThroughProxyReleasesItsCommandsAtOnce) {
+  proxied_node_fails([](tcp_proxy& proxy) { proxy.cut(); });
+}
+
+TEST(ClusterFailover, SilentConnectionIsDroppedAfterItsHeartbeatTimeout) {
+  // Nothing is closed: the worker notices after three silent heartbeat
+  // intervals (1.5 s here).
+  proxied_node_fails([](tcp_proxy& proxy) { proxy.freeze(); });
 }
 
 // -- refusals --------------------------------------------------------------------

@@ -92,6 +92,11 @@ tcp_proxy::~tcp_proxy() {
   cut();
 }
 
+void tcp_proxy::freeze() {
+  if (pid_ > 0)
+    ::kill(-pid_, SIGSTOP);
+}
+
 void tcp_proxy::cut() {
   if (pid_ <= 0)
     return;

@@ -3,7 +3,8 @@
 // A TCP proxy between a test and a server on 127.0.0.1 (`socat`, one forked
 // child per connection, all in a process group of their own), to cut the
 // connections through it at once: kill -9 of the whole group, so that the
-// peers see their connections drop.
+// peers see their connections drop; or to freeze them (SIGSTOP), so that
+// they fall silent without being closed.
 
 #include <sys/types.h>
 
@@ -32,6 +33,10 @@ public:
 
   /// Kills socat and every connection through it.
   void cut();
+
+  /// Stops socat and its connections (SIGSTOP) without closing anything:
+  /// the peers see a silent connection, like a hung host.
+  void freeze();
 
 private:
   int port_ = 0;
