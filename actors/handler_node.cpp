@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <future>
 #include <stdexcept>
 #include <thread>
 #include <unistd.h>
@@ -363,6 +364,25 @@ std::vector<std::string> validate(const node_config& cfg) {
 }
 
 struct handler_node::impl {
+  /// Drops the actor handles and destroys the actor system (its actors
+  /// were told to end), waiting a little for it. ~actor_system waits for
+  /// every actor, which a handler stuck in application code can delay for
+  /// good: never on the caller's thread.
+  void retire() {
+    door = nullptr;
+    pools.clear();
+    actors::release_thread_logger();
+    auto done = std::make_shared<std::promise<void>>();
+    auto gone = done->get_future();
+    std::thread([sys = std::move(sys), cfg = std::move(sys_cfg),
+                 done]() mutable {
+      sys.reset();
+      cfg.reset();
+      done->set_value();
+    }).detach();
+    gone.wait_for(std::chrono::seconds{2});
+  }
+
   node_config cfg;
   std::shared_ptr<const handler_registry> registry;
   std::mutex mtx;
@@ -428,7 +448,8 @@ uint16_t handler_node::start() {
   if (!bound) {
     auto text = actors::describe(bound.error());
     caf::anon_send_exit(d.door, caf::exit_reason::user_shutdown);
-    actors::release_thread_logger();
+    d.stopped = true;
+    d.retire();
     throw std::runtime_error("cannot listen on " + d.cfg.listen + ": " + text);
   }
   d.port = *bound;
@@ -480,20 +501,7 @@ void handler_node::stop(std::chrono::milliseconds timeout) {
     }
     self->send_exit(d.door, caf::exit_reason::user_shutdown);
   }
-  d.door = nullptr;
-  d.pools.clear();
-  actors::release_thread_logger();
-  // ~actor_system waits for every actor, which a handler stuck in
-  // application code can delay for good: never on the caller's thread.
-  auto done = std::make_shared<std::promise<void>>();
-  auto gone = done->get_future();
-  std::thread([sys = std::move(d.sys), cfg = std::move(d.sys_cfg),
-               done]() mutable {
-    sys.reset();
-    cfg.reset();
-    done->set_value();
-  }).detach();
-  gone.wait_for(std::chrono::seconds{2});
+  d.retire();
   log::info("handler node stopped");
 }
 

@@ -376,3 +376,91 @@ CAF_TEST(a stopped node ends its sessions) {
   CAF_CHECK(!again);
   self->send_exit(lease_hdl, caf::exit_reason::kill);
 }
+
+CAF_TEST(a stopping node finishes running commands and refuses new ones) {
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  auto entered = std::make_shared<std::atomic<int>>(0);
+  auto stopping = std::make_shared<std::atomic<bool>>(false);
+  handler_registry reg;
+  reg.add("payments", "Slow", [=](const command&, handler_context& ctx) {
+    *entered += 1;
+    while (!release->load()) {
+      if (ctx.cancelled())
+        *stopping = true;
+      std::this_thread::sleep_for(5ms);
+    }
+    return json::parse(ctx.cancelled() ? R"({"cancelled":true})" : "{}");
+  });
+  node_config ncfg;
+  ncfg.domains = {"payments"};
+  ncfg.concurrency = 1;
+  ncfg.listen = ":0";
+  handler_node node{ncfg, std::move(reg)};
+  auto port = node.start();
+  network_system client;
+  auto& sys = *client.sys;
+  auto door = sys.middleman().remote_actor<remote::node_door_actor>("127.0.0.1",
+                                                                    port);
+  CAF_REQUIRE(door);
+  auto lease_hdl = sys.spawn(lease, std::make_shared<std::atomic<int>>(0));
+  caf::scoped_actor self{sys};
+  remote::handler_pool_actor pool;
+  self
+    ->request(*door, 5s, atom::hello::value, remote::protocol_version,
+              std::string{"w1"}, std::string{"payments"},
+              caf::actor_cast<caf::actor>(lease_hdl))
+    .receive(
+      [&](remote::pool_offer&, caf::actor& s) {
+        pool = caf::actor_cast<remote::handler_pool_actor>(s);
+      },
+      [](caf::error& err) { CAF_FAIL("refused: " << to_string(err)); });
+  CAF_REQUIRE(pool);
+  auto rc = full_delivery();
+  rc.cmd.command_type = "Slow";
+  // One command runs, a second one waits for the only handler.
+  self->send(pool, atom::handle::value, remote::to_wire(rc));
+  self->send(pool, atom::handle::value, remote::to_wire(rc));
+  for (int i = 0; i < 400 && (entered->load() < 1 || node.status().queued < 1);
+       ++i)
+    std::this_thread::sleep_for(5ms);
+  CAF_REQUIRE_EQUAL(node.status().busy, 1);
+  CAF_REQUIRE_EQUAL(node.status().queued, 1);
+  std::thread stopper{[&] { node.stop(10s); }};
+  for (int i = 0; i < 400 && !stopping->load(); ++i)
+    std::this_thread::sleep_for(5ms);
+  CAF_REQUIRE(stopping->load());
+  // Once the stop began, a new command is refused at once (one that still
+  // slipped in before the pool heard of the stop waits in its queue: its
+  // request times out here, and it runs like the others).
+  bool refused = false;
+  int slipped_in = 0;
+  for (int i = 0; i < 20 && !refused; ++i)
+    self->request(pool, 500ms, atom::handle::value, remote::to_wire(rc))
+      .receive([](remote::wire_outcome&) {},
+               [&](caf::error& err) {
+                 if (err == caf::sec::request_timeout)
+                   ++slipped_in;
+                 refused = err.category() == actors::ec_category
+                           && err.code()
+                                == static_cast<uint8_t>(
+                                  actors::ec::remote_unavailable);
+               });
+  CAF_CHECK(refused);
+  // The running and the queued command still finish, and see the stop.
+  release->store(true);
+  int answered = 0;
+  bool saw_cancel = false;
+  for (int i = 0; i < 2; ++i)
+    self->receive(
+      [&](remote::wire_outcome& wo) {
+        ++answered;
+        saw_cancel = saw_cancel || wo.result == R"({"cancelled":true})";
+      },
+      caf::after(10s) >> [] {});
+  CAF_CHECK_EQUAL(answered, 2);
+  CAF_CHECK(saw_cancel);
+  stopper.join();
+  CAF_CHECK_EQUAL(node.status().busy, 0);
+  CAF_CHECK_EQUAL(node.status().completed, 2 + slipped_in);
+  self->send_exit(lease_hdl, caf::exit_reason::kill);
+}
