@@ -69,6 +69,20 @@ using sweep = caf::atom_constant<caf::atom("sweep")>;
 /// Process writer: apply one reply to its process.
 using apply = caf::atom_constant<caf::atom("apply")>;
 
+// Between processes (actors/remote_protocol.hpp):
+
+/// Node door: a worker's hello (protocol version, worker name, domain,
+/// lease actor).
+using hello = caf::atom_constant<caf::atom("hello")>;
+/// Supervisor: a remote handler pool is connected (address, offer, pool).
+using pool_up = caf::atom_constant<caf::atom("poolup")>;
+/// Supervisor: a remote handler pool is gone (address).
+using pool_down = caf::atom_constant<caf::atom("pooldown")>;
+/// Remote link: connect (again) now (a timer after a backoff).
+using reconnect = caf::atom_constant<caf::atom("reconnect")>;
+/// Admin: the status of a process, as JSON text.
+using status = caf::atom_constant<caf::atom("status")>;
+
 } // namespace cmdbus::atom
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::command_ptr)

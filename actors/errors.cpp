@@ -15,6 +15,10 @@ std::string to_string(ec x) {
     case ec::db_failed: return "db_failed";
     case ec::handler_failed: return "handler_failed";
     case ec::writer_stuck: return "writer_stuck";
+    case ec::protocol_mismatch: return "protocol_mismatch";
+    case ec::unknown_domain: return "unknown_domain";
+    case ec::remote_unavailable: return "remote_unavailable";
+    case ec::unsupported: return "unsupported";
   }
   return "ec(" + std::to_string(static_cast<int>(x)) + ")";
 }

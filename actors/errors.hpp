@@ -31,6 +31,16 @@ enum class ec : uint8_t {
   /// database answered: the supervisor ends its domain with this reason,
   /// and the root restarts the domain.
   writer_stuck,
+  /// A worker and a handler node speak different protocol versions (both
+  /// log it; the text says both versions).
+  protocol_mismatch,
+  /// A handler node does not serve the domain a worker asked for.
+  unknown_domain,
+  /// A remote node could not be reached, refused the connection (TLS,
+  /// application identifier, interface) or went away.
+  remote_unavailable,
+  /// The request is not supported by this kind of process.
+  unsupported,
 };
 
 /// The error category of `ec`.

@@ -7,48 +7,37 @@
 
 namespace cmdbus::actors {
 
-namespace {
-
-// Returns the extender of one delivery's handler_context. A blocking
-// handler waits for the answer (on its own thread); a non-blocking one runs
-// on a scheduler thread, which must never wait, so its extension is only
-// queued. Either way the request goes to the supervisor, which forwards it
-// to its current retry scheduler. After the delivery ended (`live` false)
-// the extender throws: the message may already belong to someone else.
 handler_context::extender
-make_extender(caf::actor_system* sys, supervisor_actor supervisor,
+make_extender(caf::actor_system* sys, remote::lease_actor lease,
               int64_t msg_id, handler_mode mode,
               std::chrono::milliseconds timeout,
               std::shared_ptr<const std::atomic<bool>> live) {
-  return
-    [sys, supervisor, msg_id, mode, timeout, live](std::chrono::seconds secs) {
-      if (!live->load())
-        throw command_bus_error("extend_visibility after the handler returned: "
-                                "the delivery has ended");
-      auto ids = std::vector<int64_t>{msg_id};
-      auto seconds = static_cast<int>(secs.count());
-      if (mode == handler_mode::non_blocking) {
-        caf::anon_send(supervisor, atom::extend::value, std::move(ids), seconds,
-                       false);
-        return;
-      }
-      caf::error failure;
-      {
-        caf::scoped_actor tmp{*sys};
-        tmp
-          ->request(supervisor, timeout, atom::extend::value, std::move(ids),
-                    seconds, false)
-          .receive([](int) {}, [&](caf::error& err) { failure = err; });
-      }
-      // A thread of the application keeps no reference to the system's
-      // logger (see shutdown.hpp).
-      release_thread_logger();
-      if (failure)
-        throw_error(failure, "extend_visibility failed");
-    };
+  return [sys, lease, msg_id, mode, timeout, live](std::chrono::seconds secs) {
+    if (!live->load())
+      throw command_bus_error("extend_visibility after the handler returned: "
+                              "the delivery has ended");
+    auto ids = std::vector<int64_t>{msg_id};
+    auto seconds = static_cast<int>(secs.count());
+    if (mode == handler_mode::non_blocking) {
+      caf::anon_send(lease, atom::extend::value, std::move(ids), seconds,
+                     false);
+      return;
+    }
+    caf::error failure;
+    {
+      caf::scoped_actor tmp{*sys};
+      tmp
+        ->request(lease, timeout, atom::extend::value, std::move(ids), seconds,
+                  false)
+        .receive([](int) {}, [&](caf::error& err) { failure = err; });
+    }
+    // A thread of the application keeps no reference to the system's
+    // logger (see shutdown.hpp).
+    release_thread_logger();
+    if (failure)
+      throw_error(failure, "extend_visibility failed");
+  };
 }
-
-} // namespace
 
 handler_actor::behavior_type
 handler(handler_actor::stateful_pointer<handler_state> self,
@@ -68,7 +57,9 @@ handler(handler_actor::stateful_pointer<handler_state> self,
                      + std::chrono::seconds{5};
       auto live = std::make_shared<std::atomic<bool>>(true);
       handler_context ctx{rc,
-                          make_extender(&self->system(), st.supervisor,
+                          make_extender(&self->system(),
+                                        caf::actor_cast<remote::lease_actor>(
+                                          st.supervisor),
                                         rc->msg_id, st.mode, timeout, live),
                           st.settings.cancelled};
       auto out = st.settings.registry->run(*rc, ctx);

@@ -3,7 +3,12 @@
 // The handler actor: runs the application's handlers for one domain, one
 // command at a time.
 
+#include <atomic>
+#include <chrono>
+#include <memory>
+
 #include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/remote_protocol.hpp"
 #include "cmdbus/actors/spawn.hpp"
 
 namespace cmdbus::actors {
@@ -17,6 +22,20 @@ struct handler_state {
   /// "handler/<domain>".
   std::string name;
 };
+
+/// Returns the extender of one delivery's handler_context. A blocking
+/// handler waits for the answer (on its own thread, up to `timeout`); a
+/// non-blocking one runs on a scheduler thread, which must never wait, so
+/// its extension is only queued. Either way the request goes to `lease`:
+/// the supervisor (which forwards it to its current retry scheduler), or on
+/// a handler node the worker's supervisor across the network. After the
+/// delivery ended (`live` false) the extender throws: the message may
+/// already belong to someone else.
+handler_context::extender
+make_extender(caf::actor_system* sys, remote::lease_actor lease,
+              int64_t msg_id, handler_mode mode,
+              std::chrono::milliseconds timeout,
+              std::shared_ptr<const std::atomic<bool>> live);
 
 /// The handler actor's behaviour: answers (atom::handle, command) with the
 /// outcome of the registered handler. Detached (a thread of its own) for

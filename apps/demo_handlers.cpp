@@ -58,6 +58,27 @@ outcome choose(const rapidjson::Value& behavior, std::mt19937_64& rng) {
   return outcome::success;
 }
 
+// Adds "served_by": `name` to a result that is null or an object without
+// that key (on a handler node, so that one can see where a command ran).
+json with_served_by(json result, const std::string& name) {
+  if (name.empty() || !(result.is_null() || result.is_object()))
+    return result;
+  rapidjson::Document doc;
+  doc.Parse(result.is_null() ? "{}" : result.text().c_str());
+  if (doc.HasMember("served_by"))
+    return result;
+  auto& alloc = doc.GetAllocator();
+  doc.AddMember("served_by",
+                rapidjson::Value{name.c_str(),
+                                 static_cast<rapidjson::SizeType>(name.size()),
+                                 alloc},
+                alloc);
+  rapidjson::StringBuffer buf;
+  rapidjson::Writer<rapidjson::StringBuffer> w{buf};
+  doc.Accept(w);
+  return json{std::string{buf.GetString(), buf.GetSize()}, json::trusted};
+}
+
 json test_handler(const command& cmd, handler_context& ctx) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   rapidjson::Document doc;
@@ -115,8 +136,16 @@ json test_handler(const command& cmd, handler_context& ctx) {
 } // namespace
 
 void register_test_handler(handler_registry& registry,
-                           const std::string& domain) {
-  registry.add(domain, "Test", test_handler);
+                           const std::string& domain,
+                           const std::string& served_by) {
+  if (served_by.empty()) {
+    registry.add(domain, "Test", test_handler);
+    return;
+  }
+  registry.add(domain, "Test",
+               [served_by](const command& cmd, handler_context& ctx) {
+                 return with_served_by(test_handler(cmd, ctx), served_by);
+               });
 }
 
 } // namespace cmdbus::demo

@@ -21,7 +21,11 @@ namespace cmdbus::demo {
 ///   error_code, error_message (used by failures; defaults
 ///     DEMO_PERMANENT / "demo permanent failure", DEMO_TRANSIENT /
 ///     "demo transient failure", DEMO_BUSINESS_RULE / "demo business rule").
+/// With `served_by` (a handler node's name), a successful result that is
+/// null or an object gets the field "served_by": served_by, so that one can
+/// see where a command ran.
 void register_test_handler(handler_registry& registry,
-                           const std::string& domain);
+                           const std::string& domain,
+                           const std::string& served_by = "");
 
 } // namespace cmdbus::demo

@@ -32,6 +32,7 @@ constexpr command_entry commands[] = {
   {"queues", cli::run_queues},
   {"replies", cli::run_replies},
   {"worker", cli::run_worker},
+  {"node", cli::run_node},
 };
 
 constexpr const char* main_help
@@ -56,6 +57,9 @@ Commands:
   worker       process commands with the demo handlers, with --demo (until
                SIGINT/SIGTERM, or once with --tick); without --demo it
                refuses to start
+  node         run the demo handlers for workers elsewhere, with --demo
+               (a handler node: no database access; workers connect with
+               --remote-pool HOST:PORT); without --demo it refuses to start
 
 Options:
   -h, --help         show this help (`cmdbus CMD --help` for a command's)

@@ -412,7 +412,8 @@ void set_log_format(const std::optional<std::string>& given) {
 
 void set_log_level(const std::string& command,
                    const std::optional<std::string>& given) {
-  auto level = command == "worker" ? spdlog::level::info : spdlog::level::warn;
+  auto level = command == "worker" || command == "node" ? spdlog::level::info
+                                                        : spdlog::level::warn;
   try {
     level = log::level_from_env(level);
   } catch (const std::invalid_argument& e) {

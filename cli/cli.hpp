@@ -186,8 +186,8 @@ std::optional<std::string> take_log_level(std::vector<std::string>& argv);
 
 /// Sets the level of the "cmdbus" logger for `command`: `given` (from
 /// --log-level), else $CMDBUS_LOG_LEVEL, else $SPDLOG_LEVEL, else info for
-/// `worker` (its start, stop, recovery and batch lines show) and warn for the
-/// other commands. Throws usage_error, naming the choices, for an unknown
+/// `worker` and `node` (their start, stop, recovery, connection and batch
+/// lines show) and warn for the other commands. Throws usage_error, naming the choices, for an unknown
 /// level from the command line or the environment.
 void set_log_level(const std::string& command,
                    const std::optional<std::string>& given);
@@ -251,6 +251,7 @@ int run_show(const std::vector<std::string>& argv);
 int run_list(const std::vector<std::string>& argv);
 int run_queues(const std::vector<std::string>& argv);
 int run_worker(const std::vector<std::string>& argv);
+int run_node(const std::vector<std::string>& argv);
 int run_tsq(const std::vector<std::string>& argv);
 int run_batch(const std::vector<std::string>& argv);
 int run_stats(const std::vector<std::string>& argv);

@@ -1,14 +1,21 @@
 # FindCAF: locates the C++ Actor Framework 0.17.x as packaged by Debian
 # (libcaf-dev ships neither a CMake config nor a pkg-config file).
 #
-# Imported targets: CAF::core, CAF::io. Variables: CAF_FOUND, CAF_VERSION,
-# CAF_INCLUDE_DIR. Use: find_package(CAF 0.17.6 REQUIRED).
+# Imported targets: CAF::core, CAF::io, CAF::openssl (the TLS transport of
+# the middleman; links OpenSSL::SSL, found here). Variables: CAF_FOUND,
+# CAF_VERSION, CAF_INCLUDE_DIR. Use: find_package(CAF 0.17.6 REQUIRED).
 include(FindPackageHandleStandardArgs)
 find_package(Threads REQUIRED)
+if(CAF_FIND_QUIETLY)
+  find_package(OpenSSL QUIET)
+else()
+  find_package(OpenSSL)
+endif()
 
 find_path(CAF_INCLUDE_DIR caf/config.hpp)
 find_library(CAF_CORE_LIBRARY caf_core)
 find_library(CAF_IO_LIBRARY caf_io)
+find_library(CAF_OPENSSL_LIBRARY caf_openssl)
 
 if(CAF_INCLUDE_DIR AND EXISTS "${CAF_INCLUDE_DIR}/caf/config.hpp")
   file(STRINGS "${CAF_INCLUDE_DIR}/caf/config.hpp" _caf_version_line
@@ -24,6 +31,7 @@ endif()
 
 find_package_handle_standard_args(CAF
   REQUIRED_VARS CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
+                CAF_OPENSSL_LIBRARY OPENSSL_FOUND
   VERSION_VAR CAF_VERSION)
 
 if(CAF_FOUND AND NOT TARGET CAF::core)
@@ -37,5 +45,10 @@ if(CAF_FOUND AND NOT TARGET CAF::core)
   set_target_properties(CAF::io PROPERTIES
     IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
     INTERFACE_LINK_LIBRARIES CAF::core)
+  add_library(CAF::openssl UNKNOWN IMPORTED)
+  set_target_properties(CAF::openssl PROPERTIES
+    IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
+    INTERFACE_LINK_LIBRARIES "CAF::io;OpenSSL::SSL;OpenSSL::Crypto")
 endif()
-mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY)
+mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
+                 CAF_OPENSSL_LIBRARY)

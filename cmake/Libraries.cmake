@@ -6,7 +6,9 @@
 #                   operator API, migrations. No CAF.
 #   cmdbus::worker  (libcmdbus-worker): the worker runtime on CAF (actors/,
 #                   the process managers' actors, the reusable worker
-#                   program). Links cmdbus::client and CAF::core.
+#                   program, the handler node). Links cmdbus::client and
+#                   CAF::core; CAF::io and CAF::openssl privately (loaded
+#                   only by processes that talk to other processes).
 #   cmdbus::cmdbus  both.
 if(CMDBUS_SHARED)
   set(cmdbus_library_type SHARED)
@@ -39,8 +41,8 @@ target_link_libraries(cmdbus_client
   PRIVATE PostgreSQL::PostgreSQL spdlog::spdlog $<BUILD_INTERFACE:cmdbus_rapidjson>)
 target_link_libraries(cmdbus_worker
   PUBLIC cmdbus_client CAF::core
-  PRIVATE PostgreSQL::PostgreSQL spdlog::spdlog PkgConfig::httplib
-          $<BUILD_INTERFACE:cmdbus_rapidjson>)
+  PRIVATE CAF::io CAF::openssl PostgreSQL::PostgreSQL spdlog::spdlog
+          PkgConfig::httplib $<BUILD_INTERFACE:cmdbus_rapidjson>)
 
 # `cmdbus::cmdbus`: the name most applications link. (The target `cmdbus`
 # is the tool.)
@@ -53,5 +55,5 @@ add_library(cmdbus::cmdbus ALIAS cmdbus_all)
 # benchmarks use besides the public API.
 add_library(cmdbus_internal INTERFACE)
 target_link_libraries(cmdbus_internal INTERFACE cmdbus_client cmdbus_worker
-  spdlog::spdlog PostgreSQL::PostgreSQL cmdbus_rapidjson PkgConfig::httplib
+  CAF::io CAF::openssl spdlog::spdlog PostgreSQL::PostgreSQL cmdbus_rapidjson PkgConfig::httplib
   Threads::Threads)
