@@ -4,10 +4,14 @@
 // send API only, sends two commands and starts a Payment process. The
 // commands and the process complete, a refused fraud check reverses its
 // Debit, and the worker's /healthz answers. Also: the worker program's own
-// name in its help, version and errors.
+// name in its help, version and errors; and payments-node, a handler node
+// built on cmdbus::node_main, running the Debits of a worker that has no
+// handler for them.
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -194,5 +198,54 @@ TEST(PaymentsExample, SenderNeedsNoActorLibrary) {
   EXPECT_NE(r.err.find("unknown argument '--bogus'"), std::string::npos)
     << r.err;
 }
+
+#ifdef PAYMENTS_NODE_BINARY
+TEST(PaymentsExample, NodeRunsTheDebitsOfAWorkerWithoutThem) {
+  bus_env env;
+  auto domain = unique_name("payn");
+  env.bus.ensure_queue(domain);
+  auto port_file = (std::filesystem::temp_directory_path()
+                    / (unique_name("payments_node") + ".port"))
+                     .string();
+  // The node has no database settings at all.
+  background_cmdbus node{{"--domain", domain, "--listen", "127.0.0.1:0",
+                          "--port-file", port_file, "--heartbeat", "500ms"},
+                         {"PGHOST=/nonexistent", "PGDATABASE=none"},
+                         PAYMENTS_NODE_BINARY};
+  int node_port = 0;
+  ASSERT_TRUE(eventually(
+    [&] {
+      std::ifstream in{port_file};
+      return static_cast<bool>(in >> node_port) && node_port > 0;
+    },
+    20s))
+    << "payments-node did not start: " << node.stop(5s).value().err;
+  std::filesystem::remove(port_file);
+
+  // `cmdbus worker` has no Debit handler: with the node as its remote pool
+  // it serves the domain, and the Debits run on the node.
+  background_cmdbus worker{{"worker", "--domain", domain, "--dsn", test::dsn(),
+                            "--remote-pool",
+                            "127.0.0.1:" + std::to_string(node_port),
+                            "--remote-heartbeat-interval", "500ms",
+                            "--poll-interval", "100ms", "--quiet"}};
+  auto req = make_req(domain, "Debit",
+                      R"({"account":"A-1","amount_cents":1250})");
+  auto id = env.bus.send(req).command_id.to_string();
+  EXPECT_TRUE(eventually(
+    [&] {
+      return status_of(env.conn, "command", domain, id) == "COMPLETED";
+    },
+    30s))
+    << status_of(env.conn, "command", domain, id).value_or("none");
+
+  auto w = worker.stop();
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->exit_code, 0) << w->err;
+  auto n = node.stop();
+  ASSERT_TRUE(n.has_value());
+  EXPECT_EQ(n->exit_code, 0) << n->err;
+}
+#endif
 
 #endif
