@@ -15,6 +15,7 @@
 // Usage: cmdbus-cluster-bench [--commands N] [--rate R] [--seconds S]
 // (DSN from CMDBUS_DSN)
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -217,36 +218,46 @@ int main(int argc, char** argv) {
   }
 
   // -- latency ---------------------------------------------------------------
+  // Two rounds of local then remote, each over half the time, so that a
+  // drift of the machine during the run weighs on both alike.
   std::printf("-- latency send->COMPLETED at %d commands/s offered for %d s "
-              "(server timestamps)\n",
+              "per shape, in two alternating rounds (server timestamps)\n",
               rate, latency_seconds);
   latency lat[2];
+  std::vector<std::string> lat_domains[2];
+  for (int round = 0; round < 2; ++round)
+    for (int k = 0; k < 2; ++k) {
+      auto& s = shapes[static_cast<size_t>(k)];
+      auto domain = "cbt" + std::to_string(k) + std::to_string(round) + "_"
+                    + run_id;
+      domains.push_back(domain);
+      lat_domains[k].push_back(domain);
+      bus.ensure_queue(domain + "__commands");
+      bench::settle(conn);
+      nodes_of nodes{s, domain, dir};
+      auto w = start_worker(dsn, domain, s, nodes.addresses());
+      auto total = std::max(1, rate * latency_seconds / 2);
+      auto interval = std::chrono::nanoseconds{1000000000LL / rate};
+      auto next = steady::now();
+      for (int i = 0; i < total; ++i) {
+        std::this_thread::sleep_until(next);
+        next += interval;
+        bus.send(test_command(domain));
+      }
+      auto deadline = steady::now() + 60s;
+      while (w->stats().completed < total && steady::now() < deadline)
+        std::this_thread::sleep_for(2ms);
+      w->stop(10s).get();
+    }
   for (int k = 0; k < 2; ++k) {
     auto& s = shapes[static_cast<size_t>(k)];
-    auto domain = "cbt" + std::to_string(k) + "_" + run_id;
-    domains.push_back(domain);
-    bus.ensure_queue(domain + "__commands");
-    bench::settle(conn);
-    nodes_of nodes{s, domain, dir};
-    auto w = start_worker(dsn, domain, s, nodes.addresses());
-    auto total = rate * latency_seconds;
-    auto interval = std::chrono::nanoseconds{1000000000LL / rate};
-    auto next = steady::now();
-    for (int i = 0; i < total; ++i) {
-      std::this_thread::sleep_until(next);
-      next += interval;
-      bus.send(test_command(domain));
-    }
-    auto deadline = steady::now() + 60s;
-    while (w->stats().completed < total && steady::now() < deadline)
-      std::this_thread::sleep_for(2ms);
-    w->stop(10s).get();
     auto q = conn.query(
       "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), "
       "percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), count(*) FROM "
       "(SELECT extract(epoch FROM (updated_at - created_at)) * 1000 AS ms "
-      "FROM commandbus.command WHERE domain = $1 AND status = 'COMPLETED') t",
-      domain);
+      "FROM commandbus.command WHERE domain IN ($1, $2) AND status = "
+      "'COMPLETED') t",
+      lat_domains[k][0], lat_domains[k][1]);
     if (q.is_null(0, 0)) {
       std::printf("  %-28s no command completed\n", s.name.c_str());
       continue;
