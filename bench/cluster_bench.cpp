@@ -146,30 +146,17 @@ void cleanup(db::connection& conn, const std::string& domain) {
 } // namespace
 
 int main(int argc, char** argv) {
-  int commands = 5000;
-  int rate = 500;
-  int latency_seconds = 3;
-  for (int i = 1; i + 1 < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--commands")
-      commands = std::atoi(argv[++i]);
-    else if (a == "--rate")
-      rate = std::atoi(argv[++i]);
-    else if (a == "--seconds")
-      latency_seconds = std::atoi(argv[++i]);
-  }
-  const char* env = std::getenv("CMDBUS_DSN");
-  std::string dsn = env ? env : "";
+  int commands = bench::int_option(argc, argv, "--commands", 5000);
+  int rate = bench::int_option(argc, argv, "--rate", 500);
+  int latency_seconds = bench::int_option(argc, argv, "--seconds", 3);
   // The worker warns when a phase's nodes stop under it; figures only.
   spdlog::set_level(spdlog::level::err);
   auto run_id = uuid::random().to_string().substr(0, 8);
   auto dir = make_dir();
-  db::pool_options popts;
-  popts.dsn = dsn;
-  popts.max_size = 4;
-  db::pool pool{popts};
-  command_bus bus{pool};
-  auto conn = db::connection::open(dsn);
+  bench::database base;
+  auto& dsn = base.dsn;
+  auto& bus = base.bus;
+  auto& conn = base.conn;
   std::vector<std::string> domains;
   auto started = steady::now();
 
