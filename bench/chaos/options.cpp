@@ -224,8 +224,9 @@ Options:
                          stderr)
   -h, --help             show this help
 
-Every process it starts (workers, nodes, socat, the lock's connection) is stopped on
-every exit path; workers and socat also die with the harness.
+Every process it starts (workers, nodes, socat, the lock's connection) is
+stopped on every exit path; workers, nodes and socat also die with the
+harness.
 )";
 }
 
