@@ -6,15 +6,49 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/pool.hpp"
 
 namespace cmdbus::bench {
+
+/// The value of `--NAME N` among the arguments, else `fallback`.
+inline int int_option(int argc, char** argv, const std::string& name,
+                      int fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (argv[i] == name)
+      return std::atoi(argv[i + 1]);
+  return fallback;
+}
+
+inline db::pool_options small_pool(const std::string& dsn) {
+  db::pool_options popts;
+  popts.dsn = dsn;
+  popts.max_size = 4;
+  return popts;
+}
+
+/// The database of a benchmark (CMDBUS_DSN): a small pool with the send
+/// API over it, and a connection of its own for the checks.
+struct database {
+  std::string dsn;
+  db::pool pool;
+  command_bus bus;
+  db::connection conn;
+
+  database()
+    : dsn(std::getenv("CMDBUS_DSN") ? std::getenv("CMDBUS_DSN") : ""),
+      pool(small_pool(dsn)), bus(pool), conn(db::connection::open(dsn)) {
+    // nop
+  }
+};
 
 /// A measured rate.
 struct rate {

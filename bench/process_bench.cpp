@@ -100,20 +100,14 @@ wait_for(F done, int64_t n, std::chrono::steady_clock::time_point start) {
 } // namespace
 
 int main(int argc, char** argv) {
-  int processes = 3000;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::string{argv[i]} == "--processes")
-      processes = std::atoi(argv[++i]);
-  const char* env = std::getenv("CMDBUS_DSN");
-  std::string dsn = env ? env : "";
+  int processes = bench::int_option(argc, argv, "--processes", 3000);
   spdlog::set_level(spdlog::level::warn);
   auto run_id = uuid::random().to_string().substr(0, 8);
-  db::pool_options popts;
-  popts.dsn = dsn;
-  popts.max_size = 4;
-  db::pool pool{popts};
-  command_bus bus{pool};
-  auto conn = db::connection::open(dsn);
+  bench::database base;
+  auto& dsn = base.dsn;
+  auto& pool = base.pool;
+  auto& bus = base.bus;
+  auto& conn = base.conn;
   std::printf("== process manager benchmark (%d processes of 3 no-op steps, "
               "concurrency 64, prefetch 64)\n",
               processes);

@@ -170,28 +170,15 @@ private:
 } // namespace
 
 int main(int argc, char** argv) {
-  int commands = 100000;
-  int rate = 500;
-  int latency_seconds = 10;
-  for (int i = 1; i + 1 < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "--commands")
-      commands = std::atoi(argv[++i]);
-    else if (a == "--rate")
-      rate = std::atoi(argv[++i]);
-    else if (a == "--seconds")
-      latency_seconds = std::atoi(argv[++i]);
-  }
-  const char* env = std::getenv("CMDBUS_DSN");
-  std::string dsn = env ? env : "";
+  int commands = bench::int_option(argc, argv, "--commands", 100000);
+  int rate = bench::int_option(argc, argv, "--rate", 500);
+  int latency_seconds = bench::int_option(argc, argv, "--seconds", 10);
   spdlog::set_level(spdlog::level::warn);
   auto run_id = uuid::random().to_string().substr(0, 8);
-  db::pool_options popts;
-  popts.dsn = dsn;
-  popts.max_size = 4;
-  db::pool pool{popts};
-  command_bus bus{pool};
-  auto conn = db::connection::open(dsn);
+  bench::database base;
+  auto& dsn = base.dsn;
+  auto& bus = base.bus;
+  auto& conn = base.conn;
   std::printf(
     "== worker benchmark (synchronous_commit=%s, %d commands)\n",
     conn.exec("SHOW synchronous_commit").opt_text(0, 0).value().c_str(),

@@ -1,5 +1,7 @@
 #include "bench/chaos/checks.hpp"
 
+#include <fstream>
+#include <regex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -88,6 +90,15 @@ std::vector<std::string> scenario_report::failures() const {
   }
   for (auto& p : worker_problems)
     f.push_back(p);
+  if (!node_kills.empty() && released_on_node_loss == 0)
+    f.push_back("no worker made a lost node's commands visible again (their "
+                "logs say none): the kills hit no work in flight");
+  for (auto& k : node_kills)
+    if (k.last_final_seconds
+        && *k.last_final_seconds >= visibility_timeout_seconds)
+      f.push_back("commands in flight at a node kill were final only "
+                  + std::to_string(*k.last_final_seconds)
+                  + " s after it, not before the visibility timeout");
   return f;
 }
 
@@ -250,6 +261,74 @@ void check_outcome(db::connection& conn, const load_plan& plan,
       ++r.batches_missing;
       ex.add("batch missing", id);
     }
+  }
+}
+
+namespace {
+
+// A text[] literal of domain names (letters, digits, underscores).
+std::string domains_literal(const std::vector<std::string>& domains) {
+  std::string out = "{";
+  for (auto& d : domains)
+    out += (out.size() > 1 ? "," : "") + d;
+  return out + "}";
+}
+
+} // namespace
+
+node_kill in_flight_now(db::connection& conn,
+                        const std::vector<std::string>& domains) {
+  auto res = conn.query(
+    "SELECT clock_timestamp()::text, coalesce(array_agg(command_id)::text, "
+    "'{}'), count(*) FROM commandbus.command WHERE domain = ANY($1::text[]) "
+    "AND status = 'IN_PROGRESS'",
+    domains_literal(domains));
+  node_kill k;
+  k.db_time = std::string{res.text(0, 0)};
+  k.in_flight_ids = std::string{res.text(0, 1)};
+  k.in_flight = res.int64(0, 2);
+  return k;
+}
+
+void check_node_kills(db::connection& conn,
+                      const std::vector<std::string>& domains,
+                      const std::vector<std::string>& logs,
+                      scenario_report& r) {
+  for (auto& k : r.node_kills) {
+    auto res = conn.query(
+      std::string{"SELECT count(*), count(*) FILTER (WHERE NOT final), "
+                  "max(s) FILTER (WHERE final), percentile_cont(0.5) WITHIN "
+                  "GROUP (ORDER BY s) FILTER (WHERE final) FROM (SELECT "
+                  "c.status IN "}
+        + final_statuses
+        + " AS final, extract(epoch FROM c.updated_at - $2::timestamptz) "
+          "AS s FROM commandbus.command c WHERE c.domain = ANY($3::text[]) "
+          "AND c.command_id = ANY($1::uuid[]) AND EXISTS (SELECT 1 FROM "
+          "commandbus.audit a WHERE a.command_id = c.command_id AND "
+          "a.domain = c.domain AND a.event_type = 'RECEIVED' AND a.ts > "
+          "$2::timestamptz) AND (SELECT a.event_type FROM commandbus.audit a "
+          "WHERE a.command_id = c.command_id AND a.domain = c.domain AND "
+          "a.ts <= $2::timestamptz ORDER BY a.ts DESC, a.audit_id DESC LIMIT "
+          "1) = 'RECEIVED') t",
+      k.in_flight_ids, k.db_time, domains_literal(domains));
+    k.read_again = res.int64(0, 0);
+    k.read_again_not_final = res.int64(0, 1);
+    if (!res.is_null(0, 2))
+      k.last_final_seconds = std::stod(std::string{res.text(0, 2)});
+    if (!res.is_null(0, 3))
+      k.median_final_seconds = std::stod(std::string{res.text(0, 3)});
+  }
+  // The supervisor's warning when it drops a pool.
+  static const std::regex lost{
+    R"(remote pool \S+ lost \(.*\); (\d+) command\(s\) made visible again)"};
+  r.released_on_node_loss = 0;
+  for (auto& path : logs) {
+    std::ifstream in{path};
+    std::string line;
+    std::smatch m;
+    while (std::getline(in, line))
+      if (std::regex_search(line, m, lost))
+        r.released_on_node_loss += std::stoll(m[1].str());
   }
 }
 

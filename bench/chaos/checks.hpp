@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,28 @@
 #include "cmdbus/db/connection.hpp"
 
 namespace cmdbus::chaos {
+
+/// One kill -9 of a handler node (the nodes scenario): the commands in
+/// flight at that moment, and how long after it they were final.
+struct node_kill {
+  /// Index of its fault in scenario_report::faults.
+  size_t fault = 0;
+  /// The database's clock at the kill (timestamptz text).
+  std::string db_time;
+  /// The ids of the commands in flight then (uuid[] literal).
+  std::string in_flight_ids;
+  int64_t in_flight = 0;
+  /// Of those, the ones read again after the kill whose attempt was still
+  /// under way at the kill (their last event before it was RECEIVED, not a
+  /// failure waiting for its retry): the killed node's, which their
+  /// worker made visible again.
+  int64_t read_again = 0;
+  /// Of those, the ones not final at the end.
+  int64_t read_again_not_final = 0;
+  /// Seconds from the kill until the last (the median) of them was final.
+  std::optional<double> last_final_seconds;
+  std::optional<double> median_final_seconds;
+};
 
 /// Figures of one scenario.
 struct scenario_report {
@@ -111,6 +134,16 @@ struct scenario_report {
   std::vector<std::string> health_history;
 
   std::vector<fault_record> faults;
+  // -- handler nodes (the nodes scenario)
+  std::vector<node_kill> node_kills;
+  /// Commands the workers made visible again when they lost a node, from
+  /// their logs ("remote pool ... lost ...; N command(s) made visible
+  /// again").
+  int64_t released_on_node_loss = 0;
+  /// The workers' visibility timeout: a lost node's commands final only
+  /// after it were not released promptly.
+  double visibility_timeout_seconds = 0;
+
   clock::time_point started;
   std::vector<std::string> worker_problems;
   /// A few command ids per problem, for a closer look.
@@ -126,6 +159,19 @@ struct scenario_report {
 /// and fills in the command, reply, batch and effort figures of `r`.
 void check_outcome(db::connection& conn, const load_plan& plan,
                    scenario_report& r);
+
+/// The moment of a node kill on the database's clock and the commands of
+/// `domains` in flight then (IN_PROGRESS).
+node_kill in_flight_now(db::connection& conn,
+                        const std::vector<std::string>& domains);
+
+/// Fills in, for every kill of `r.node_kills`, which of its in-flight
+/// commands were read again after it and how long after it they were final;
+/// and `r.released_on_node_loss` from the workers' `logs`.
+void check_node_kills(db::connection& conn,
+                      const std::vector<std::string>& domains,
+                      const std::vector<std::string>& logs,
+                      scenario_report& r);
 
 /// Returns how many of the domain's commands are not final plus how many
 /// final batches still wait for their callback delivery (0 when the

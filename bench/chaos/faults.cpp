@@ -1,6 +1,8 @@
 #include "bench/chaos/faults.hpp"
 
+#include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <stdexcept>
 
@@ -66,14 +68,57 @@ std::string quoted(const std::string& v) {
   return out + "'";
 }
 
+// Stops `procs` (named KIND N) with SIGTERM, waiting up to `timeout` for
+// each to exit; kills those that do not. One line per problem.
+std::vector<std::string> stop_children(const std::string& kind,
+                                       std::vector<child>& procs,
+                                       const std::vector<std::string>& logs,
+                                       std::chrono::milliseconds timeout) {
+  std::vector<std::string> problems;
+  std::vector<bool> signalled(procs.size(), false);
+  for (size_t i = 0; i < procs.size(); ++i) {
+    auto name = kind + " " + std::to_string(i + 1);
+    if (!procs[i].running()) {
+      problems.push_back(
+        name + " had exited before the harness stopped it (exit code "
+        + std::to_string(procs[i].exit_code().value_or(-1)) + ")");
+      continue;
+    }
+    log_line(logs[i], "SIGTERM");
+    procs[i].signal(SIGTERM);
+    signalled[i] = true;
+  }
+  auto deadline = clock::now() + timeout;
+  for (size_t i = 0; i < procs.size(); ++i) {
+    if (!signalled[i])
+      continue;
+    auto name = kind + " " + std::to_string(i + 1);
+    auto left = std::max(clock::duration::zero(), deadline - clock::now());
+    auto code = procs[i].wait_for(
+      std::chrono::duration_cast<std::chrono::milliseconds>(left));
+    if (!code) {
+      procs[i].kill_now();
+      problems.push_back(name + " did not exit within "
+                         + std::to_string(timeout.count() / 1000)
+                         + " s of SIGTERM (killed)");
+    } else if (*code != 0) {
+      problems.push_back(name + " exited with code " + std::to_string(*code)
+                         + " after SIGTERM");
+    }
+  }
+  return problems;
+}
+
 } // namespace
 
 // -- workers
 // -------------------------------------------------------------------
 
 worker_fleet::worker_fleet(const tools& t, std::vector<std::string> domains,
-                           std::string dsn, std::string log_dir, int count)
-  : tools_(t), domains_(std::move(domains)), dsn_(std::move(dsn)) {
+                           std::string dsn, std::string log_dir, int count,
+                           worker_launch launch)
+  : tools_(t), domains_(std::move(domains)), dsn_(std::move(dsn)),
+    launch_(std::move(launch)) {
   for (int i = 0; i < count; ++i) {
     logs_.push_back(log_dir + "/worker-" + std::to_string(i + 1) + ".log");
     ports_.push_back(free_port());
@@ -83,13 +128,15 @@ worker_fleet::worker_fleet(const tools& t, std::vector<std::string> domains,
 
 void worker_fleet::start(size_t i) {
   process_spec spec;
-  spec.argv = {tools_.cmdbus,
-               "worker",
-               "--demo",
-               "--concurrency",
+  if (launch_.program.empty())
+    spec.argv = {tools_.cmdbus, "worker", "--demo"};
+  else
+    spec.argv = {launch_.program};
+  spec.argv.insert(spec.argv.end(),
+                   {"--concurrency",
                "16",
                "--visibility-timeout",
-               "5s",
+               launch_.visibility_timeout,
                "--statement-timeout",
                "4s",
                "--backoff",
@@ -97,11 +144,13 @@ void worker_fleet::start(size_t i) {
                "--shutdown-timeout",
                "5s",
                "--http",
-               "127.0.0.1:" + std::to_string(ports_[i])};
+               "127.0.0.1:" + std::to_string(ports_[i])});
   for (auto& d : domains_) {
     spec.argv.push_back("--domain");
     spec.argv.push_back(d);
   }
+  spec.argv.insert(spec.argv.end(), launch_.extra_args.begin(),
+                   launch_.extra_args.end());
   // In the environment, not on the command line: the DSN holds a password.
   spec.env = {"CMDBUS_DSN=" + dsn_};
   spec.log_path = logs_[i];
@@ -121,43 +170,84 @@ void worker_fleet::kill_and_restart(size_t i) {
 
 std::vector<std::string>
 worker_fleet::stop_all(std::chrono::milliseconds timeout) {
-  std::vector<std::string> problems;
-  std::vector<bool> signalled(workers_.size(), false);
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    auto name = "worker " + std::to_string(i + 1);
-    if (!workers_[i].running()) {
-      problems.push_back(
-        name + " had exited before the harness stopped it (exit code "
-        + std::to_string(workers_[i].exit_code().value_or(-1)) + ")");
-      continue;
-    }
-    log_line(logs_[i], "SIGTERM");
-    workers_[i].signal(SIGTERM);
-    signalled[i] = true;
-  }
-  auto deadline = clock::now() + timeout;
-  for (size_t i = 0; i < workers_.size(); ++i) {
-    if (!signalled[i])
-      continue;
-    auto name = "worker " + std::to_string(i + 1);
-    auto left = std::max(clock::duration::zero(), deadline - clock::now());
-    auto code = workers_[i].wait_for(
-      std::chrono::duration_cast<std::chrono::milliseconds>(left));
-    if (!code) {
-      workers_[i].kill_now();
-      problems.push_back(name + " did not exit within "
-                         + std::to_string(timeout.count() / 1000)
-                         + " s of SIGTERM (killed)");
-    } else if (*code != 0) {
-      problems.push_back(name + " exited with code " + std::to_string(*code)
-                         + " after SIGTERM");
-    }
-  }
-  return problems;
+  return stop_children("worker", workers_, logs_, timeout);
 }
 
 std::vector<std::string> worker_fleet::log_paths() const {
   return logs_;
+}
+
+// -- handler nodes
+// -------------------------------------------------------------
+
+node_fleet::node_fleet(const tools& t, std::vector<std::string> domains,
+                       std::string log_dir, int count, int concurrency)
+  : tools_(t), domains_(std::move(domains)), concurrency_(concurrency),
+    log_dir_(std::move(log_dir)) {
+  for (int i = 0; i < count; ++i) {
+    logs_.push_back(log_dir_ + "/node-" + std::to_string(i + 1) + ".log");
+    ports_.push_back(free_port());
+  }
+  nodes_.resize(static_cast<size_t>(count));
+}
+
+void node_fleet::start(size_t i) {
+  auto name = "node-" + std::to_string(i + 1);
+  auto port_file = log_dir_ + "/" + name + ".port";
+  std::remove(port_file.c_str());
+  process_spec spec;
+  spec.argv = {tools_.cmdbus,   "node",
+               "--demo",        "--concurrency",
+               std::to_string(concurrency_), "--listen",
+               "127.0.0.1:" + std::to_string(ports_[i]),
+               "--port-file",   port_file,
+               "--name",        name,
+               "--shutdown-timeout", "5s"};
+  for (auto& d : domains_) {
+    spec.argv.push_back("--domain");
+    spec.argv.push_back(d);
+  }
+  // No database settings at all: a node never needs them.
+  spec.env = {"PGHOST=/nonexistent", "PGDATABASE=none"};
+  spec.log_path = logs_[i];
+  nodes_[i] = child::start(spec);
+  auto deadline = clock::now() + 20s;
+  for (;;) {
+    std::ifstream in{port_file};
+    int port = 0;
+    if (in >> port && port == ports_[i])
+      return;
+    if (!nodes_[i].running())
+      throw std::runtime_error("chaos: " + name + " exited with code "
+                               + std::to_string(*nodes_[i].exit_code())
+                               + ":\n" + tail_of(logs_[i], 5));
+    if (clock::now() >= deadline)
+      throw std::runtime_error("chaos: " + name + " does not listen on port "
+                               + std::to_string(ports_[i]));
+    pause_for(20ms);
+  }
+}
+
+void node_fleet::start_all() {
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    start(i);
+}
+
+void node_fleet::kill(size_t i) {
+  nodes_[i].kill_now();
+  log_line(logs_[i], "kill -9");
+}
+
+std::vector<std::string> node_fleet::addresses() const {
+  std::vector<std::string> out;
+  for (auto p : ports_)
+    out.push_back("127.0.0.1:" + std::to_string(p));
+  return out;
+}
+
+std::vector<std::string>
+node_fleet::stop_all(std::chrono::milliseconds timeout) {
+  return stop_children("node", nodes_, logs_, timeout);
 }
 
 // -- proxy

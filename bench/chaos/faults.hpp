@@ -21,12 +21,24 @@ struct tools {
   std::string socat;
 };
 
-/// `cmdbus worker` processes of one domain, each logging to its own file.
+/// How the workers of a fleet are started.
+struct worker_launch {
+  /// The worker program; "" runs `cmdbus worker --demo` (the demo handlers
+  /// in every domain).
+  std::string program;
+  /// Added to every worker's command line (e.g. --remote-pool HOST:PORT).
+  std::vector<std::string> extra_args;
+  /// The workers' visibility timeout.
+  std::string visibility_timeout = "5s";
+};
+
+/// Worker processes of one domain, each logging to its own file.
 class worker_fleet {
 public:
   /// `domains`: served by every worker.
   worker_fleet(const tools& t, std::vector<std::string> domains,
-               std::string dsn, std::string log_dir, int count);
+               std::string dsn, std::string log_dir, int count,
+               worker_launch launch = {});
 
   /// Starts every worker.
   void start_all();
@@ -58,9 +70,52 @@ private:
   tools tools_;
   std::vector<std::string> domains_;
   std::string dsn_;
+  worker_launch launch_;
   std::vector<std::string> logs_;
   std::vector<int> ports_;
   std::vector<child> workers_;
+};
+
+/// `cmdbus node --demo` processes (handler nodes, without any database
+/// access) serving the same domains, each on a port of its own on
+/// 127.0.0.1 that it keeps across restarts, each logging to its own file.
+class node_fleet {
+public:
+  node_fleet(const tools& t, std::vector<std::string> domains,
+             std::string log_dir, int count, int concurrency);
+
+  /// Starts every node; returns once each listens.
+  void start_all();
+
+  /// kill -9 of node `i`.
+  void kill(size_t i);
+
+  /// Starts node `i` (again); returns once it listens. Throws when it exits
+  /// or does not listen within 20 s.
+  void start(size_t i);
+
+  size_t size() const noexcept {
+    return nodes_.size();
+  }
+
+  /// "127.0.0.1:PORT" of every node, for the workers' --remote-pool.
+  std::vector<std::string> addresses() const;
+
+  /// As worker_fleet::stop_all.
+  std::vector<std::string> stop_all(std::chrono::milliseconds timeout);
+
+  std::vector<std::string> log_paths() const {
+    return logs_;
+  }
+
+private:
+  tools tools_;
+  std::vector<std::string> domains_;
+  int concurrency_;
+  std::string log_dir_;
+  std::vector<std::string> logs_;
+  std::vector<int> ports_;
+  std::vector<child> nodes_;
 };
 
 /// `socat` forwarding 127.0.0.1:listen_port to 127.0.0.1:target_port, one

@@ -12,7 +12,7 @@ namespace cmdbus::chaos {
 namespace {
 
 const std::vector<std::string> all_scenarios{"restart", "kill", "proxy",
-                                             "stall"};
+                                             "stall", "nodes"};
 
 int as_int(const std::string& name, const std::string& v, int min) {
   size_t used = 0;
@@ -67,6 +67,10 @@ options parse_options(int argc, char** argv) {
     {"--restarts", [&](auto& v) { o.restarts = as_int("--restarts", v, 1); }},
     {"--kill-cycles",
      [&](auto& v) { o.kill_cycles = as_int("--kill-cycles", v, 1); }},
+    {"--nodes", [&](auto& v) { o.nodes = as_int("--nodes", v, 2); }},
+    {"--node-down-ms",
+     [&](auto& v) { o.node_down_ms = as_int("--node-down-ms", v, 0); }},
+    {"--node-worker", [&](auto& v) { o.node_worker = v; }},
     {"--cuts", [&](auto& v) { o.cuts = as_int("--cuts", v, 1); }},
     {"--cut-ms", [&](auto& v) { o.cut_ms = as_int("--cut-ms", v, 0); }},
     {"--stalls", [&](auto& v) { o.stalls = as_int("--stalls", v, 1); }},
@@ -127,7 +131,8 @@ options parse_options(int argc, char** argv) {
            != all_scenarios.end())
     o.scenarios = {scenario};
   else
-    throw usage_error("--scenario must be restart, kill, proxy, stall or all, "
+    throw usage_error("--scenario must be restart, kill, proxy, stall, nodes "
+                      "or all, "
                       "not '"
                       + scenario + "'");
   if (o.max_ms < o.min_ms)
@@ -140,6 +145,8 @@ options parse_options(int argc, char** argv) {
   }
   if (o.cmdbus.empty())
     o.cmdbus = CMDBUS_BINARY;
+  if (o.node_worker.empty())
+    o.node_worker = CMDBUS_CHAOS_WORKER_BINARY;
   if (o.pg_script.empty())
     o.pg_script = std::string{CMDBUS_SOURCE_DIR} + "/scripts/pg";
   if (o.socat.empty())
@@ -171,9 +178,17 @@ Scenarios (--scenario, default all = each in turn):
   stall     a connection holds ACCESS EXCLUSIVE on commandbus.command for
             --stall-seconds, longer than the workers' statement timeout
             (--stalls times)
+  nodes     the workers (cmdbus-chaos-worker: no command handler of their
+            own, visibility timeout 30 s) get every `Test` command run by
+            --nodes handler nodes (`cmdbus node --demo`, --remote-pool);
+            kill -9 of each node in turn, started again --node-down-ms
+            later (--kill-cycles times); the table shows how long after
+            each kill its commands were final (promptly: the workers make
+            a lost node's commands visible again at once, not after the
+            visibility timeout)
 
 Options:
-  --scenario NAME        restart|kill|proxy|stall|all (all)
+  --scenario NAME        restart|kill|proxy|stall|nodes|all (all)
   --commands N           commands per scenario (3000)
   --processes N          DemoOrder processes per scenario, in a domain of
                          their own that the workers serve too, started over
@@ -183,7 +198,11 @@ Options:
                          commands/s, which three workers keep up with)
   --workers N            worker processes (3)
   --restarts N           restart pairs of the restart scenario (1)
-  --kill-cycles N        kills of the kill scenario (5)
+  --kill-cycles N        kills of the kill and nodes scenarios (5)
+  --nodes N              handler nodes of the nodes scenario (2)
+  --node-down-ms MS      how long a killed node stays down (1000)
+  --node-worker PATH     the nodes scenario's worker (cmdbus-chaos-worker
+                         of this build)
   --cuts N               proxy cuts (2); --cut-ms MS: time it stays down (1000)
   --stalls N             stalls (1); --stall-seconds S: each (10)
   --settle-seconds S     deadline for every command to become final after the
@@ -205,8 +224,9 @@ Options:
                          stderr)
   -h, --help             show this help
 
-Every process it starts (workers, socat, the lock's connection) is stopped on
-every exit path; workers and socat also die with the harness.
+Every process it starts (workers, nodes, socat, the lock's connection) is
+stopped on every exit path; workers, nodes and socat also die with the
+harness.
 )";
 }
 

@@ -11,7 +11,7 @@ namespace cmdbus::chaos {
 
 /// Everything the harness is told.
 struct options {
-  /// restart, kill, proxy, stall, in this order for `all`.
+  /// restart, kill, proxy, stall, nodes, in this order for `all`.
   std::vector<std::string> scenarios;
   int commands = 3000;
   /// DemoOrder processes per scenario, in a domain of their own (0: none).
@@ -21,6 +21,10 @@ struct options {
   int workers = 3;
   int restarts = 1;
   int kill_cycles = 5;
+  /// Handler nodes of the nodes scenario, and how long a killed one stays
+  /// down before it is started again.
+  int nodes = 2;
+  int node_down_ms = 1000;
   int cuts = 2;
   int cut_ms = 1000;
   int stalls = 1;
@@ -34,6 +38,8 @@ struct options {
   int proxy_port = 0;
   std::string dsn;
   std::string cmdbus;
+  /// The worker of the nodes scenario (cmdbus-chaos-worker).
+  std::string node_worker;
   std::string pg_script;
   std::string socat;
   std::string log_dir;

@@ -86,6 +86,32 @@ void print_table(std::FILE* out, const scenario_report& r) {
                  since(r.started, f.start), f.what.c_str(),
                  since(f.start, f.end), rec);
   }
+  if (!r.node_kills.empty()) {
+    std::fprintf(out,
+                 "  node kills (commands in flight at the kill; of those, "
+                 "the ones whose attempt was under way and that were read "
+                 "again after it; when these were final):\n");
+    for (auto& k : r.node_kills) {
+      auto& f = r.faults.at(k.fault);
+      char final_at[96] = "none final";
+      if (k.last_final_seconds && k.median_final_seconds)
+        std::snprintf(final_at, sizeof final_at,
+                      "final %.2f s after the kill (median %.2f s)",
+                      *k.last_final_seconds, *k.median_final_seconds);
+      std::fprintf(out,
+                   "    at %6.1f s  %-16s %3lld in flight, %3lld rerun, "
+                   "%s%s\n",
+                   since(r.started, f.start), f.what.c_str(),
+                   static_cast<long long>(k.in_flight),
+                   static_cast<long long>(k.read_again), final_at,
+                   k.read_again_not_final > 0 ? ", some NEVER final" : "");
+    }
+    std::fprintf(out,
+                 "    the workers made %lld command(s) of lost nodes visible "
+                 "again at once (their logs); visibility timeout %.0f s\n",
+                 static_cast<long long>(r.released_on_node_loss),
+                 r.visibility_timeout_seconds);
+  }
   std::fprintf(out,
                "  workers' /healthz (changes, seconds since the start)%s:\n",
                r.health_must_degrade
@@ -215,6 +241,27 @@ std::string to_json(const std::vector<scenario_report>& reports) {
       w.EndObject();
     }
     w.EndArray();
+    w.Key("node_kills");
+    w.StartArray();
+    for (auto& k : r.node_kills) {
+      w.StartObject();
+      text("what", r.faults.at(k.fault).what);
+      field("in_flight", k.in_flight);
+      field("read_again", k.read_again);
+      field("read_again_not_final", k.read_again_not_final);
+      auto seconds = [&](const char* key, const std::optional<double>& v) {
+        w.Key(key);
+        if (v)
+          w.Double(*v);
+        else
+          w.Null();
+      };
+      seconds("last_final_seconds", k.last_final_seconds);
+      seconds("median_final_seconds", k.median_final_seconds);
+      w.EndObject();
+    }
+    w.EndArray();
+    field("released_on_node_loss", r.released_on_node_loss);
     w.Key("health_degraded_during_faults");
     w.Bool(r.health_degraded);
     w.Key("health_recovered");

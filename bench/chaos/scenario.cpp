@@ -54,6 +54,11 @@ struct targets {
   worker_fleet& fleet;
   tcp_proxy* proxy;
   std::string dir;
+  // The nodes scenario's handler nodes, the domains they serve, and where
+  // its kills are recorded.
+  node_fleet* nodes;
+  std::vector<std::string> domains;
+  std::vector<node_kill>* kills;
 };
 
 // Runs `count` faults spread evenly between 20 % and 80 % of the sending
@@ -101,6 +106,24 @@ std::vector<fault_record> inject(const std::string& name, targets& x,
       x.proxy->start();
       f.end = clock::now();
       faults.push_back(f);
+    });
+  } else if (name == "nodes") {
+    // Each node in turn; the commands in flight are taken just before the
+    // kill, with the database's clock, to see later when they were final.
+    auto conn = open_checked(x.o.dsn);
+    spread(x.o.kill_cycles, [&](int k) {
+      auto i = static_cast<size_t>(k) % x.nodes->size();
+      auto kill = in_flight_now(conn, x.domains);
+      kill.fault = faults.size();
+      fault_record f;
+      f.what = "kill -9 node " + std::to_string(i + 1);
+      f.start = clock::now();
+      x.nodes->kill(i);
+      pause_for(std::chrono::milliseconds{x.o.node_down_ms});
+      x.nodes->start(i);
+      f.end = clock::now();
+      faults.push_back(f);
+      x.kills->push_back(kill);
     });
   } else if (name == "stall") {
     spread(x.o.stalls, [&](int) {
@@ -209,7 +232,26 @@ scenario_report run_scenario(const std::string& name, const options& o,
     queues.reply_queue = process_reply_queue(pplan.domain);
     create_queues(o.dsn, queues);
   }
-  worker_fleet fleet{t, domains, worker_dsn, dir, o.workers};
+  // The nodes scenario: every `Test` command runs on handler nodes, which
+  // the workers (without handlers of their own) reach through their remote
+  // pools. A long visibility timeout, so that "promptly" shows: a lost
+  // node's commands are final long before it.
+  std::unique_ptr<node_fleet> nodes;
+  worker_launch launch;
+  if (name == "nodes") {
+    nodes = std::make_unique<node_fleet>(t, domains, dir, o.nodes, 16);
+    for (auto& l : nodes->log_paths())
+      r.logs.push_back(l);
+    nodes->start_all();
+    launch.program = o.node_worker;
+    launch.visibility_timeout = "30s";
+    for (auto& a : nodes->addresses())
+      launch.extra_args.insert(launch.extra_args.end(), {"--remote-pool", a});
+    launch.extra_args.insert(launch.extra_args.end(),
+                             {"--remote-reconnect-max", "1s"});
+    r.visibility_timeout_seconds = 30;
+  }
+  worker_fleet fleet{t, domains, worker_dsn, dir, o.workers, launch};
   for (auto& l : fleet.log_paths())
     r.logs.push_back(l);
   if (name == "restart")
@@ -229,7 +271,8 @@ scenario_report run_scenario(const std::string& name, const options& o,
   snd.start();
   starter.start();
 
-  targets x{o, t, fleet, proxy.get(), dir};
+  targets x{o, t, fleet, proxy.get(), dir, nodes.get(), domains,
+            &r.node_kills};
   r.faults = inject(name, x, load_start);
   // One send attempt takes at most a connect timeout, or as long as the
   // database stalls, unless the client hangs; threads stuck in one attempt
@@ -251,6 +294,9 @@ scenario_report run_scenario(const std::string& name, const options& o,
   watch_health(r, health, name);
   // The shutdown timeout given to the workers is 5 s; 15 s is ample.
   r.worker_problems = fleet.stop_all(15000ms);
+  if (nodes)
+    for (auto& p : nodes->stop_all(15000ms))
+      r.worker_problems.push_back(p);
   monitor.stop();
   compute_recovery(r.faults, monitor.samples());
   proxy.reset();
@@ -259,6 +305,8 @@ scenario_report run_scenario(const std::string& name, const options& o,
   check_outcome(conn, *plan, r);
   if (o.processes > 0)
     check_processes(conn, pplan, r);
+  if (nodes)
+    check_node_kills(conn, domains, fleet.log_paths(), r);
   r.seconds = since(r.started);
   return r;
 }

@@ -11,8 +11,8 @@
 
 namespace cmdbus::chaos {
 
-/// Runs scenario `name` ("restart", "kill", "proxy" or "stall") with its
-/// logs in `log_dir` (created). Throws when the harness itself cannot go
+/// Runs scenario `name` ("restart", "kill", "proxy", "stall" or "nodes")
+/// with its logs in `log_dir` (created). Throws when the harness itself cannot go
 /// on (e.g. scripts/pg failed, interrupted); everything it started is
 /// stopped on the way out.
 scenario_report run_scenario(const std::string& name, const options& o,
