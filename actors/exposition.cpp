@@ -222,6 +222,16 @@ std::string render_metrics(const status_snapshot& s) {
   per_domain(out, s, "cmdbus_handler_restarts_total", "counter",
              "Handler actors that died and were replaced.",
              [](const domain_status& d) { return d.handler_restarts; });
+  per_domain(out, s, "cmdbus_remote_slots", "gauge",
+             "Handler slots of the connected remote pools (handler nodes).",
+             [](const domain_status& d) { return d.remote_slots; });
+  per_domain(out, s, "cmdbus_remote_pools", "gauge",
+             "Remote handler pools connected now.",
+             [](const domain_status& d) { return d.remote_pools; });
+  per_domain(out, s, "cmdbus_remote_disconnects_total", "counter",
+             "Remote handler pools lost (died, cut or silent); their "
+             "running commands were made visible again at once.",
+             [](const domain_status& d) { return d.remote_disconnects; });
   per_domain(out, s, "cmdbus_health", "gauge",
              "Health of the domain: 0 healthy, 1 degraded, 2 critical.",
              [](const domain_status& d) {

@@ -9,6 +9,7 @@
 //    │ (one per domain)
 //   supervisor ─┬─ poller       (reads the queue, woken by LISTEN/NOTIFY)
 //               ├─ handler × N  (runs the application's handlers)
+//               ├─ remote link × pools (connections to handler nodes)
 //               ├─ completion   (final side effects)
 //               └─ retry_scheduler (retries, visibility extensions)
 //    │ (one per domain with process managers)
@@ -26,6 +27,7 @@
 #include <caf/typed_actor.hpp>
 
 #include "cmdbus/actors/atoms.hpp"
+#include "cmdbus/actors/remote_protocol.hpp"
 #include "cmdbus/model/types.hpp"
 
 namespace cmdbus::actors {
@@ -103,6 +105,26 @@ using retry_scheduler_actor = caf::typed_actor<
   /// messages that still exist, or an ec::db_unavailable error.
   caf::replies_to<atom::extend, std::vector<int64_t>, int, bool>::with<int>>;
 
+/// The keeper of the connection to one remote handler pool
+/// (actors/remote_link.hpp): connects, checks the node's protocol version,
+/// reports the pool up and down to its supervisor and reconnects with
+/// backoff.
+using remote_link_actor = caf::typed_actor<
+  /// Internal (timer): try to connect now.
+  caf::reacts_to<atom::wakeup>>;
+
+/// What a remote link tells its supervisor.
+using link_parent_actor = caf::typed_actor<
+  /// From a remote link: the pool at (address) is connected and offers
+  /// (offer); the actor is its handler_pool_actor. Its slots join the
+  /// credits; no answer.
+  caf::reacts_to<atom::pool_up, std::string, remote::pool_offer, caf::actor>,
+  /// From a remote link: the pool at (address) is gone (its down message,
+  /// or a failed handshake after an up); its running commands are made
+  /// visible again at once and its slots leave the credits. Idempotent; no
+  /// answer.
+  caf::reacts_to<atom::pool_down, std::string>>;
+
 /// A domain supervisor: owns the poller, the handlers and the two writers of
 /// one domain.
 using supervisor_actor = caf::typed_actor<
@@ -118,7 +140,8 @@ using supervisor_actor = caf::typed_actor<
   caf::reacts_to<atom::credit_due, uint64_t>,
   /// Internal (timer): the lease heartbeat and the writers' watchdog.
   caf::reacts_to<atom::heartbeat>>::extend_with<poller_parent_actor,
-                                                writer_parent_actor>;
+                                                writer_parent_actor,
+                                                link_parent_actor>;
 
 // -- process managers (process/)
 // -----------------------------------------------

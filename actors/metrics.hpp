@@ -109,6 +109,12 @@ public:
   std::atomic<int64_t> in_flight{0};
   /// Handler actors that died and were replaced.
   std::atomic<int64_t> handler_restarts{0};
+  /// Handler slots of the connected remote pools (handler nodes).
+  std::atomic<int64_t> remote_slots{0};
+  /// Remote pools connected now.
+  std::atomic<int64_t> remote_pools{0};
+  /// Remote pools lost (down, cut or timed out) so far.
+  std::atomic<int64_t> remote_disconnects{0};
 
   /// Failed database round trips of `a` (each retried with backoff).
   std::atomic<int64_t>& db_errors(db_actor a) noexcept {

@@ -7,6 +7,7 @@
 
 #include "cmdbus/actors/batch_counter.hpp"
 #include "cmdbus/actors/errors.hpp"
+#include "cmdbus/actors/network.hpp"
 #include "cmdbus/actors/root.hpp"
 #include "cmdbus/actors/spawn.hpp"
 #include "cmdbus/model/log.hpp"
@@ -49,7 +50,23 @@ runtime::start(std::vector<domain_settings> domains,
   ptr->cfg->set("scheduler.max-threads", 2);
   ptr->cfg->set("scheduler.policy", caf::atom("sharing"));
   add_error_category(*ptr->cfg);
-  ptr->sys = std::make_unique<caf::actor_system>(*ptr->cfg);
+  // The network (middleman, and OpenSSL with certificates) only when a
+  // domain has remote handler pools: a plain worker starts no network
+  // thread. Every domain shares the worker's configuration.
+  if (!domains.empty() && !domains.front().cfg->remote.pools.empty()) {
+    const auto& cfg = *domains.front().cfg;
+    network_settings net;
+    net.heartbeat = cfg.remote.heartbeat_interval;
+    net.tls = cfg.tls;
+    configure_network(*ptr->cfg, net);
+  }
+  try {
+    ptr->sys = std::make_unique<caf::actor_system>(*ptr->cfg);
+  } catch (const std::exception& e) {
+    // CAF's OpenSSL module throws when it cannot load the certificate set.
+    throw config::config_error(std::string{"cannot start the actor system: "}
+                               + e.what());
+  }
   ptr->root = ptr->sys->spawn(
     root, std::move(domains), spawn_supervisor,
     [callbacks = std::move(callbacks), delivery = std::move(delivery),

@@ -8,6 +8,7 @@
 #include "cmdbus/actors/completion.hpp"
 #include "cmdbus/actors/handler.hpp"
 #include "cmdbus/actors/poller.hpp"
+#include "cmdbus/actors/remote_link.hpp"
 #include "cmdbus/actors/retry_scheduler.hpp"
 #include "cmdbus/actors/supervisor.hpp"
 #include "cmdbus/model/backoff.hpp"
@@ -35,10 +36,8 @@ std::chrono::milliseconds stuck_after(const domain_settings& settings) {
   return 3 * settings.cfg->statement_timeout;
 }
 
-int64_t hold_limit(const domain_settings& settings) {
-  return 4
-         * static_cast<int64_t>(settings.cfg->concurrency
-                                + settings.cfg->prefetch);
+int64_t hold_limit(int64_t capacity) {
+  return 4 * capacity;
 }
 
 int backoff_seconds(const config::retry_config& retry, int attempt,
@@ -74,7 +73,8 @@ retry_scheduler_actor spawn_retry(supervisor_actor::pointer parent,
 } // namespace
 
 spawners default_spawners() {
-  return {spawn_poller, spawn_completion, spawn_handler, spawn_retry};
+  return {spawn_poller, spawn_completion, spawn_handler, spawn_retry,
+          spawn_remote_link};
 }
 
 supervisor_actor spawn_supervisor(root_actor::pointer root,

@@ -66,11 +66,12 @@ session_options session_for(const domain_settings& settings,
                             const char* application_name);
 
 /// Returns the most messages a domain holds without committed side effects:
-/// four times its slots (concurrency + prefetch), so that reads and commits
-/// overlap under load (twice measured 20-50 % slower without a prefetch);
-/// beyond it the poller gets no credits, so that an outage of the writers
-/// cannot turn into messages read again and again.
-int64_t hold_limit(const domain_settings& settings);
+/// four times its slots (`capacity`: local concurrency, connected remote
+/// slots and prefetch), so that reads and commits overlap under load (twice
+/// measured 20-50 % slower without a prefetch); beyond it the poller gets
+/// no credits, so that an outage of the writers cannot turn into messages
+/// read again and again.
+int64_t hold_limit(int64_t capacity);
 
 /// Returns the backoff in seconds after failed attempt `attempt` under
 /// `retry` (its schedule, clamped to the last entry; 30 s when empty), with
@@ -95,6 +96,11 @@ struct spawners {
   std::function<retry_scheduler_actor(supervisor_actor::pointer,
                                       const domain_settings&)>
     retry;
+  /// Spawns the keeper of the connection to the remote pool at the given
+  /// "HOST:PORT" (only called when remote pools are configured).
+  std::function<remote_link_actor(supervisor_actor::pointer,
+                                  const domain_settings&, const std::string&)>
+    remote;
 };
 
 /// Returns the production spawners (detached actors on real connections,

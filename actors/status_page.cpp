@@ -81,13 +81,22 @@ void domain_row(std::string& out, const domain_status& d) {
       out += "<li>" + html_escape(r) + "</li>";
     out += "</ul>";
   }
-  auto used = d.slots > 0 ? 100.0 * static_cast<double>(d.in_flight)
-                              / static_cast<double>(d.slots)
-                          : 0.0;
+  auto all_slots = d.slots + d.remote_slots;
+  auto used = all_slots > 0 ? 100.0 * static_cast<double>(d.in_flight)
+                                / static_cast<double>(all_slots)
+                            : 0.0;
+  // Remote handler pools, when the domain has any: their slots and how
+  // many are connected.
+  std::string remote;
+  if (d.remote_pools > 0 || d.remote_disconnects > 0)
+    remote = " + <span data-field=\"remote-slots\">"
+             + std::to_string(d.remote_slots)
+             + "</span> remote (<span data-field=\"remote-pools\">"
+             + std::to_string(d.remote_pools) + "</span> pools)";
   out += "</td><td class=\"num\"><span data-field=\"in-flight\">"
          + std::to_string(d.in_flight) + "</span> / <span data-field=\"slots\">"
-         + std::to_string(d.slots)
-         + "</span><span class=\"bar\"><span style=\"width:"
+         + std::to_string(d.slots) + "</span>" + remote
+         + "<span class=\"bar\"><span style=\"width:"
          + fixed(std::min(used, 100.0), 0) + "%\"></span></span></td>";
   out += "<td class=\"num\" data-field=\"throughput\">"
          + (d.finished_per_second ? fixed(*d.finished_per_second, 1) + " /s"

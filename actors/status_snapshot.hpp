@@ -36,6 +36,11 @@ struct domain_status {
   int64_t in_flight = 0;
   int64_t slots = 0;
   int64_t handler_restarts = 0;
+  /// Slots of the connected remote handler pools, how many are connected,
+  /// and how many were lost so far.
+  int64_t remote_slots = 0;
+  int64_t remote_pools = 0;
+  int64_t remote_disconnects = 0;
   /// Indexed like all_db_actors.
   std::array<int64_t, all_db_actors.size()> db_errors{};
   /// By name.

@@ -16,6 +16,7 @@ using clock = std::chrono::steady_clock;
 
 void handler_freed(self_ptr self, int64_t n);
 void progress(self_ptr self);
+void dispatch(self_ptr self);
 
 supervisor_state::pool& pool_of(supervisor_state& st, handler_mode mode) {
   return st.pools[static_cast<size_t>(mode)];
@@ -68,57 +69,185 @@ void route(self_ptr self, const received_command& rc, outcome out) {
   }
 }
 
-// Starts the next commands (in order) while their pool has an idle
-// handler. Credits bound the commands held to `concurrency` + `prefetch`:
-// the prefetched ones wait here for a free handler (as does any command
-// while a dead handler is replaced).
+// Starts `w` on an idle local handler of pool `p`.
+void start_local(self_ptr self, supervisor_state::pool& p,
+                 supervisor_state::waiting& w) {
+  auto& st = self->state;
+  auto h = p.idle.front();
+  p.idle.pop_front();
+  auto delivery = ++st.next_delivery;
+  st.running.emplace(delivery,
+                     supervisor_state::running_command{
+                       h, w.rc, w.read_at, std::chrono::steady_clock::now(),
+                       std::string{}});
+  self->request(h, caf::infinite, atom::handle::value, std::move(w.rc))
+    .then(
+      [self, h, delivery](outcome& out) {
+        maybe_crash(fault_point::after_handler);
+        auto& st = self->state;
+        auto i = st.running.find(delivery);
+        if (i == st.running.end())
+          return;
+        auto rc = std::move(i->second.rc);
+        if (st.settings.metrics)
+          st.settings.metrics->of(rc->cmd.command_type)
+            .duration.observe(std::chrono::steady_clock::now()
+                              - i->second.started_at);
+        st.running.erase(i);
+        pool_for(st, *rc).idle.push_back(h);
+        // Handed over first, so that the hold limit counts it.
+        route(self, *rc, std::move(out));
+        handler_freed(self, 1);
+        dispatch(self);
+      },
+      [self, delivery](caf::error& err) {
+        // The handler died while running it (its exit message replaces
+        // it). The message reappears after its visibility timeout.
+        auto& st = self->state;
+        auto i = st.running.find(delivery);
+        if (i == st.running.end())
+          return;
+        log::from(st.name).warn("{} lost command msg_id {}: {}", st.name,
+                                i->second.rc->msg_id, describe(err));
+        st.running.erase(i);
+        handler_freed(self, 1);
+        progress(self);
+      });
+}
+
+supervisor_state::remote_pool* find_remote(supervisor_state& st,
+                                           const std::string& address) {
+  for (auto& r : st.remotes)
+    if (r.address == address)
+      return &r;
+  return nullptr;
+}
+
+bool serves(const supervisor_state::remote_pool& r, const std::string& type) {
+  return std::binary_search(r.types.begin(), r.types.end(), type);
+}
+
+// The least busy connected pool serving `type` with a free slot, or null.
+supervisor_state::remote_pool* free_remote(supervisor_state& st,
+                                           const std::string& type) {
+  supervisor_state::remote_pool* best = nullptr;
+  for (auto& r : st.remotes)
+    if (r.busy < r.slots && serves(r, type) && (!best || r.busy < best->busy))
+      best = &r;
+  return best;
+}
+
+bool served_locally(const supervisor_state& st, const std::string& type) {
+  return st.settings.registry->find(st.settings.domain, type) != nullptr;
+}
+
+bool served_remotely(const supervisor_state& st, const std::string& type) {
+  for (auto& r : st.remotes)
+    if (serves(r, type))
+      return true;
+  return false;
+}
+
+// Whether `type` may yet be served by a pool that is not connected now.
+bool pools_missing(const supervisor_state& st) {
+  return st.remotes.size() < st.links.size();
+}
+
+// Starts `w` in the remote pool `r`. The pool's answer comes back as a
+// wire outcome; when the pool vanishes first there is no answer at all (CAF
+// drops requests to a lost node silently): drop_pool cleans up on its down
+// message, and this continuation then finds nothing.
+void start_remote(self_ptr self, supervisor_state::remote_pool& r,
+                  supervisor_state::waiting& w) {
+  auto& st = self->state;
+  auto delivery = ++st.next_delivery;
+  ++r.busy;
+  auto wire = remote::to_wire(*w.rc);
+  st.running.emplace(delivery,
+                     supervisor_state::running_command{
+                       handler_actor{}, std::move(w.rc), w.read_at,
+                       std::chrono::steady_clock::now(), r.address});
+  // Done with the running entry: the pool's slot is free again.
+  auto finish = [self](std::map<uint64_t,
+                                supervisor_state::running_command>::iterator i) {
+    auto& st = self->state;
+    if (auto* pool = find_remote(st, i->second.remote))
+      pool->busy -= 1;
+    auto rc = std::move(i->second.rc);
+    st.running.erase(i);
+    return rc;
+  };
+  self->request(r.hdl, caf::infinite, atom::handle::value, std::move(wire))
+    .then(
+      [self, delivery, finish](remote::wire_outcome& wo) {
+        auto& st = self->state;
+        auto i = st.running.find(delivery);
+        if (i == st.running.end())
+          return; // dropped with its pool meanwhile
+        if (st.settings.metrics)
+          st.settings.metrics->of(i->second.rc->cmd.command_type)
+            .duration.observe(std::chrono::steady_clock::now()
+                              - i->second.started_at);
+        auto rc = finish(i);
+        route(self, *rc, remote::from_wire(wo));
+        handler_freed(self, 1);
+        dispatch(self);
+      },
+      [self, delivery, finish](caf::error& err) {
+        // The node answered with an error instead of an outcome (it
+        // refused the command or its pool failed): a transient failure,
+        // retried with the usual backoff.
+        auto& st = self->state;
+        auto i = st.running.find(delivery);
+        if (i == st.running.end())
+          return;
+        auto rc = finish(i);
+        outcome out;
+        out.kind = outcome_kind::transient;
+        out.error_code = "REMOTE_POOL_ERROR";
+        out.error_message = describe(err);
+        log::from(st.name).warn("{} remote pool failed command msg_id {}: {}",
+                                st.name, rc->msg_id, out.error_message);
+        route(self, *rc, std::move(out));
+        handler_freed(self, 1);
+        dispatch(self);
+      });
+}
+
+// Starts every waiting command (in order) that has a free slot on its
+// route. Without remote pools that is the idle handlers of its pool, in
+// order. With them, a command type a local handler serves runs locally
+// (no network hop); another runs in the least busy connected pool that
+// serves it; a command no pool serves waits while a pool is disconnected
+// (it may serve it: see release_waiting), and otherwise fails locally like
+// any command without a handler. Credits bound the commands held to the
+// slots plus `prefetch`: the prefetched ones wait here for a free slot (as
+// does any command while a dead handler is replaced).
 void dispatch(self_ptr self) {
   auto& st = self->state;
-  while (!st.backlog.empty()) {
-    auto& p = pool_for(st, *st.backlog.front().rc);
-    if (p.idle.empty())
-      return;
-    auto h = p.idle.front();
-    p.idle.pop_front();
-    auto delivery = ++st.next_delivery;
-    auto& w = st.backlog.front();
-    st.running.emplace(delivery,
-                       supervisor_state::running_command{
-                         h, w.rc, w.read_at, std::chrono::steady_clock::now()});
-    self->request(h, caf::infinite, atom::handle::value, std::move(w.rc))
-      .then(
-        [self, h, delivery](outcome& out) {
-          maybe_crash(fault_point::after_handler);
-          auto& st = self->state;
-          auto i = st.running.find(delivery);
-          if (i == st.running.end())
-            return;
-          auto rc = std::move(i->second.rc);
-          if (st.settings.metrics)
-            st.settings.metrics->of(rc->cmd.command_type)
-              .duration.observe(std::chrono::steady_clock::now()
-                                - i->second.started_at);
-          st.running.erase(i);
-          pool_for(st, *rc).idle.push_back(h);
-          // Handed over first, so that the hold limit counts it.
-          route(self, *rc, std::move(out));
-          handler_freed(self, 1);
-          dispatch(self);
-        },
-        [self, delivery](caf::error& err) {
-          // The handler died while running it (its exit message replaces
-          // it). The message reappears after its visibility timeout.
-          auto& st = self->state;
-          auto i = st.running.find(delivery);
-          if (i == st.running.end())
-            return;
-          log::from(st.name).warn("{} lost command msg_id {}: {}", st.name,
-                                  i->second.rc->msg_id, describe(err));
-          st.running.erase(i);
-          handler_freed(self, 1);
-          progress(self);
-        });
-    st.backlog.pop_front();
+  bool with_remotes = !st.links.empty();
+  for (auto it = st.backlog.begin(); it != st.backlog.end();) {
+    const auto& type = it->rc->cmd.command_type;
+    if (with_remotes && !served_locally(st, type)) {
+      if (auto* r = free_remote(st, type)) {
+        start_remote(self, *r, *it);
+        it = st.backlog.erase(it);
+        continue;
+      }
+      if (served_remotely(st, type) || pools_missing(st)) {
+        ++it; // waits for a slot of a pool of its type
+        continue;
+      }
+    }
+    auto& p = pool_for(st, *it->rc);
+    if (p.idle.empty()) {
+      if (!with_remotes)
+        return; // in order: nothing behind it can start either
+      ++it;
+      continue;
+    }
+    start_local(self, p, *it);
+    it = st.backlog.erase(it);
   }
 }
 
@@ -150,13 +279,22 @@ void give_credit(self_ptr self, int64_t n) {
 void flush_credit(self_ptr self) {
   auto& st = self->state;
   ++st.credit_epoch;
-  auto room = hold_limit(st.settings) - st.held() - st.granted;
+  auto room = hold_limit(st.capacity()) - st.held() - st.granted;
   auto n = std::min(st.pending_credit, room);
   st.withheld = n < st.pending_credit;
   if (n <= 0)
     return;
   give_credit(self, n);
   st.pending_credit -= n;
+}
+
+// `n` slots became free: they pay the credit debt of vanished remote pools
+// first, the rest become pending credits. Returns whether any did.
+bool credit_back(supervisor_state& st, int64_t n) {
+  auto pay = std::min(st.credit_debt, n);
+  st.credit_debt -= pay;
+  st.pending_credit += n - pay;
+  return n - pay > 0;
 }
 
 // `n` handler slots became free: the poller may read that many more
@@ -171,7 +309,8 @@ void handler_freed(self_ptr self, int64_t n) {
   if (st.settings.domain_in_flight)
     *st.settings.domain_in_flight -= n;
   auto first = st.pending_credit == 0;
-  st.pending_credit += n;
+  if (!credit_back(st, n))
+    return;
   if (st.running.empty() && st.backlog.empty()) {
     flush_credit(self);
   } else if (first) {
@@ -297,6 +436,13 @@ void report_health(self_ptr self) {
   evaluate_and_log(st.settings.domain, *st.settings.health);
 }
 
+bool has_local_handlers(const supervisor_state& st) {
+  for (auto& [domain, type] : st.settings.registry->keys())
+    if (domain == st.settings.domain)
+      return true;
+  return false;
+}
+
 void add_handler(self_ptr self, handler_mode mode) {
   auto& st = self->state;
   auto h = st.spawn.handler(self, st.settings, mode);
@@ -356,6 +502,182 @@ bool replace_writer(self_ptr self, const caf::actor_addr& source,
   return true;
 }
 
+// Makes messages visible again after `seconds` (0: now) through the retry
+// scheduler; if that fails (database down) they reappear after their
+// visibility timeout anyway.
+void release(self_ptr self, std::vector<int64_t> ids, int seconds) {
+  if (ids.empty())
+    return;
+  self
+    ->request(self->state.retry, caf::infinite, atom::extend::value,
+              std::move(ids), seconds, false)
+    .then([](int) {},
+          [self](caf::error& err) {
+            log::from(self->state.name)
+              .warn("{} could not make commands visible again ({}); they "
+                    "reappear after their visibility timeout",
+                    self->state.name, describe(err));
+          });
+}
+
+// Gives back waiting commands that no connected pool serves and no local
+// handler runs: all of them (a drain, which waits for no reconnection), or
+// those read at least a visibility timeout ago, which reappear after
+// another one (a pool serving them has been missing that long).
+void release_waiting(self_ptr self, bool all) {
+  auto& st = self->state;
+  if (st.links.empty())
+    return;
+  auto vt = st.settings.cfg->visibility_timeout;
+  auto now = self->clock().now();
+  std::vector<int64_t> ids;
+  for (auto it = st.backlog.begin(); it != st.backlog.end();) {
+    const auto& type = it->rc->cmd.command_type;
+    if (!served_locally(st, type) && !served_remotely(st, type)
+        && (all || now - it->read_at >= vt)) {
+      ids.push_back(it->rc->msg_id);
+      it = st.backlog.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (ids.empty())
+    return;
+  log::from(st.name).warn("{}: no connected remote pool serves {} waiting "
+                          "command(s); giving them back to the queue",
+                          st.name, ids.size());
+  auto n = static_cast<int64_t>(ids.size());
+  release(self, std::move(ids),
+          all ? 0 : static_cast<int>(vt.count()));
+  handler_freed(self, n);
+  progress(self);
+}
+
+void publish_remote_slots(supervisor_state& st) {
+  if (!st.settings.metrics)
+    return;
+  int64_t slots = 0;
+  for (auto& r : st.remotes)
+    slots += r.slots;
+  st.settings.metrics->remote_slots.store(slots);
+  st.settings.metrics->remote_pools.store(
+    static_cast<int64_t>(st.remotes.size()));
+}
+
+// Removes the remote pool at `address` (nothing when it is not connected:
+// its down message and its link's pool_down both come here). Its running
+// commands are made visible again at once: CAF answers nothing for
+// requests to a lost node, so they would otherwise wait for their
+// visibility timeout. A run that still finishes on the node is
+// harmless: its outcome has nowhere to go, and the next delivery owns the
+// message (at least once). The pool's slots leave the credits: idle ones
+// at once from the pending credits, the rest as debt paid by freed slots.
+void drop_pool(self_ptr self, const std::string& address,
+               const std::string& why) {
+  auto& st = self->state;
+  auto it = std::find_if(st.remotes.begin(), st.remotes.end(),
+                         [&](auto& r) { return r.address == address; });
+  if (it == st.remotes.end())
+    return;
+  auto slots = it->slots;
+  self->demonitor(it->hdl.address());
+  st.remotes.erase(it);
+  std::vector<int64_t> ids;
+  for (auto i = st.running.begin(); i != st.running.end();) {
+    if (i->second.remote == address) {
+      ids.push_back(i->second.rc->msg_id);
+      i = st.running.erase(i);
+    } else {
+      ++i;
+    }
+  }
+  auto dropped = static_cast<int64_t>(ids.size());
+  st.settings.counters->in_flight -= dropped;
+  if (st.settings.domain_in_flight)
+    *st.settings.domain_in_flight -= dropped;
+  auto reclaim = slots - dropped;
+  auto from_pending = std::min(st.pending_credit, reclaim);
+  st.pending_credit -= from_pending;
+  st.credit_debt += reclaim - from_pending;
+  publish_remote_slots(st);
+  if (st.settings.metrics)
+    st.settings.metrics->remote_disconnects += 1;
+  log::from(st.name).warn("{}: remote pool {} lost ({}); {} command(s) made "
+                          "visible again",
+                          st.name, address, why, dropped);
+  release(self, std::move(ids), 0);
+  if (st.draining)
+    release_waiting(self, true);
+  dispatch(self);
+  progress(self);
+}
+
+// A remote pool connected: its slots join the credits (paying any debt of
+// vanished ones first) and waiting commands of its types start there.
+void add_pool(self_ptr self, const std::string& address,
+              const remote::pool_offer& offer, const caf::actor& pool) {
+  auto& st = self->state;
+  auto hdl = caf::actor_cast<remote::handler_pool_actor>(pool);
+  if (!hdl || offer.slots <= 0)
+    return;
+  drop_pool(self, address, "replaced by a new connection");
+  self->monitor(hdl);
+  supervisor_state::remote_pool r;
+  r.address = address;
+  r.hdl = hdl;
+  r.types = offer.command_types;
+  std::sort(r.types.begin(), r.types.end());
+  r.slots = offer.slots;
+  st.remotes.push_back(std::move(r));
+  publish_remote_slots(st);
+  log::from(st.name).info("{}: remote pool {} ({}) connected: {} slot(s) for "
+                          "{} command type(s)",
+                          st.name, address, offer.node_name, offer.slots,
+                          offer.command_types.size());
+  if (credit_back(st, offer.slots))
+    flush_credit(self);
+  dispatch(self);
+}
+
+// Spawns the keeper of the connection to configured pool number `i`.
+void add_link(self_ptr self, size_t i) {
+  auto& st = self->state;
+  st.links[i] = st.spawn.remote(self, st.settings,
+                                st.settings.cfg->remote.pools[i]);
+}
+
+// Replaces a dead remote link (it keeps no state worth keeping); returns
+// false if `source` is none of them.
+bool replace_link(self_ptr self, const caf::actor_addr& source,
+                  const caf::error& reason) {
+  auto& st = self->state;
+  for (size_t i = 0; i < st.links.size(); ++i) {
+    if (!st.links[i] || st.links[i].address() != source)
+      continue;
+    st.links[i] = nullptr;
+    if (!st.draining) {
+      log::from(st.name).warn("{}: the link to remote pool {} died ({}); "
+                              "replacing it",
+                              st.name, st.settings.cfg->remote.pools[i],
+                              to_string(reason));
+      add_link(self, i);
+    }
+    return true;
+  }
+  return false;
+}
+
+// Stops reconnecting (a drain): the links end; connected pools stay until
+// their running commands are done.
+void stop_links(self_ptr self) {
+  for (auto& link : self->state.links) {
+    if (!link)
+      continue;
+    self->unlink_from(link);
+    self->send_exit(link, caf::exit_reason::user_shutdown);
+  }
+}
+
 } // namespace
 
 supervisor_actor::behavior_type
@@ -369,19 +691,40 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
   st.name = "supervisor/" + st.settings.domain;
   st.completion = st.spawn.completion(self, st.settings);
   st.retry = st.spawn.retry(self, st.settings);
-  for (auto mode : {handler_mode::blocking, handler_mode::non_blocking})
-    if (st.settings.registry->uses(st.settings.domain, mode))
-      for (int i = 0; i < st.settings.cfg->concurrency; ++i)
-        add_handler(self, mode);
+  // With remote pools, a domain without local handlers has no local slots;
+  // the poller still starts with `concurrency` + `prefetch` credits, so
+  // the local share starts as debt.
+  const auto& pools = st.settings.cfg->remote.pools;
+  bool local = pools.empty() || has_local_handlers(st);
+  if (local)
+    for (auto mode : {handler_mode::blocking, handler_mode::non_blocking})
+      if (st.settings.registry->uses(st.settings.domain, mode))
+        for (int i = 0; i < st.settings.cfg->concurrency; ++i)
+          add_handler(self, mode);
+  st.local_slots = local ? st.settings.cfg->concurrency : 0;
   st.granted = st.settings.cfg->concurrency + st.settings.cfg->prefetch;
+  st.credit_debt = st.settings.cfg->concurrency - st.local_slots;
   st.poller = st.spawn.poller(self, st.settings);
+  st.links.resize(pools.size());
+  for (size_t i = 0; i < pools.size(); ++i)
+    add_link(self, i);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    for (auto& r : st.remotes)
+      if (r.hdl.address() == dm.source) {
+        auto address = r.address;
+        drop_pool(self, address, to_string(dm.reason));
+        return;
+      }
+  });
   // Children are linked: their exit messages arrive here. A dead handler or
   // writer is replaced; anything else (the root stopping us, the poller
   // dying) ends the domain, and the links end the children with it.
   self->set_exit_handler([self](caf::exit_msg& em) {
     auto& st = self->state;
     if (replace_handler(self, em.source, em.reason)
-        || replace_writer(self, em.source, em.reason))
+        || replace_writer(self, em.source, em.reason)
+        || replace_link(self, em.source, em.reason))
       return;
     if (st.poller && em.source == st.poller.address())
       log::from(st.name).error(
@@ -423,8 +766,8 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
         st.settings.metrics->received += 1;
       hand_over(self, st.completion, st.completion_log, atom::finish::value,
                 std::move(x));
-      st.pending_credit += 1;
-      flush_credit(self);
+      if (credit_back(st, 1))
+        flush_credit(self);
     },
     [self](atom::idle, int64_t credits_seen) {
       // Only an empty read made after the poller got every credit counts
@@ -474,6 +817,8 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
         }
         self->send(st.completion, atom::flush::value);
         self->send(st.retry, atom::flush::value);
+        stop_links(self);
+        release_waiting(self, true);
       }
       if (st.held() <= 0 && (st.draining || st.poller_idle))
         return atom::done::value;
@@ -495,7 +840,14 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
                          heartbeat_period(st.settings.cfg->visibility_timeout),
                          atom::heartbeat::value);
       extend_leases(self);
+      release_waiting(self, false);
       report_health(self);
+    },
+    // -- from the remote links -----------------------------------------------
+    [self](atom::pool_up, std::string& address, remote::pool_offer& offer,
+           caf::actor& pool) { add_pool(self, address, offer, pool); },
+    [self](atom::pool_down, std::string& address) {
+      drop_pool(self, address, "disconnected");
     },
   };
 }

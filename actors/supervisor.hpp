@@ -4,7 +4,10 @@
 // and writers, dispatches the commands the poller reads to idle handlers,
 // hands their outcomes to the writers, returns credits to the poller as
 // slots free up (bounded by the hold limit), extends the leases of what it
-// holds, and drains on request.
+// holds, and drains on request. Remote handler pools (handler nodes) add
+// their slots to the credits while connected; commands of the types only
+// they serve run there, and a pool that vanishes gives its commands back to
+// the queue at once.
 
 #include <array>
 #include <chrono>
@@ -48,13 +51,40 @@ struct supervisor_state {
   /// Commands waiting for an idle handler: prefetched ones, and any while a
   /// crashed handler is replaced.
   std::deque<waiting> backlog;
-  /// A command in a handler.
+  /// A connected remote handler pool (a handler node's session for this
+  /// domain): its slots count towards the domain's credits, and commands
+  /// of its types that no local handler serves run there.
+  struct remote_pool {
+    /// "HOST:PORT" as configured: the key of pool_up / pool_down.
+    std::string address;
+    remote::handler_pool_actor hdl;
+    /// The command types it serves, sorted.
+    std::vector<std::string> types;
+    int64_t slots = 0;
+    /// Commands it runs now; never above `slots`.
+    int64_t busy = 0;
+  };
+  /// The connected remote pools, one per address at most.
+  std::vector<remote_pool> remotes;
+  /// One connection keeper per configured remote pool (actors/remote_link).
+  std::vector<remote_link_actor> links;
+  /// Local handler slots: `concurrency`, or 0 when the domain has no local
+  /// handler and relies on remote pools.
+  int64_t local_slots = 0;
+  /// Credits of vanished remote pools still held by the poller (or by
+  /// commands in the backlog): freed slots pay it back before any credit
+  /// goes to the poller again.
+  int64_t credit_debt = 0;
+  /// A command in a handler (local or remote).
   struct running_command {
+    /// The local handler; null when it runs in a remote pool.
     handler_actor handler;
     command_ptr rc;
     std::chrono::steady_clock::time_point read_at;
     /// When the handler got it (the real clock: a handler's duration).
     std::chrono::steady_clock::time_point started_at;
+    /// The address of the remote pool that runs it; "" when local.
+    std::string remote;
   };
   /// Running commands by delivery number: a message read again while its
   /// first delivery still runs is a second entry.
@@ -90,6 +120,24 @@ struct supervisor_state {
   std::mt19937_64 rng{std::random_device{}()};
   /// "supervisor/<domain>".
   std::string name;
+
+  /// The slots the credits stand for: local plus connected remote ones,
+  /// plus the prefetch.
+  int64_t capacity() const noexcept {
+    int64_t n = local_slots + settings.cfg->prefetch;
+    for (auto& r : remotes)
+      n += r.slots;
+    return n;
+  }
+
+  /// The credit invariant: the poller's credits, the commands waiting or
+  /// running and the credits not yet returned, less the debt, are exactly
+  /// the capacity (outside a drain, which retires credits).
+  bool credits_balanced() const noexcept {
+    return granted + static_cast<int64_t>(backlog.size() + running.size())
+             + pending_credit - credit_debt
+           == capacity();
+  }
 
   /// Messages read whose side effects are not committed yet (a drain waits
   /// for 0): waiting, running, or handed to a writer.

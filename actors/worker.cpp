@@ -197,6 +197,9 @@ struct worker::impl {
       d.in_flight = m.in_flight.load();
       d.slots = m.slots();
       d.handler_restarts = m.handler_restarts.load();
+      d.remote_slots = m.remote_slots.load();
+      d.remote_pools = m.remote_pools.load();
+      d.remote_disconnects = m.remote_disconnects.load();
       for (size_t a = 0; a < all_db_actors.size(); ++a)
         d.db_errors[a] = m.db_errors(all_db_actors[a]);
       m.for_each_type([&d](const std::string& name, const type_metrics& t) {

@@ -36,7 +36,8 @@ int run_worker(const std::vector<std::string>& argv) {
       "domain needs a worker built with its own handlers "
       "(cmdbus::worker_main,\n"
       "see examples/payments), since this one would fail every command with\n"
-      "HandlerNotFoundError and use up its attempts.";
+      "HandlerNotFoundError and use up its attempts. With --remote-pool it\n"
+      "starts anyway: the handler nodes (`cmdbus node`) run the commands.";
   program.no_handlers_hint
     = "cmdbus worker serves only the demo handlers, with --demo; for a real "
       "domain build a worker of your own with its handlers (cmdbus::"

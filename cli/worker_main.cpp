@@ -165,7 +165,7 @@ args check_worker_options(const std::vector<std::string>& argv) {
   std::vector<std::string> flags{"--help",      "--json",       "--quiet",
                                  "--progress",  "--create",     "--tick",
                                  "--no-notify", "--dump-config"};
-  std::vector<std::string> options{"--config", "--domain"};
+  std::vector<std::string> options{"--config", "--domain", "--remote-pool"};
   for (auto& s : config::detail::settings)
     if (!s.option.empty())
       options.emplace_back(s.option);
@@ -224,13 +224,17 @@ std::string help_text(const worker_program& program) {
   return text + worker_help_tail;
 }
 
-// Refuses the domains that got neither a handler nor a process type: the
+// Refuses the domains that got neither a handler nor a process type (unless
+// remote handler pools are configured, which may serve them): the
 // worker would take their commands, fail each with HandlerNotFoundError and
 // use up their attempts.
 void refuse_domains_without_handlers(const config::worker_config& cfg,
                                      const handler_registry& handlers,
                                      const process_registry& processes,
                                      const worker_program& program) {
+  // With remote handler pools, the nodes serve what is not handled here.
+  if (!cfg.remote.pools.empty())
+    return;
   auto keys = handlers.keys();
   std::vector<std::string> empty;
   for (auto& d : cfg.domains) {

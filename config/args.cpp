@@ -1,7 +1,8 @@
 // The command line of `cmdbus worker`: `--opt value` or `--opt=value` for
 // each setting that has an option (see config/settings.hpp), the flags
-// --no-notify, --tick and --dump-config, --config FILE, and --domain D,
-// which repeats and replaces the domains of the file and the environment.
+// --no-notify, --tick and --dump-config, --config FILE, and --domain D and
+// --remote-pool HOST:PORT, which repeat and replace the domains (the remote
+// pools) of the file and the environment.
 // When an option repeats, the last one wins.
 //
 // The other `cmdbus` commands parse their arguments with cli::args
@@ -41,6 +42,7 @@ std::optional<std::string> apply_args(worker_config& cfg,
   using namespace detail;
   std::optional<std::string> config_file;
   bool domains_given = false;
+  bool pools_given = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const auto& arg = args[i];
     if (arg.size() < 3 || arg.compare(0, 2, "--") != 0)
@@ -62,7 +64,8 @@ std::optional<std::string> apply_args(worker_config& cfg,
       continue;
     }
     const auto* s = find_option(name);
-    if (s == nullptr && name != "--config" && name != "--domain")
+    if (s == nullptr && name != "--config" && name != "--domain"
+        && name != "--remote-pool")
       throw config_error("unknown option " + db::printable(name));
     if (!value) {
       if (i + 1 >= args.size())
@@ -78,6 +81,11 @@ std::optional<std::string> apply_args(worker_config& cfg,
         cfg.domains.clear();
       domains_given = true;
       cfg.domains.push_back(*value);
+    } else if (name == "--remote-pool") {
+      if (!pools_given)
+        cfg.remote.pools.clear();
+      pools_given = true;
+      cfg.remote.pools.push_back(*value);
     } else {
       try {
         assign(cfg, *s, from_text(*s, *value), true);

@@ -1,5 +1,6 @@
 // The effective configuration as a config file: what --dump-config prints
-// and what a log may show. The DSN's secrets are masked.
+// and what a log may show. The DSN's secrets are masked, and the TLS key's
+// passphrase is never printed.
 
 #include "cmdbus/config/values.hpp"
 #include "cmdbus/config/worker_config.hpp"
@@ -39,6 +40,32 @@ std::string describe(const worker_config& cfg) {
     out += (i == 0 ? "" : ", ") + std::to_string(cfg.retry.backoff_seconds[i]);
   out += "]\n";
   out += "jitter = " + real_text(cfg.retry.jitter) + "\n";
+  if (!cfg.remote.pools.empty()) {
+    out += "[remote]\n";
+    out += "pools = [";
+    for (size_t i = 0; i < cfg.remote.pools.size(); ++i)
+      out += (i == 0 ? "" : ", ") + ini_string(cfg.remote.pools[i]);
+    out += "]\n";
+    out += "connect-timeout = " + duration_text(cfg.remote.connect_timeout)
+           + "\n";
+    out += "reconnect-max = " + duration_text(cfg.remote.reconnect_max) + "\n";
+    out += "heartbeat-interval = "
+           + duration_text(cfg.remote.heartbeat_interval) + "\n";
+  }
+  if (cfg.tls.enabled()) {
+    // The passphrase is never shown, not even masked.
+    out += "[tls]\n";
+    auto path = [&](const char* key, const std::string& value) {
+      if (!value.empty())
+        out += std::string{key} + " = " + ini_string(value) + "\n";
+    };
+    path("certificate", cfg.tls.certificate);
+    path("key", cfg.tls.key);
+    path("ca-file", cfg.tls.ca_file);
+    path("ca-path", cfg.tls.ca_path);
+    if (!cfg.tls.passphrase.empty())
+      out += "; passphrase: set (not shown)\n";
+  }
   return out;
 }
 

@@ -42,6 +42,20 @@ Options:
   --http ADDR:PORT          serve /healthz, /readyz, /metrics and a status
                            page on ADDR:PORT (off; e.g. 127.0.0.1:9464;
                            port 0 picks a free one)
+  --remote-pool HOST:PORT  a handler node (`cmdbus node`) whose command types
+                           run there; repeat for several; replaces the pools
+                           of the file and of $CMDBUS_REMOTE_POOLS (none)
+  --remote-connect-timeout DUR  one connection attempt, 100ms..1min (3s)
+  --remote-reconnect-max DUR    longest wait between reconnection attempts,
+                           250ms..10min (10s)
+  --remote-heartbeat-interval DUR  connection heartbeat; three silent
+                           intervals drop a pool, 100ms..1min (1s)
+  --tls-certificate FILE   PEM certificate presented to the nodes; with
+  --tls-key FILE           its key, and a CA (--tls-ca-file and/or
+  --tls-ca-file FILE       --tls-ca-path DIR) that signed the nodes'
+  --tls-ca-path DIR        certificates: all together or none (TLS off)
+  --tls-passphrase TEXT    passphrase of an encrypted key (never printed;
+                           prefer $CMDBUS_TLS_PASSPHRASE)
   --tick                   drain every domain once, then exit
   --dump-config            print the effective configuration and exit
   --log-level LEVEL        trace, debug, info, warn, error, critical or off
@@ -58,7 +72,11 @@ Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DOMAINS (a,b),
   CMDBUS_STATEMENT_TIMEOUT,
   CMDBUS_SHUTDOWN_TIMEOUT, CMDBUS_FLUSH_INTERVAL, CMDBUS_HTTP,
   CMDBUS_MAX_ATTEMPTS,
-  CMDBUS_BACKOFF (10,60,300), CMDBUS_BACKOFF_JITTER; the log level:
+  CMDBUS_BACKOFF (10,60,300), CMDBUS_BACKOFF_JITTER,
+  CMDBUS_REMOTE_POOLS (h1:7400,h2:7400), CMDBUS_REMOTE_CONNECT_TIMEOUT,
+  CMDBUS_REMOTE_RECONNECT_MAX, CMDBUS_REMOTE_HEARTBEAT_INTERVAL,
+  CMDBUS_TLS_CERTIFICATE, CMDBUS_TLS_KEY, CMDBUS_TLS_CA_FILE,
+  CMDBUS_TLS_CA_PATH, CMDBUS_TLS_PASSPHRASE; the log level:
   CMDBUS_LOG_LEVEL, else SPDLOG_LEVEL, else info.
 
 Config file (CAF INI; ';' starts a comment):
@@ -78,6 +96,15 @@ Config file (CAF INI; ';' starts a comment):
   max-attempts = 3
   backoff = [10, 60, 300]
   jitter = 0.1
+  [remote]
+  pools = ["10.0.0.7:7400", "10.0.0.8:7400"]
+  connect-timeout = 3s
+  reconnect-max = 10s
+  heartbeat-interval = 1s
+  [tls]
+  certificate = "/etc/cmdbus/worker.pem"
+  key = "/etc/cmdbus/worker.key"
+  ca-file = "/etc/cmdbus/ca.pem"
 )";
 }
 

@@ -81,11 +81,12 @@ void ini_parser::parse_section() {
     fail(line, "invalid section header");
   if (name == "global")
     section_.clear();
-  else if (name == "worker" || name == "retry")
+  else if (std::find(std::begin(sections), std::end(sections), name)
+           != std::end(sections))
     section_ = std::string{name};
   else
     fail(line, "unknown section [" + std::string{name}
-                 + "] (expected [worker] or [retry])");
+                 + "] (expected [worker], [retry], [remote] or [tls])");
   end_of_line("the section header [" + std::string{name} + "]");
 }
 

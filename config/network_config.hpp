@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/config/common.hpp"
 
 namespace cmdbus::config {
 

@@ -42,6 +42,15 @@ enum class setting_id {
   max_attempts,
   backoff,
   jitter,
+  remote_pools,
+  remote_connect_timeout,
+  remote_reconnect_max,
+  remote_heartbeat_interval,
+  tls_certificate,
+  tls_key,
+  tls_ca_file,
+  tls_ca_path,
+  tls_passphrase,
 };
 
 /// One setting and its names in the file, the environment and the CLI.
@@ -86,7 +95,32 @@ inline constexpr setting settings[] = {
    "CMDBUS_BACKOFF", "--backoff"},
   {setting_id::jitter, kind::real, "retry", "jitter", "CMDBUS_BACKOFF_JITTER",
    "--jitter"},
+  // --remote-pool repeats and replaces (args.cpp), like --domain.
+  {setting_id::remote_pools, kind::string_list, "remote", "pools",
+   "CMDBUS_REMOTE_POOLS", ""},
+  {setting_id::remote_connect_timeout, kind::duration, "remote",
+   "connect-timeout", "CMDBUS_REMOTE_CONNECT_TIMEOUT",
+   "--remote-connect-timeout"},
+  {setting_id::remote_reconnect_max, kind::duration, "remote", "reconnect-max",
+   "CMDBUS_REMOTE_RECONNECT_MAX", "--remote-reconnect-max"},
+  {setting_id::remote_heartbeat_interval, kind::duration, "remote",
+   "heartbeat-interval", "CMDBUS_REMOTE_HEARTBEAT_INTERVAL",
+   "--remote-heartbeat-interval"},
+  {setting_id::tls_certificate, kind::string, "tls", "certificate",
+   "CMDBUS_TLS_CERTIFICATE", "--tls-certificate"},
+  {setting_id::tls_key, kind::string, "tls", "key", "CMDBUS_TLS_KEY",
+   "--tls-key"},
+  {setting_id::tls_ca_file, kind::string, "tls", "ca-file",
+   "CMDBUS_TLS_CA_FILE", "--tls-ca-file"},
+  {setting_id::tls_ca_path, kind::string, "tls", "ca-path",
+   "CMDBUS_TLS_CA_PATH", "--tls-ca-path"},
+  {setting_id::tls_passphrase, kind::string, "tls", "passphrase",
+   "CMDBUS_TLS_PASSPHRASE", "--tls-passphrase"},
 };
+
+/// The sections of the file besides the top level ([global]), in order.
+inline constexpr std::string_view sections[] = {"worker", "retry", "remote",
+                                                "tls"};
 
 // -- lookups -----------------------------------------------------------------
 

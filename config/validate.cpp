@@ -12,6 +12,44 @@
 
 namespace cmdbus::config {
 
+namespace {
+
+// The [remote] and [tls] rules. The TLS set is checked whether or not
+// remote pools are configured: a half-configured set is a mistake either
+// way.
+template <class Report>
+void validate_remote(const worker_config& cfg, Report& report) {
+  using namespace detail;
+  using std::chrono::milliseconds;
+  std::set<std::string> seen;
+  for (const auto& pool : cfg.remote.pools) {
+    try {
+      parse_node_address(pool);
+    } catch (const std::invalid_argument& e) {
+      report("remote pools: " + db::printable(pool) + ": " + e.what());
+      continue;
+    }
+    if (!seen.insert(pool).second)
+      report("remote pools: " + db::printable(pool) + " is listed twice");
+  }
+  auto in_range = [&](const char* name, milliseconds value, milliseconds lo,
+                      milliseconds hi, const char* range) {
+    if (value < lo || value > hi)
+      report(std::string{name} + " (" + ms_text(value) + ") must be between "
+             + range);
+  };
+  in_range("remote-connect-timeout", cfg.remote.connect_timeout,
+           milliseconds{100}, milliseconds{60000}, "100ms and 1min");
+  in_range("remote-reconnect-max", cfg.remote.reconnect_max, milliseconds{250},
+           milliseconds{600000}, "250ms and 10min");
+  in_range("remote-heartbeat-interval", cfg.remote.heartbeat_interval,
+           milliseconds{100}, milliseconds{60000}, "100ms and 1min");
+  for (auto& problem : validate_tls(cfg.tls))
+    report(std::move(problem));
+}
+
+} // namespace
+
 std::vector<std::string> validate(const worker_config& cfg) {
   using namespace detail;
   using std::chrono::milliseconds;
@@ -78,6 +116,7 @@ std::vector<std::string> validate(const worker_config& cfg) {
       report("http (" + db::printable(cfg.http) + "): " + e.what());
     }
   }
+  validate_remote(cfg, report);
   return problems;
 }
 

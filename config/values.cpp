@@ -184,6 +184,21 @@ void assign(worker_config& cfg, const setting& s, const raw_value& v,
     case setting_id::max_attempts: cfg.retry.max_attempts = as_int(v); break;
     case setting_id::backoff: cfg.retry.backoff_seconds = as_int_list(v); break;
     case setting_id::jitter: cfg.retry.jitter = as_real(v); break;
+    case setting_id::remote_pools: cfg.remote.pools = as_string_list(v); break;
+    case setting_id::remote_connect_timeout:
+      cfg.remote.connect_timeout = as_duration(v, false);
+      break;
+    case setting_id::remote_reconnect_max:
+      cfg.remote.reconnect_max = as_duration(v, false);
+      break;
+    case setting_id::remote_heartbeat_interval:
+      cfg.remote.heartbeat_interval = as_duration(v, false);
+      break;
+    case setting_id::tls_certificate: cfg.tls.certificate = as_string(v); break;
+    case setting_id::tls_key: cfg.tls.key = as_string(v); break;
+    case setting_id::tls_ca_file: cfg.tls.ca_file = as_string(v); break;
+    case setting_id::tls_ca_path: cfg.tls.ca_path = as_string(v); break;
+    case setting_id::tls_passphrase: cfg.tls.passphrase = as_string(v); break;
   }
 }
 

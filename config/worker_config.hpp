@@ -25,6 +25,15 @@
 // | [retry] max-attempts         | CMDBUS_MAX_ATTEMPTS      | --max-attempts
 // | [retry] backoff              | CMDBUS_BACKOFF (10,60)   | --backoff
 // | [retry] jitter               | CMDBUS_BACKOFF_JITTER    | --jitter
+// | [remote] pools               | CMDBUS_REMOTE_POOLS (a,b)| --remote-pool (many)
+// | [remote] connect-timeout     | CMDBUS_REMOTE_CONNECT_TIMEOUT | --remote-connect-timeout
+// | [remote] reconnect-max       | CMDBUS_REMOTE_RECONNECT_MAX   | --remote-reconnect-max
+// | [remote] heartbeat-interval  | CMDBUS_REMOTE_HEARTBEAT_INTERVAL | --remote-heartbeat-interval
+// | [tls] certificate            | CMDBUS_TLS_CERTIFICATE   | --tls-certificate
+// | [tls] key                    | CMDBUS_TLS_KEY           | --tls-key
+// | [tls] ca-file                | CMDBUS_TLS_CA_FILE       | --tls-ca-file
+// | [tls] ca-path                | CMDBUS_TLS_CA_PATH       | --tls-ca-path
+// | [tls] passphrase             | CMDBUS_TLS_PASSPHRASE    | --tls-passphrase
 //
 // Value rules:
 // - Durations are an integer with a unit: `ms`, `s`, `min` or `h` (`250ms`,
@@ -38,8 +47,9 @@
 // - Environment lists are comma-separated; booleans also accept `1` / `0`;
 //   a variable set to the empty string counts as unset.
 // - Options take `--opt value` or `--opt=value`; when repeated, the last one
-//   wins, except --domain, which accumulates and replaces the domains from
-//   the file and the environment. `--backoff=` sets an empty schedule.
+//   wins, except --domain and --remote-pool, which accumulate and replace the
+//   domains (the remote pools) from the file and the environment.
+//   `--backoff=` sets an empty schedule.
 
 #include <chrono>
 #include <functional>
@@ -48,6 +58,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "cmdbus/config/common.hpp"
+#include "cmdbus/config/network_config.hpp"
 
 namespace cmdbus::config {
 
@@ -67,6 +80,28 @@ struct retry_config {
 
   /// Fraction (0..1) of each delay added or subtracted at random.
   double jitter = 0.0;
+};
+
+/// The remote handler pools of a worker (`cmdbus node` processes, or an
+/// application's own handler nodes): commands of the types they serve run
+/// there, while every side effect stays in the worker.
+struct remote_config {
+  /// The nodes to connect to, "HOST:PORT" each (see parse_node_address);
+  /// empty (the default): no remote pools, and no network is started.
+  std::vector<std::string> pools;
+
+  /// How long one connection attempt (connect plus handshake) may take;
+  /// 100 ms .. 1 min.
+  std::chrono::milliseconds connect_timeout{3000};
+
+  /// The longest wait between reconnection attempts (the backoff starts at
+  /// 250 ms and doubles); 250 ms .. 10 min.
+  std::chrono::milliseconds reconnect_max{10000};
+
+  /// The heartbeat of the connections; a connection silent for three
+  /// intervals counts as lost; 100 ms .. 1 min. The nodes must send
+  /// heartbeats at most half that silence apart.
+  std::chrono::milliseconds heartbeat_interval{1000};
 };
 
 /// Everything `cmdbus worker` needs to run.
@@ -114,6 +149,13 @@ struct worker_config {
   /// default) serves nothing.
   std::string http;
 
+  /// Remote handler pools ([remote]).
+  remote_config remote;
+
+  /// The certificate set of the connections to remote pools ([tls]); empty:
+  /// cleartext, unauthenticated connections.
+  tls_config tls;
+
   /// Run one drain of every domain and exit.
   bool tick = false;
 
@@ -122,43 +164,13 @@ struct worker_config {
   bool dump_config = false;
 };
 
-/// An address to listen on.
-struct http_address {
-  /// An IPv4 or IPv6 literal (without brackets) or a host name.
-  std::string host;
-  /// 0 lets the system pick a free port.
-  int port = 0;
-};
-
-/// Parses "HOST:PORT", "[IPV6]:PORT" or ":PORT" (loopback, 127.0.0.1);
-/// throws std::invalid_argument saying what is wrong.
-http_address parse_http_address(std::string_view text);
 
 /// Problems found in the configuration; empty when valid. Each string is one
 /// clear sentence naming the setting, its value and the rule, e.g.
 /// "statement-timeout (30000ms) must be below visibility-timeout (30s)".
 std::vector<std::string> validate(const worker_config& cfg);
 
-/// A parse error (file, environment or command line) with its location, e.g.
-/// "worker.ini:7: unknown key 'concurency' in section [worker]", or the list
-/// of validation problems (one per line) thrown by load(). Never contains a
-/// DSN password.
-class config_error : public std::runtime_error {
-public:
-  using std::runtime_error::runtime_error;
-};
 
-/// Thrown by apply_args() and load() when the command line contains --help or
-/// -h: the caller prints worker_help() (also what()) and exits with 0.
-/// Deliberately not a config_error.
-class help_requested : public std::exception {
-public:
-  const char* what() const noexcept override;
-};
-
-/// Looks up an environment variable by name (std::getenv in production, a map
-/// in tests); std::nullopt when unset.
-using env_lookup = std::function<std::optional<std::string>(const char*)>;
 
 /// Applies a CAF-INI text onto `cfg`; `file_name` is used in messages.
 /// Throws config_error.

@@ -10,6 +10,7 @@
 #include "cmdbus/actors/errors.hpp"
 
 #include "tests/actors/settings.hpp"
+#include "tests/actors/sinks.hpp"
 
 #include <caf/test/dsl.hpp>
 
@@ -48,21 +49,6 @@ handler_actor::behavior_type fake_handler(handler_actor::pointer) {
       out.error_code = t == "ok" ? "" : "E";
       return out;
     },
-  };
-}
-
-// Writers and poller that just take messages (checked with expect()).
-poller_actor::behavior_type poller_sink(poller_actor::pointer) {
-  return {
-    [](atom::credit, int64_t) {},
-    [](atom::wakeup) {},
-  };
-}
-
-completion_actor::behavior_type completion_sink(completion_actor::pointer) {
-  return {
-    [](atom::finish, const db::finished_command&) {},
-    [](atom::flush) {},
   };
 }
 
@@ -116,12 +102,12 @@ struct fixture : test_coordinator_fixture<> {
     spawners sp;
     auto k = kids;
     sp.poller = [k](supervisor_actor::pointer self, const domain_settings&) {
-      k->poller = self->spawn<caf::linked>(poller_sink);
+      k->poller = self->spawn<caf::linked>(test::poller_sink);
       return k->poller;
     };
     sp.completion = [k](supervisor_actor::pointer self,
                         const domain_settings&) {
-      k->completion = self->spawn<caf::linked>(completion_sink);
+      k->completion = self->spawn<caf::linked>(test::completion_sink);
       k->completions.push_back(k->completion);
       return k->completion;
     };

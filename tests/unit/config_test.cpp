@@ -319,8 +319,8 @@ TEST(ConfigIni, reports_unknown_keys_and_sections) {
   EXPECT_EQ(ini_error("frobnicate = 1\n"),
             "worker.ini:1: unknown key 'frobnicate' at the top level");
   EXPECT_EQ(ini_error("\n[workers]\n"),
-            "worker.ini:2: unknown section [workers] (expected [worker] or "
-            "[retry])");
+            "worker.ini:2: unknown section [workers] (expected [worker], "
+            "[retry], [remote] or [tls])");
   EXPECT_EQ(ini_error("[worker]\nvisibility_timeout = 3s\n"),
             "worker.ini:2: unknown key 'visibility_timeout' in section "
             "[worker] (did you mean 'visibility-timeout'?)");
@@ -563,7 +563,9 @@ TEST(ConfigArgs, help_is_a_distinct_exception) {
         "--concurrency", "--prefetch", "CMDBUS_PREFETCH", "--backoff", "--max-attempts", "--visibility-timeout",
         "--poll-interval", "--no-notify", "--statement-timeout",
         "--shutdown-timeout", "--flush-interval", "--jitter", "--tick",
-        "--dump-config", "--help", "CMDBUS_BACKOFF_JITTER", "CMDBUS_CONFIG"})
+        "--dump-config", "--help", "CMDBUS_BACKOFF_JITTER", "CMDBUS_CONFIG",
+        "--remote-pool", "CMDBUS_REMOTE_POOLS", "--tls-certificate",
+        "CMDBUS_TLS_PASSPHRASE"})
     EXPECT_TRUE(contains(help, part)) << part;
   size_t start = 0;
   while (start < help.size()) {
@@ -720,4 +722,81 @@ TEST(ConfigHttp, rejects_bad_addresses_with_the_rule) {
                                          "to 65535"));
   cfg.http = "[::1]:9464";
   EXPECT_TRUE(validate(cfg).empty());
+}
+
+// -- remote handler pools and TLS ---------------------------------------------
+
+TEST(ConfigRemote, is_off_by_default_and_read_from_every_source) {
+  worker_config cfg;
+  EXPECT_TRUE(cfg.remote.pools.empty());
+  EXPECT_FALSE(cfg.tls.enabled());
+  apply_ini(cfg,
+            "[remote]\npools = [\"h1:7400\", \"h2:7400\"]\n"
+            "connect-timeout = 2s\nreconnect-max = 5s\n"
+            "heartbeat-interval = 500ms\n"
+            "[tls]\ncertificate = \"w.pem\"\nkey = \"w.key\"\n"
+            "ca-file = \"ca.pem\"\n",
+            "w.ini");
+  EXPECT_EQ(cfg.remote.pools, (std::vector<std::string>{"h1:7400", "h2:7400"}));
+  EXPECT_EQ(cfg.remote.connect_timeout, std::chrono::milliseconds{2000});
+  EXPECT_EQ(cfg.remote.reconnect_max, std::chrono::milliseconds{5000});
+  EXPECT_EQ(cfg.remote.heartbeat_interval, std::chrono::milliseconds{500});
+  EXPECT_EQ(cfg.tls.certificate, "w.pem");
+  EXPECT_EQ(cfg.tls.key, "w.key");
+  EXPECT_EQ(cfg.tls.ca_file, "ca.pem");
+  apply_env(cfg, fake_env{{{"CMDBUS_REMOTE_POOLS", "h3:1,h4:2"},
+                           {"CMDBUS_TLS_PASSPHRASE", "pw"},
+                           {"CMDBUS_REMOTE_HEARTBEAT_INTERVAL", "2s"}}}
+                   .lookup());
+  EXPECT_EQ(cfg.remote.pools, (std::vector<std::string>{"h3:1", "h4:2"}));
+  EXPECT_EQ(cfg.tls.passphrase, "pw");
+  EXPECT_EQ(cfg.remote.heartbeat_interval, std::chrono::milliseconds{2000});
+  // --remote-pool repeats and replaces the others.
+  apply_args(cfg, {"--remote-pool", "a:1", "--remote-pool=b:2",
+                   "--tls-ca-path", "/etc/ssl/certs"});
+  EXPECT_EQ(cfg.remote.pools, (std::vector<std::string>{"a:1", "b:2"}));
+  EXPECT_EQ(cfg.tls.ca_path, "/etc/ssl/certs");
+}
+
+TEST(ConfigRemote, validates_addresses_ranges_and_the_tls_set) {
+  auto cfg = valid();
+  cfg.remote.pools = {"h1:7400", "nowhere", "h1:7400", "h2:0"};
+  cfg.remote.heartbeat_interval = std::chrono::milliseconds{10};
+  cfg.remote.connect_timeout = std::chrono::minutes{5};
+  cfg.tls.certificate = "/nonexistent/w.pem";
+  auto problems = validate(cfg);
+  std::string all;
+  for (auto& p : problems)
+    all += p + "\n";
+  EXPECT_TRUE(has_problem(problems, "remote pools: \"nowhere\"")) << all;
+  EXPECT_TRUE(has_problem(problems, "\"h1:7400\" is listed twice"));
+  EXPECT_TRUE(has_problem(problems, "remote pools: \"h2:0\""));
+  EXPECT_TRUE(has_problem(problems, "remote-heartbeat-interval (10ms)"));
+  EXPECT_TRUE(has_problem(problems, "remote-connect-timeout"));
+  EXPECT_TRUE(has_problem(problems, "tls-key"));
+  EXPECT_TRUE(validate(valid()).empty());
+}
+
+TEST(ConfigRemote, describe_round_trips_and_never_prints_the_passphrase) {
+  auto cfg = valid();
+  cfg.remote.pools = {"h1:7400", "[::1]:7401"};
+  cfg.remote.heartbeat_interval = std::chrono::milliseconds{500};
+  cfg.tls.certificate = "w.pem";
+  cfg.tls.key = "w.key";
+  cfg.tls.ca_file = "ca.pem";
+  cfg.tls.passphrase = "very-secret";
+  auto text = describe(cfg);
+  EXPECT_FALSE(contains(text, "very-secret")) << text;
+  EXPECT_TRUE(contains(text, "passphrase: set (not shown)")) << text;
+  EXPECT_TRUE(contains(text, "pools = [\"h1:7400\", \"[::1]:7401\"]")) << text;
+  worker_config again;
+  apply_ini(again, text, "dump.ini");
+  EXPECT_EQ(again.remote.pools, cfg.remote.pools);
+  EXPECT_EQ(again.remote.heartbeat_interval, cfg.remote.heartbeat_interval);
+  EXPECT_EQ(again.tls.certificate, "w.pem");
+  EXPECT_EQ(again.tls.passphrase, "");
+  // Without pools or TLS, describe() says nothing about them.
+  auto plain = describe(valid());
+  EXPECT_FALSE(contains(plain, "[remote]")) << plain;
+  EXPECT_FALSE(contains(plain, "[tls]")) << plain;
 }

@@ -77,6 +77,9 @@ status_snapshot sample_snapshot() {
   d.received = 20;
   d.in_flight = 3;
   d.slots = 8;
+  d.remote_slots = 6;
+  d.remote_pools = 2;
+  d.remote_disconnects = 1;
   d.db_errors = {1, 0, 2};
   type_status t;
   t.command_type = "Debit \"x\"";
@@ -133,6 +136,9 @@ TEST(Metrics, ExpositionHasEveryFamilyWithItsSamples) {
   EXPECT_TRUE(has("cmdbus_db_errors_total{domain=\"payments\",actor=\"retry_"
                   "scheduler\"} 2"));
   EXPECT_TRUE(has("cmdbus_handler_restarts_total{domain=\"payments\"} 0"));
+  EXPECT_TRUE(has("cmdbus_remote_slots{domain=\"payments\"} 6"));
+  EXPECT_TRUE(has("cmdbus_remote_pools{domain=\"payments\"} 2"));
+  EXPECT_TRUE(has("cmdbus_remote_disconnects_total{domain=\"payments\"} 1"));
   EXPECT_TRUE(has("cmdbus_health{domain=\"payments\"} 1"));
   EXPECT_TRUE(has("cmdbus_queue_figures_up 1"));
   EXPECT_TRUE(has("cmdbus_ready 1"));
