@@ -1,9 +1,11 @@
 # FindCAF: locates the C++ Actor Framework 0.17.x as packaged by Debian
 # (libcaf-dev ships neither a CMake config nor a pkg-config file).
 #
-# Imported targets: CAF::core, CAF::io, CAF::openssl (the TLS transport of
-# the middleman; links OpenSSL::SSL, found here). Variables: CAF_FOUND,
-# CAF_VERSION, CAF_INCLUDE_DIR. Use: find_package(CAF 0.17.6 REQUIRED).
+# Imported targets: CAF::core, CAF::io, and CAF::openssl (the TLS transport
+# of the middleman; links OpenSSL::SSL, found here) when libcaf_openssl and
+# OpenSSL's development files are there (CAF_OPENSSL_FOUND). Variables:
+# CAF_FOUND, CAF_VERSION, CAF_INCLUDE_DIR. Use: find_package(CAF 0.17.6
+# REQUIRED).
 include(FindPackageHandleStandardArgs)
 find_package(Threads REQUIRED)
 if(CAF_FIND_QUIETLY)
@@ -31,7 +33,6 @@ endif()
 
 find_package_handle_standard_args(CAF
   REQUIRED_VARS CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
-                CAF_OPENSSL_LIBRARY OPENSSL_FOUND
   VERSION_VAR CAF_VERSION)
 
 if(CAF_FOUND AND NOT TARGET CAF::core)
@@ -45,10 +46,18 @@ if(CAF_FOUND AND NOT TARGET CAF::core)
   set_target_properties(CAF::io PROPERTIES
     IMPORTED_LOCATION "${CAF_IO_LIBRARY}"
     INTERFACE_LINK_LIBRARIES CAF::core)
+endif()
+if(CAF_FOUND AND CAF_OPENSSL_LIBRARY AND OPENSSL_FOUND
+   AND NOT TARGET CAF::openssl)
   add_library(CAF::openssl UNKNOWN IMPORTED)
   set_target_properties(CAF::openssl PROPERTIES
     IMPORTED_LOCATION "${CAF_OPENSSL_LIBRARY}"
     INTERFACE_LINK_LIBRARIES "CAF::io;OpenSSL::SSL;OpenSSL::Crypto")
+endif()
+if(TARGET CAF::openssl)
+  set(CAF_OPENSSL_FOUND TRUE)
+else()
+  set(CAF_OPENSSL_FOUND FALSE)
 endif()
 mark_as_advanced(CAF_INCLUDE_DIR CAF_CORE_LIBRARY CAF_IO_LIBRARY
                  CAF_OPENSSL_LIBRARY)

@@ -254,6 +254,24 @@ handler_registry node_handlers() {
   return reg;
 }
 
+// Connects to the node at 127.0.0.1:port and says hello for "payments"
+// with `lease`: the session (null when refused).
+caf::actor session_of(caf::actor_system& sys, uint16_t port,
+                      const caf::actor& lease) {
+  auto door = sys.middleman().remote_actor<remote::node_door_actor>("127.0.0.1",
+                                                                    port);
+  if (!door)
+    return {};
+  caf::actor session;
+  caf::scoped_actor self{sys};
+  self
+    ->request(*door, 5s, atom::hello::value, remote::protocol_version,
+              std::string{"w1"}, std::string{"payments"}, lease)
+    .receive([&](remote::pool_offer&, caf::actor& s) { session = s; },
+             [](caf::error&) {});
+  return session;
+}
+
 } // namespace
 
 CAF_TEST(a handler node serves a worker over loopback) {
@@ -351,19 +369,10 @@ CAF_TEST(a stopped node ends its sessions) {
   CAF_CHECK(node.name().find(":" + std::to_string(port)) != std::string::npos);
   network_system client;
   auto& sys = *client.sys;
-  auto door = sys.middleman().remote_actor<remote::node_door_actor>("127.0.0.1",
-                                                                    port);
-  CAF_REQUIRE(door);
   auto lease_hdl = sys.spawn(lease, std::make_shared<std::atomic<int>>(0));
-  caf::scoped_actor self{sys};
-  caf::actor session;
-  self
-    ->request(*door, 5s, atom::hello::value, remote::protocol_version,
-              std::string{"w1"}, std::string{"payments"},
-              caf::actor_cast<caf::actor>(lease_hdl))
-    .receive([&](remote::pool_offer&, caf::actor& s) { session = s; },
-             [](caf::error& err) { CAF_FAIL("refused: " << to_string(err)); });
+  auto session = session_of(sys, port, caf::actor_cast<caf::actor>(lease_hdl));
   CAF_REQUIRE(session);
+  caf::scoped_actor self{sys};
   self->monitor(session);
   node.stop(5s);
   bool down = false;
@@ -399,22 +408,11 @@ CAF_TEST(a stopping node finishes running commands and refuses new ones) {
   auto port = node.start();
   network_system client;
   auto& sys = *client.sys;
-  auto door = sys.middleman().remote_actor<remote::node_door_actor>("127.0.0.1",
-                                                                    port);
-  CAF_REQUIRE(door);
   auto lease_hdl = sys.spawn(lease, std::make_shared<std::atomic<int>>(0));
-  caf::scoped_actor self{sys};
-  remote::handler_pool_actor pool;
-  self
-    ->request(*door, 5s, atom::hello::value, remote::protocol_version,
-              std::string{"w1"}, std::string{"payments"},
-              caf::actor_cast<caf::actor>(lease_hdl))
-    .receive(
-      [&](remote::pool_offer&, caf::actor& s) {
-        pool = caf::actor_cast<remote::handler_pool_actor>(s);
-      },
-      [](caf::error& err) { CAF_FAIL("refused: " << to_string(err)); });
+  auto pool = caf::actor_cast<remote::handler_pool_actor>(
+    session_of(sys, port, caf::actor_cast<caf::actor>(lease_hdl)));
   CAF_REQUIRE(pool);
+  caf::scoped_actor self{sys};
   auto rc = full_delivery();
   rc.cmd.command_type = "Slow";
   // One command runs, a second one waits for the only handler.

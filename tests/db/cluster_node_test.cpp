@@ -19,6 +19,7 @@
 #include "cmdbus/actors/network.hpp"
 #include "cmdbus/actors/remote_protocol.hpp"
 #include "tests/db/background_cmdbus.hpp"
+#include "tests/support/certificates.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/process.hpp"
 
@@ -373,32 +374,6 @@ TEST(ClusterNode, ListensOnLoopbackByDefault) {
 
 namespace {
 
-// Runs the openssl tool; fails the test when it fails.
-void openssl(const std::vector<std::string>& args) {
-  std::vector<std::string> argv{"/usr/bin/openssl"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto r = run_process(argv);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-}
-
-// Makes a CA (NAME.pem, NAME.key) in `dir`.
-void make_ca(const temp_dir& dir, const std::string& name) {
-  openssl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
-           dir.file(name + ".key"), "-out", dir.file(name + ".pem"), "-days",
-           "2", "-subj", "/CN=" + name});
-}
-
-// Makes a certificate NAME.pem / NAME.key signed by the CA `ca`.
-void make_cert(const temp_dir& dir, const std::string& name,
-               const std::string& ca) {
-  openssl({"req", "-newkey", "rsa:2048", "-nodes", "-keyout",
-           dir.file(name + ".key"), "-out", dir.file(name + ".csr"), "-subj",
-           "/CN=" + name});
-  openssl({"x509", "-req", "-in", dir.file(name + ".csr"), "-CA",
-           dir.file(ca + ".pem"), "-CAkey", dir.file(ca + ".key"),
-           "-CAcreateserial", "-out", dir.file(name + ".pem"), "-days", "2"});
-}
-
 config::tls_config tls_of(const temp_dir& dir, const std::string& name,
                           const std::string& ca) {
   config::tls_config tls;
@@ -412,13 +387,12 @@ config::tls_config tls_of(const temp_dir& dir, const std::string& name,
 
 TEST(ClusterNode, TlsLetsInOnlyCertificatesOfTheTrustedCa) {
   temp_dir dir;
-  make_ca(dir, "ca");
-  make_ca(dir, "rogue_ca");
-  make_cert(dir, "node", "ca");
-  make_cert(dir, "worker", "ca");
-  make_cert(dir, "rogue", "rogue_ca");
-  if (HasFatalFailure())
-    return;
+  auto certs = dir.path.string();
+  make_ca(certs, "ca");
+  make_ca(certs, "rogue_ca");
+  make_cert(certs, "node", "ca");
+  make_cert(certs, "worker", "ca");
+  make_cert(certs, "rogue", "rogue_ca");
   auto port_file = dir.file("port");
   auto args = node_args("payments", port_file);
   args.insert(args.end(),
