@@ -46,6 +46,23 @@ void sweep_by(counter_ptr self, clock::time_point when) {
   st.next_sweep = std::min(st.next_sweep, when);
 }
 
+// The session of `domain`'s database, opened on first use (sessions
+// connect lazily).
+db_session& session_of(counter_ptr self, const std::string& domain) {
+  auto& st = self->state;
+  const auto& dsn = config::dsn_for(*st.settings.cfg, domain);
+  auto& session = st.sessions[dsn];
+  if (!session) {
+    session_options opts;
+    opts.dsn = dsn;
+    opts.statement_timeout = st.settings.cfg->statement_timeout;
+    opts.application_name = "cmdbus-batches";
+    session = std::make_unique<db_session>("batch-counter", std::move(opts),
+                                           st.counters);
+  }
+  return *session;
+}
+
 // Delivers recorded completions of `domain`: `ids` only (just completed),
 // or every one whose lease is free (a sweep). Claims first, runs the
 // callbacks, then marks them delivered. While the database fails, the
@@ -54,13 +71,14 @@ void sweep_by(counter_ptr self, clock::time_point when) {
 void deliver(counter_ptr self, const std::string& domain,
              const std::vector<uuid>* ids) {
   auto& st = self->state;
-  if (st.session->outage().backing_off()) {
-    sweep_by(self, st.session->outage().retry_at());
+  auto& session = session_of(self, domain);
+  if (session.outage().backing_off()) {
+    sweep_by(self, session.outage().retry_at());
     return;
   }
   auto& unmarked = st.unmarked[domain];
   try {
-    db::worker_store store{st.session->get(), domain};
+    db::worker_store store{session.get(), domain};
     if (!unmarked.empty()) {
       store.mark_batches_delivered(unmarked);
       unmarked.clear();
@@ -77,9 +95,9 @@ void deliver(counter_ptr self, const std::string& domain,
       if (ids || claimed.size() < static_cast<size_t>(delivery_chunk))
         break;
     }
-    st.session->succeeded();
+    session.succeeded();
   } catch (const std::exception& e) {
-    auto delay = st.session->failed(e);
+    auto delay = session.failed(e);
     sweep_by(self, clock::now() + delay);
   }
 }
@@ -135,14 +153,10 @@ batch_counter(batch_counter_actor::stateful_pointer<batch_counter_state> self,
   auto& st = self->state;
   st.callbacks = std::move(callbacks);
   st.settings = std::move(settings);
-  session_options opts;
-  opts.dsn = st.settings.cfg->dsn;
-  opts.statement_timeout = st.settings.cfg->statement_timeout;
-  opts.application_name = "cmdbus-batches";
-  st.session = std::make_unique<db_session>("batch-counter", std::move(opts),
-                                            std::move(counters));
+  st.counters = std::move(counters);
   self->set_exit_handler([self](caf::exit_msg& em) {
-    self->state.session->close();
+    for (auto& [dsn, session] : self->state.sessions)
+      session->close();
     self->quit(em.reason);
   });
   if (st.callbacks.empty())

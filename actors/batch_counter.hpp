@@ -34,7 +34,11 @@ struct batch_delivery_settings {
 struct batch_counter_state {
   std::vector<batch_callback> callbacks;
   batch_delivery_settings settings;
-  std::unique_ptr<db_session> session;
+  /// One session per database (by DSN): domains on one database share
+  /// it, and one database's outage leaves the others' deliveries alone.
+  std::map<std::string, std::unique_ptr<db_session>> sessions;
+  /// Counts the sessions' database errors.
+  std::shared_ptr<worker_counters> counters;
   std::chrono::steady_clock::time_point next_sweep;
   /// The idle timeout of the current behavior (the time to the next sweep
   /// when it was set).

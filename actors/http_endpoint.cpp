@@ -1,5 +1,6 @@
 #include "cmdbus/actors/http_endpoint.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -62,37 +63,44 @@ private:
   std::vector<std::deque<std::pair<clock::time_point, int64_t>>> samples_;
 };
 
-/// The queue figures, read at most once per `min_interval` on a connection
-/// of its own (kept between reads); after a failure the next attempt waits
-/// `retry_after`, so that scrapes of a worker whose database is down answer
-/// at once.
+/// The queue figures of the domains on one database, read at most once per
+/// `min_interval` on a connection of its own (kept between reads); after a
+/// failure the next attempt waits `retry_after`, so that scrapes of a
+/// worker whose database is down answer at once.
 class queue_reader {
 public:
   static constexpr auto min_interval = std::chrono::seconds{1};
   static constexpr auto retry_after = std::chrono::seconds{5};
 
+  /// `slots`: where each of `domains` is in a snapshot's domains.
   queue_reader(std::string dsn, std::vector<std::string> domains,
+               std::vector<size_t> slots,
                std::vector<std::string> process_domains)
     : dsn_(std::move(dsn)), domains_(std::move(domains)),
-      process_domains_(std::move(process_domains)) {
+      slots_(std::move(slots)), process_domains_(std::move(process_domains)) {
     // nop
   }
 
-  /// Fills the queue figures of `s` (or its queue_error).
+  /// Adds this database's queue figures to `s` (or its error to
+  /// queue_error; the figures of the other databases stay).
   void fill(status_snapshot& s) {
     std::lock_guard<std::mutex> guard{mtx_};
     auto now = clock::now();
     auto wait = error_.empty() ? min_interval : retry_after;
     if (!read_once_ || now - last_attempt_ >= wait)
       read(now);
-    s.queue_error = error_;
-    s.queue_age_seconds = read_once_ ? seconds_between(last_read_, now) : 0;
-    s.has_processes = !process_domains_.empty();
-    if (!error_.empty())
+    if (read_once_)
+      s.queue_age_seconds = std::max(s.queue_age_seconds,
+                                     seconds_between(last_read_, now));
+    if (!error_.empty()) {
+      s.queue_error += (s.queue_error.empty() ? "" : "; ") + error_;
       return;
-    for (size_t i = 0; i < s.domains.size() && i < figures_.size(); ++i)
-      s.domains[i].queue = figures_[i];
-    s.processes = processes_;
+    }
+    for (size_t i = 0; i < slots_.size() && i < figures_.size(); ++i)
+      if (slots_[i] < s.domains.size())
+        s.domains[slots_[i]].queue = figures_[i];
+    s.processes.insert(s.processes.end(), processes_.begin(),
+                       processes_.end());
   }
 
 private:
@@ -129,6 +137,7 @@ private:
 
   std::string dsn_;
   std::vector<std::string> domains_;
+  std::vector<size_t> slots_;
   std::vector<std::string> process_domains_;
   std::mutex mtx_;
   std::unique_ptr<db::connection> conn_;
@@ -140,20 +149,63 @@ private:
   clock::time_point last_read_;
 };
 
-std::vector<std::string>
-domains_of(const std::vector<std::shared_ptr<const domain_metrics>>& ms) {
-  std::vector<std::string> out;
-  for (auto& m : ms)
-    out.push_back(m->domain());
-  return out;
-}
+/// The queue figures of every database the domains live on: one reader
+/// (one connection) per database, so that one database's outage leaves
+/// the others' figures shown.
+class queue_readers {
+public:
+  explicit queue_readers(const status_source& source) {
+    config::worker_config where;
+    where.dsn = source.dsn;
+    where.domain_dsn = source.domain_dsn;
+    std::vector<std::string> domains;
+    for (auto& m : source.metrics)
+      domains.push_back(m->domain());
+    has_processes_ = !source.process_domains.empty();
+    std::vector<std::string> all = domains;
+    for (auto& d : source.process_domains)
+      if (std::find(all.begin(), all.end(), d) == all.end())
+        all.push_back(d);
+    for (auto& group : config::group_by_dsn(where, all)) {
+      std::vector<std::string> mine;
+      std::vector<size_t> slots;
+      std::vector<std::string> processes;
+      for (auto& d : group.domains) {
+        auto at = std::find(domains.begin(), domains.end(), d);
+        if (at != domains.end()) {
+          mine.push_back(d);
+          slots.push_back(static_cast<size_t>(at - domains.begin()));
+        }
+        auto& pd = source.process_domains;
+        if (std::find(pd.begin(), pd.end(), d) != pd.end())
+          processes.push_back(d);
+      }
+      readers_.push_back(std::make_unique<queue_reader>(
+        group.dsn, std::move(mine), std::move(slots), std::move(processes)));
+    }
+  }
+
+  /// Fills the queue figures of `s` (and queue_error, naming the failures).
+  void fill(status_snapshot& s) {
+    s.queue_error.clear();
+    s.queue_age_seconds = 0;
+    s.processes.clear();
+    s.has_processes = has_processes_;
+    for (auto& reader : readers_)
+      reader->fill(s);
+  }
+
+private:
+  std::vector<std::unique_ptr<queue_reader>> readers_;
+  bool has_processes_ = false;
+};
 
 } // namespace
 
 struct http_endpoint::impl {
   status_source source;
   throughput_window throughput;
-  queue_reader queues;
+  queue_readers queues;
   httplib::Server server;
   int port = 0;
   std::thread serve;
@@ -164,7 +216,7 @@ struct http_endpoint::impl {
 
   explicit impl(status_source src)
     : source(std::move(src)), throughput(source.metrics),
-      queues(source.dsn, domains_of(source.metrics), source.process_domains) {
+      queues(source) {
     // nop
   }
 

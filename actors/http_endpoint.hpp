@@ -13,6 +13,7 @@
 // header.
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,8 +30,10 @@ struct status_source {
   std::function<status_snapshot()> snapshot;
   /// The domains' metrics, for the throughput samples.
   std::vector<std::shared_ptr<const domain_metrics>> metrics;
-  /// Where the queue figures are read.
+  /// Where the queue figures are read: `dsn`, or the domain's own
+  /// (config::dsn_for).
   std::string dsn;
+  std::map<std::string, std::string> domain_dsn;
   /// The domains whose processes the worker drives (their live processes
   /// are read with the queue figures).
   std::vector<std::string> process_domains;

@@ -167,7 +167,8 @@ poller(poller_actor::stateful_pointer<poller_state> self,
   st.credits = st.settings.cfg->concurrency + st.settings.cfg->prefetch;
   if (st.settings.cfg->use_notify && !st.settings.tick)
     st.listen = std::make_unique<listener>(
-      "listener/" + st.settings.domain, st.settings.cfg->dsn,
+      "listener/" + st.settings.domain,
+      config::dsn_for(*st.settings.cfg, st.settings.domain),
       db::notify_channel(db::command_queue(st.settings.domain)),
       [target = poller_actor{self}] {
         caf::anon_send(target, atom::wakeup::value);

@@ -18,7 +18,7 @@ namespace cmdbus::actors {
 session_options session_for(const domain_settings& settings,
                             const char* application_name) {
   session_options opts;
-  opts.dsn = settings.cfg->dsn;
+  opts.dsn = config::dsn_for(*settings.cfg, settings.domain);
   opts.statement_timeout = settings.cfg->statement_timeout;
   opts.application_name = application_name;
   return opts;

@@ -103,14 +103,20 @@ struct worker::impl {
       endpoint = std::make_unique<http_endpoint>(
         config::parse_http_address(cfg.http), status_source_of());
     // Queues are created on demand before anything polls them.
+    // Each on the database of its domain.
     {
       db::connection_options opts;
       opts.application_name = "cmdbus-worker";
-      auto conn = db::connection::open(cfg.dsn, opts);
-      for (auto& d : cfg.domains)
-        conn.query("SELECT pgmq.create($1)", db::command_queue(d));
-      for (auto& d : processes->domains())
-        conn.query("SELECT pgmq.create($1)", process_reply_queue(d));
+      for (auto& group : config::group_by_dsn(cfg, cfg.domains)) {
+        auto conn = db::connection::open(group.dsn, opts);
+        for (auto& d : group.domains)
+          conn.query("SELECT pgmq.create($1)", db::command_queue(d));
+      }
+      for (auto& group : config::group_by_dsn(cfg, processes->domains())) {
+        auto conn = db::connection::open(group.dsn, opts);
+        for (auto& d : group.domains)
+          conn.query("SELECT pgmq.create($1)", process_reply_queue(d));
+      }
     }
     cancelled->store(false);
     clear_health();
@@ -153,6 +159,7 @@ struct worker::impl {
   status_source status_source_of() {
     status_source src;
     src.dsn = cfg.dsn;
+    src.domain_dsn = cfg.domain_dsn;
     src.process_domains = processes->domains();
     for (auto& m : metrics)
       src.metrics.push_back(m);

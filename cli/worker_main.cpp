@@ -165,7 +165,8 @@ args check_worker_options(const std::vector<std::string>& argv) {
   std::vector<std::string> flags{"--help",      "--json",       "--quiet",
                                  "--progress",  "--create",     "--tick",
                                  "--no-notify", "--dump-config"};
-  std::vector<std::string> options{"--config", "--domain", "--remote-pool"};
+  std::vector<std::string> options{"--config", "--domain", "--remote-pool",
+                                   "--domain-dsn"};
   for (auto& s : config::detail::settings)
     if (!s.option.empty())
       options.emplace_back(s.option);
@@ -194,13 +195,15 @@ std::optional<int64_t> remaining_messages(const config::worker_config& cfg) {
   try {
     db::connection_options opts;
     opts.application_name = "cmdbus-worker";
-    auto conn = db::connection::open(cfg.dsn, opts);
     int64_t n = 0;
-    for (auto& d : cfg.domains)
-      n += conn
-             .query("SELECT queue_length FROM pgmq.metrics($1)",
-                    db::command_queue(d))
-             .int64(0, 0);
+    for (auto& group : config::group_by_dsn(cfg, cfg.domains)) {
+      auto conn = db::connection::open(group.dsn, opts);
+      for (auto& d : group.domains)
+        n += conn
+               .query("SELECT queue_length FROM pgmq.metrics($1)",
+                      db::command_queue(d))
+               .int64(0, 0);
+    }
     return n;
   } catch (const std::exception& e) {
     log::warn("tick: could not count the messages left: {}",
@@ -299,15 +302,15 @@ int run_worker(const std::vector<std::string>& argv,
     for (auto& d : cfg.domains)
       program.register_domain(d, registry, processes);
   refuse_domains_without_handlers(cfg, registry, processes, program);
-  {
-    // The schema must be up to date, and every configured domain's queue
-    // must exist (or be created now).
+  // The schema must be up to date, and every configured domain's queue
+  // must exist (or be created now), on each database the domains live on.
+  for (auto& group : config::group_by_dsn(cfg, cfg.domains)) {
     auto popts = pool_options_for(a, 1);
-    popts.dsn = cfg.dsn;
+    popts.dsn = group.dsn;
     popts.connection.application_name = "cmdbus-worker";
     db::pool pool{popts};
     require_schema(pool);
-    for (auto& d : cfg.domains)
+    for (auto& d : group.domains)
       require_queue(pool, db::command_queue(d), a.flag("--create"));
   }
   auto shutdown_timeout = cfg.shutdown_timeout;

@@ -2,7 +2,8 @@
 // each setting that has an option (see config/settings.hpp), the flags
 // --no-notify, --tick and --dump-config, --config FILE, and --domain D and
 // --remote-pool HOST:PORT, which repeat and replace the domains (the remote
-// pools) of the file and the environment.
+// pools) of the file and the environment, and --domain-dsn NAME=DSN, which
+// repeats (one domain each).
 // When an option repeats, the last one wins.
 //
 // The other `cmdbus` commands parse their arguments with cli::args
@@ -65,7 +66,7 @@ std::optional<std::string> apply_args(worker_config& cfg,
     }
     const auto* s = find_option(name);
     if (s == nullptr && name != "--config" && name != "--domain"
-        && name != "--remote-pool")
+        && name != "--remote-pool" && name != "--domain-dsn")
       throw config_error("unknown option " + db::printable(name));
     if (!value) {
       if (i + 1 >= args.size())
@@ -86,6 +87,12 @@ std::optional<std::string> apply_args(worker_config& cfg,
         cfg.remote.pools.clear();
       pools_given = true;
       cfg.remote.pools.push_back(*value);
+    } else if (name == "--domain-dsn") {
+      try {
+        assign_domain_dsn(cfg, *value);
+      } catch (const value_error& e) {
+        throw config_error("option --domain-dsn " + std::string{e.what()});
+      }
     } else {
       try {
         assign(cfg, *s, from_text(*s, *value), true);

@@ -1,5 +1,5 @@
 // The effective configuration as a config file: what --dump-config prints
-// and what a log may show. The DSN's secrets are masked, and the TLS key's
+// and what a log may show. The DSNs' secrets are masked, and the TLS key's
 // passphrase is never printed.
 
 #include "cmdbus/config/values.hpp"
@@ -65,6 +65,10 @@ std::string describe(const worker_config& cfg) {
     path("ca-path", cfg.tls.ca_path);
     if (!cfg.tls.passphrase.empty())
       out += "; passphrase: set (not shown)\n";
+  }
+  for (const auto& [domain, dsn] : cfg.domain_dsn) {
+    out += "[domains." + domain + "]\n";
+    out += "dsn = " + ini_string(db::mask_dsn(dsn)) + "\n";
   }
   return out;
 }

@@ -23,6 +23,8 @@ Options:
                            $CMDBUS_DSN, else the libpq environment)
   --domain D               domain to serve; repeat for several; replaces the
                            domains of the file and of $CMDBUS_DOMAINS
+  --domain-dsn NAME=DSN    the served domain NAME lives on the database DSN
+                           (default: --dsn); repeat for several domains
   --concurrency N          handler slots per domain, 1..4096 (16)
   --prefetch N             messages read ahead of free handler slots per
                            domain, 0..4096 (0)
@@ -76,7 +78,8 @@ Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DOMAINS (a,b),
   CMDBUS_REMOTE_POOLS (h1:7400,h2:7400), CMDBUS_REMOTE_CONNECT_TIMEOUT,
   CMDBUS_REMOTE_RECONNECT_MAX, CMDBUS_REMOTE_HEARTBEAT_INTERVAL,
   CMDBUS_TLS_CERTIFICATE, CMDBUS_TLS_KEY, CMDBUS_TLS_CA_FILE,
-  CMDBUS_TLS_CA_PATH, CMDBUS_TLS_PASSPHRASE; the log level:
+  CMDBUS_TLS_CA_PATH, CMDBUS_TLS_PASSPHRASE, CMDBUS_DOMAIN_DSN_<domain>
+  (CMDBUS_DOMAIN_DSN_reports: that served domain's DSN); the log level:
   CMDBUS_LOG_LEVEL, else SPDLOG_LEVEL, else info.
 
 Config file (CAF INI; ';' starts a comment):
@@ -105,6 +108,8 @@ Config file (CAF INI; ';' starts a comment):
   certificate = "/etc/cmdbus/worker.pem"
   key = "/etc/cmdbus/worker.key"
   ca-file = "/etc/cmdbus/ca.pem"
+  [domains.reports]
+  dsn = "host=db2 dbname=app"
 )";
 }
 

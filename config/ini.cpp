@@ -81,12 +81,21 @@ void ini_parser::parse_section() {
     fail(line, "invalid section header");
   if (name == "global")
     section_.clear();
+  else if (name.size() > domain_section_prefix.size()
+           && name.compare(0, domain_section_prefix.size(),
+                           domain_section_prefix)
+                == 0
+           && name.find('.', domain_section_prefix.size())
+                == std::string_view::npos)
+    // A domain's own settings; whether NAME is served is validate()'s.
+    section_ = std::string{name};
   else if (std::find(std::begin(sections), std::end(sections), name)
            != std::end(sections))
     section_ = std::string{name};
   else
     fail(line, "unknown section [" + std::string{name}
-                 + "] (expected [worker], [retry], [remote] or [tls])");
+                 + "] (expected [worker], [retry], [remote], [tls] or "
+                   "[domains.NAME])");
   end_of_line("the section header [" + std::string{name} + "]");
 }
 
@@ -114,6 +123,11 @@ void ini_parser::parse_entry() {
     fail(line, "expected '=' after key '" + key + "'");
   ++pos_;
   auto where = "key '" + key + "' " + section_label(section_);
+  if (section_.compare(0, domain_section_prefix.size(), domain_section_prefix)
+      == 0) {
+    parse_domain_entry(line, key, where);
+    return;
+  }
   const auto* s = find_setting(section_, key);
   if (s == nullptr)
     fail(line, "unknown " + where + key_hint(section_, key));
@@ -127,6 +141,25 @@ void ini_parser::parse_entry() {
   // as such rather than as trailing text.
   try {
     assign(cfg_, *s, value, false);
+  } catch (const value_error& e) {
+    fail(line, where + " " + e.what());
+  }
+  end_of_line("the value of '" + key + "'");
+}
+
+void ini_parser::parse_domain_entry(int line, const std::string& key,
+                                    const std::string& where) {
+  if (key != "dsn")
+    fail(line, "unknown " + where + " (a [domains.NAME] section holds 'dsn' "
+                 "only)");
+  auto [it, added] = seen_.emplace(section_ + " " + key, line);
+  if (!added)
+    fail(line, "duplicate " + where + " (first set on line "
+                 + std::to_string(it->second) + ")");
+  auto value = parse_value(key, true);
+  try {
+    assign_domain_dsn(cfg_, section_.substr(domain_section_prefix.size()),
+                      value);
   } catch (const value_error& e) {
     fail(line, where + " " + e.what());
   }

@@ -4,10 +4,12 @@
 //
 //   ; a comment                      top-level keys, or [global]
 //   dsn = "host=db dbname=app"
-//   [worker]                         [worker] and [retry] only
+//   [worker]                         [worker], [retry], [remote], [tls]
 //   domains = ["payments",           lists may span lines
 //              "reports"]
 //   visibility-timeout = 30s
+//   [domains.reports]                a domain's own database
+//   dsn = "host=db2 dbname=app"
 //
 // Strings are quoted ("..." or '...', with the escapes \\ \" \' \n \t
 // \r); lists are [a, b]; other values are bare. Dotted keys
@@ -81,6 +83,10 @@ private:
 
   /// Reads `key = value` and applies it.
   void parse_entry();
+
+  /// Reads the value of `key` in a [domains.NAME] section (`dsn` only).
+  void parse_domain_entry(int line, const std::string& key,
+                          const std::string& where);
 
   /// Reads a quoted string, a list (only at the `top`) or a bare value.
   raw_value parse_value(const std::string& key, bool top);

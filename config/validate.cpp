@@ -116,6 +116,12 @@ std::vector<std::string> validate(const worker_config& cfg) {
       report("http (" + db::printable(cfg.http) + "): " + e.what());
     }
   }
+  for (const auto& [domain, dsn] : cfg.domain_dsn)
+    if (seen.count(domain) == 0)
+      report("domain-dsn: " + db::printable(domain)
+             + " is not a served domain (a DSN of [domains.NAME], "
+               "CMDBUS_DOMAIN_DSN_NAME or --domain-dsn NAME=DSN must name "
+               "one of the domains)");
   validate_remote(cfg, report);
   return problems;
 }

@@ -202,6 +202,22 @@ void assign(worker_config& cfg, const setting& s, const raw_value& v,
   }
 }
 
+void assign_domain_dsn(worker_config& cfg, const std::string& domain,
+                       const raw_value& v) {
+  cfg.domain_dsn[domain] = as_string(v);
+}
+
+void assign_domain_dsn(worker_config& cfg, std::string_view value) {
+  auto eq = value.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    // Never echo: the value is mostly a DSN, which may hold a password.
+    throw value_error("expects NAME=DSN (a served domain and its DSN)");
+  auto dsn = value.substr(eq + 1);
+  if (trim(dsn).empty())
+    throw value_error("expects NAME=DSN with a DSN after the '='");
+  cfg.domain_dsn[std::string{value.substr(0, eq)}] = std::string{dsn};
+}
+
 std::string_view trim(std::string_view text) {
   auto blank = [](char c) {
     return c == ' ' || c == '\t' || c == '\r' || c == '\n';

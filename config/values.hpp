@@ -6,6 +6,7 @@
 // cmdbus_config.
 
 #include <chrono>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -57,6 +58,30 @@ void assign(worker_config& cfg, const setting& s, const raw_value& v,
 /// comma-separated (an empty text is an empty list), strings are taken as is.
 /// Throws value_error for an empty list entry.
 raw_value from_text(const setting& s, std::string_view text);
+
+// -- per-domain DSNs ---------------------------------------------------------
+
+/// The prefix of a domain's DSN variable: CMDBUS_DOMAIN_DSN_<domain>.
+inline constexpr const char* domain_dsn_env_prefix = "CMDBUS_DOMAIN_DSN_";
+
+/// Applies the CMDBUS_DOMAIN_DSN_<domain> variables of the served domains
+/// (cfg.domains), except those of the domains in `keep` (set on the command
+/// line, which wins).
+void apply_domain_dsn_env(worker_config& cfg, const env_lookup& getenv,
+                          const std::map<std::string, std::string>& keep);
+
+/// Applies the other CMDBUS_* variables (the settings table's).
+void apply_settings_env(worker_config& cfg, const env_lookup& getenv);
+
+/// Stores `--domain-dsn NAME=DSN`'s value. Throws value_error.
+void assign_domain_dsn(worker_config& cfg, std::string_view value);
+
+/// Stores `dsn = "..."` of a [domains.NAME] section. Throws value_error.
+void assign_domain_dsn(worker_config& cfg, const std::string& domain,
+                       const raw_value& v);
+
+/// The prefix of a domain's section in the file: [domains.NAME].
+inline constexpr std::string_view domain_section_prefix = "domains.";
 
 /// Returns `text` without leading and trailing blanks and line breaks.
 std::string_view trim(std::string_view text);

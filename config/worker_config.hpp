@@ -34,6 +34,13 @@
 // | [tls] ca-file                | CMDBUS_TLS_CA_FILE       | --tls-ca-file
 // | [tls] ca-path                | CMDBUS_TLS_CA_PATH       | --tls-ca-path
 // | [tls] passphrase             | CMDBUS_TLS_PASSPHRASE    | --tls-passphrase
+// | [domains.NAME] dsn           | CMDBUS_DOMAIN_DSN_NAME   | --domain-dsn NAME=DSN (many)
+//
+// A domain's own DSN (`[domains.payments] dsn = "..."`) puts that domain on
+// another database; a domain without one uses `dsn`. NAME must be a served
+// domain. The environment variable is read for each served domain (its name
+// as written, e.g. CMDBUS_DOMAIN_DSN_payments); --domain-dsn repeats, one
+// domain each (the last one of a domain wins).
 //
 // Value rules:
 // - Durations are an integer with a unit: `ms`, `s`, `min` or `h` (`250ms`,
@@ -56,6 +63,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <map>
 #include <string_view>
 #include <vector>
 
@@ -108,6 +116,11 @@ struct remote_config {
 struct worker_config {
   /// libpq connection string or URI; "" means the libpq environment.
   std::string dsn;
+
+  /// The DSNs of domains living on another database ([domains.NAME] dsn),
+  /// by domain; every other domain uses `dsn`. Each key must be one of
+  /// `domains`. Read through dsn_for().
+  std::map<std::string, std::string> domain_dsn;
 
   /// The domains to serve; at least one, each a valid domain name
   /// (1..37 ASCII letters, digits or underscores), no duplicates.
@@ -164,6 +177,21 @@ struct worker_config {
   bool dump_config = false;
 };
 
+/// The DSN of `domain`: its own ([domains.NAME] dsn), else the worker's.
+const std::string& dsn_for(const worker_config& cfg, const std::string& domain);
+
+/// Domains that share one database.
+struct dsn_group {
+  std::string dsn;
+  /// In the order given.
+  std::vector<std::string> domains;
+};
+
+/// Groups `domains` by their DSN (dsn_for), the groups in the order of
+/// their first domain: one connection per database for whatever concerns
+/// several domains (queue creation, schema checks, figures).
+std::vector<dsn_group> group_by_dsn(const worker_config& cfg,
+                                    const std::vector<std::string>& domains);
 
 /// Problems found in the configuration; empty when valid. Each string is one
 /// clear sentence naming the setting, its value and the rule, e.g.
@@ -178,7 +206,8 @@ void apply_ini(worker_config& cfg, std::string_view text,
                const std::string& file_name);
 
 /// Applies the CMDBUS_* environment variables (except CMDBUS_CONFIG, which
-/// load() reads). Throws config_error.
+/// load() reads), CMDBUS_DOMAIN_DSN_<name> for the domains known once
+/// CMDBUS_DOMAINS is applied. Throws config_error.
 void apply_env(worker_config& cfg, const env_lookup& getenv);
 
 /// Applies command-line options (the arguments after `cmdbus worker`) onto

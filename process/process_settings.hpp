@@ -46,7 +46,7 @@ struct process_settings {
 /// The database session of a process router or writer of `s`.
 inline session_options process_session_options(const process_settings& s) {
   session_options opts;
-  opts.dsn = s.cfg->dsn;
+  opts.dsn = config::dsn_for(*s.cfg, s.domain);
   opts.statement_timeout = s.cfg->statement_timeout;
   opts.application_name = "cmdbus-processes";
   opts.max_backoff = std::chrono::milliseconds{5000};

@@ -257,7 +257,8 @@ process_router(self_ptr self, process_settings settings, router_io io,
     st.writers.push_back(st.spawn_writer(self, st.settings));
   if (st.settings.cfg->use_notify)
     st.listen = std::make_unique<listener>(
-      "listener/" + st.settings.queue, st.settings.cfg->dsn,
+      "listener/" + st.settings.queue,
+      config::dsn_for(*st.settings.cfg, st.settings.domain),
       db::notify_channel(st.settings.queue),
       [target = process_router_actor{self}] {
         caf::anon_send(target, atom::wakeup::value);

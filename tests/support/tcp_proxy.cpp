@@ -55,7 +55,18 @@ int free_port() {
   return ntohs(addr.sin_port);
 }
 
-tcp_proxy::tcp_proxy(int target_port) : port_(free_port()) {
+tcp_proxy::tcp_proxy(int target_port)
+  : port_(free_port()), target_port_(target_port) {
+  start();
+}
+
+void tcp_proxy::restore() {
+  if (pid_ <= 0)
+    start();
+}
+
+void tcp_proxy::start() {
+  auto target_port = target_port_;
   std::vector<std::string> args{
     "/usr/bin/socat",
     "TCP-LISTEN:" + std::to_string(port_) + ",fork,reuseaddr,bind=127.0.0.1",

@@ -34,12 +34,20 @@ public:
   /// Kills socat and every connection through it.
   void cut();
 
+  /// Forwards again on the same port after cut() (a database back after
+  /// a network cut); does nothing while it forwards.
+  void restore();
+
   /// Stops socat and its connections (SIGSTOP) without closing anything:
   /// the peers see a silent connection, like a hung host.
   void freeze();
 
 private:
+  /// Starts socat and waits until it accepts connections.
+  void start();
+
   int port_ = 0;
+  int target_port_ = 0;
   pid_t pid_ = -1;
 };
 

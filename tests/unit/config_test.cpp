@@ -320,7 +320,7 @@ TEST(ConfigIni, reports_unknown_keys_and_sections) {
             "worker.ini:1: unknown key 'frobnicate' at the top level");
   EXPECT_EQ(ini_error("\n[workers]\n"),
             "worker.ini:2: unknown section [workers] (expected [worker], "
-            "[retry], [remote] or [tls])");
+            "[retry], [remote], [tls] or [domains.NAME])");
   EXPECT_EQ(ini_error("[worker]\nvisibility_timeout = 3s\n"),
             "worker.ini:2: unknown key 'visibility_timeout' in section "
             "[worker] (did you mean 'visibility-timeout'?)");
@@ -565,7 +565,8 @@ TEST(ConfigArgs, help_is_a_distinct_exception) {
         "--shutdown-timeout", "--flush-interval", "--jitter", "--tick",
         "--dump-config", "--help", "CMDBUS_BACKOFF_JITTER", "CMDBUS_CONFIG",
         "--remote-pool", "CMDBUS_REMOTE_POOLS", "--tls-certificate",
-        "CMDBUS_TLS_PASSPHRASE"})
+        "CMDBUS_TLS_PASSPHRASE", "--domain-dsn", "CMDBUS_DOMAIN_DSN_",
+        "[domains.reports]"})
     EXPECT_TRUE(contains(help, part)) << part;
   size_t start = 0;
   while (start < help.size()) {
@@ -799,4 +800,122 @@ TEST(ConfigRemote, describe_round_trips_and_never_prints_the_passphrase) {
   auto plain = describe(valid());
   EXPECT_FALSE(contains(plain, "[remote]")) << plain;
   EXPECT_FALSE(contains(plain, "[tls]")) << plain;
+}
+
+// -- [domains.NAME] dsn: a domain on its own database ------------------------
+
+TEST(ConfigDomainDsn, falls_back_to_the_worker_dsn) {
+  auto cfg = valid();
+  cfg.dsn = "host=one";
+  EXPECT_EQ(dsn_for(cfg, "payments"), "host=one");
+  cfg.domains = {"payments", "reports", "audit"};
+  cfg.domain_dsn["reports"] = "host=two";
+  EXPECT_EQ(dsn_for(cfg, "reports"), "host=two");
+  EXPECT_EQ(dsn_for(cfg, "audit"), "host=one");
+  auto groups = group_by_dsn(cfg, cfg.domains);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].dsn, "host=one");
+  EXPECT_EQ(groups[0].domains, (std::vector<std::string>{"payments", "audit"}));
+  EXPECT_EQ(groups[1].dsn, "host=two");
+  EXPECT_EQ(groups[1].domains, (std::vector<std::string>{"reports"}));
+}
+
+TEST(ConfigDomainDsn, is_read_from_every_source) {
+  worker_config cfg;
+  apply_ini(cfg,
+            "dsn = \"host=one\"\n[worker]\ndomains = [\"a\", \"b\"]\n"
+            "[domains.b]\ndsn = \"host=two\"\n",
+            "worker.ini");
+  EXPECT_EQ(cfg.domain_dsn,
+            (std::map<std::string, std::string>{{"b", "host=two"}}));
+  // The environment: one variable per served domain.
+  worker_config env_cfg;
+  apply_env(env_cfg, fake_env{{{"CMDBUS_DOMAINS", "a,b"},
+                               {"CMDBUS_DOMAIN_DSN_a", "host=env"},
+                               {"CMDBUS_DOMAIN_DSN_c", "host=unread"}}}
+                       .lookup());
+  EXPECT_EQ(env_cfg.domain_dsn,
+            (std::map<std::string, std::string>{{"a", "host=env"}}));
+  // The command line: NAME=DSN, repeated, the DSN may hold '='.
+  worker_config cli;
+  apply_args(cli, {"--domain-dsn", "a=host=x port=5433",
+                   "--domain-dsn=b=postgresql://u@y/app", "--domain-dsn",
+                   "a=host=z"});
+  EXPECT_EQ(cli.domain_dsn,
+            (std::map<std::string, std::string>{
+              {"a", "host=z"}, {"b", "postgresql://u@y/app"}}));
+}
+
+TEST(ConfigDomainDsn, file_then_env_then_cli) {
+  temp_file file{"[worker]\ndomains = [\"a\", \"b\", \"c\"]\n"
+                 "[domains.a]\ndsn = \"host=file\"\n"
+                 "[domains.b]\ndsn = \"host=file\"\n"};
+  fake_env env{{{"CMDBUS_CONFIG", file.path()},
+                {"CMDBUS_DOMAIN_DSN_b", "host=env"},
+                {"CMDBUS_DOMAIN_DSN_c", "host=env"},
+                {"CMDBUS_DOMAIN_DSN_d", "host=env"}}};
+  auto cfg = load({"--domain-dsn", "c=host=cli"}, env.lookup());
+  EXPECT_EQ(cfg.domain_dsn, (std::map<std::string, std::string>{
+                              {"a", "host=file"},
+                              {"b", "host=env"},
+                              {"c", "host=cli"}}));
+  // A domain added on the command line gets its variable too; variables of
+  // domains not served are not read.
+  cfg = load({"--domain", "a", "--domain", "d"},
+             fake_env{{{"CMDBUS_DOMAIN_DSN_d", "host=env"},
+                       {"CMDBUS_DOMAIN_DSN_b", "host=env"}}}
+               .lookup());
+  EXPECT_EQ(cfg.domain_dsn,
+            (std::map<std::string, std::string>{{"d", "host=env"}}));
+}
+
+TEST(ConfigDomainDsn, reports_bad_entries) {
+  EXPECT_EQ(ini_error("[domains.a]\nconcurrency = 4\n"),
+            "worker.ini:2: unknown key 'concurrency' in section [domains.a] "
+            "(a [domains.NAME] section holds 'dsn' only)");
+  EXPECT_EQ(ini_error("[domains.a]\ndsn = \"x\"\n[domains.a]\ndsn = \"y\"\n"),
+            "worker.ini:4: duplicate key 'dsn' in section [domains.a] (first "
+            "set on line 2)");
+  EXPECT_EQ(ini_error("[domains.a]\ndsn = host=x\n"),
+            "worker.ini:2: key 'dsn' in section [domains.a] expects a quoted "
+            "string");
+  EXPECT_TRUE(contains(ini_error("[domains.]\n"), "unknown section"));
+  EXPECT_TRUE(contains(ini_error("[domains.a.b]\n"), "unknown section"));
+  worker_config cfg;
+  auto err = error_of([&] { apply_args(cfg, {"--domain-dsn", "nodsn"}); });
+  EXPECT_EQ(err, "option --domain-dsn expects NAME=DSN (a served domain and "
+                 "its DSN)");
+  err = error_of([&] { apply_args(cfg, {"--domain-dsn", "a="}); });
+  EXPECT_TRUE(contains(err, "with a DSN after the '='")) << err;
+  err = error_of([&] { apply_args(cfg, {"--domain-dsn"}); });
+  EXPECT_TRUE(contains(err, "needs a value")) << err;
+}
+
+TEST(ConfigDomainDsn, names_a_served_domain) {
+  auto cfg = valid();
+  cfg.domain_dsn["payments"] = "host=two";
+  EXPECT_TRUE(validate(cfg).empty());
+  cfg.domain_dsn["paymnets"] = "host=two password=secret";
+  auto problems = validate(cfg);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_TRUE(contains(problems[0], "domain-dsn: \"paymnets\" is not a "
+                                    "served domain"))
+    << problems[0];
+  EXPECT_FALSE(contains(problems[0], "secret")) << problems[0];
+}
+
+TEST(ConfigDomainDsn, describe_masks_and_round_trips) {
+  auto cfg = valid();
+  cfg.domains = {"payments", "reports"};
+  cfg.domain_dsn["reports"] = "host=two password=secret";
+  auto text = describe(cfg);
+  EXPECT_FALSE(contains(text, "secret")) << text;
+  EXPECT_TRUE(contains(text, "[domains.reports]\ndsn = \"host=two "
+                             "password=***\"\n"))
+    << text;
+  worker_config again;
+  apply_ini(again, text, "dump.ini");
+  EXPECT_EQ(again.domain_dsn.at("reports"), "host=two password=***");
+  EXPECT_EQ(describe(again), text);
+  EXPECT_FALSE(contains(describe(valid()), "[domains.")) << describe(valid());
 }
