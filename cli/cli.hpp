@@ -252,6 +252,7 @@ int run_list(const std::vector<std::string>& argv);
 int run_queues(const std::vector<std::string>& argv);
 int run_worker(const std::vector<std::string>& argv);
 int run_node(const std::vector<std::string>& argv);
+int run_cluster(const std::vector<std::string>& argv);
 int run_tsq(const std::vector<std::string>& argv);
 int run_batch(const std::vector<std::string>& argv);
 int run_stats(const std::vector<std::string>& argv);
