@@ -3,7 +3,8 @@
 // `cmdbus cluster status` shows both in one table (and as JSON), flagging
 // an address where nothing answers; `cmdbus cluster drain` makes the worker
 // stop taking work, waits for its running commands and reports it idle,
-// after which the worker takes no new commands (another worker does).
+// after which the worker takes no new commands (another worker does). With
+// TLS only a client with a certificate of the worker's CA gets an answer.
 
 #include <gtest/gtest.h>
 
@@ -17,6 +18,7 @@
 #include <rapidjson/document.h>
 
 #include "tests/db/background_cmdbus.hpp"
+#include "tests/support/certificates.hpp"
 #include "tests/support/tcp_proxy.hpp"
 #include "tests/support/worker_env.hpp"
 
@@ -112,6 +114,7 @@ TEST(ClusterAdmin, StatusShowsWorkerAndNodeAndFlagsAnUnreachableAddress) {
   w.start();
   ASSERT_TRUE(eventually(
     [&] { return w.metrics().at(0)->remote_pools.load() == 1; }, 30s));
+  ASSERT_TRUE(eventually([&] { return w.is_ready(); }, 20s));
   auto dead = loopback(free_port());
 
   auto r = run_cmdbus({"cluster", "status", "--nodes",
@@ -242,4 +245,55 @@ TEST(ClusterAdmin, DrainReportsIdleAndTheWorkerTakesNoNewCommandsAfterIt) {
   EXPECT_EQ(other.stats().received, 5);
   EXPECT_EQ(w.stats().received, received);
   EXPECT_FALSE(w.is_ready());
+}
+
+TEST(ClusterAdmin, WithTlsOnlyACertificateOfTheTrustedCaGetsAnAnswer) {
+  bus_env e;
+  auto dir = fs::temp_directory_path() / unique_name("cmdbus_admin_tls");
+  fs::create_directories(dir);
+  finally cleanup{[&] {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }};
+  auto certs = dir.string();
+  make_ca(certs, "ca");
+  make_ca(certs, "rogue_ca");
+  make_cert(certs, "worker", "ca");
+  make_cert(certs, "cli", "ca");
+  make_cert(certs, "rogue", "rogue_ca");
+  auto file = [&](const std::string& name) { return (dir / name).string(); };
+  auto d = unique_name("adm");
+  auto admin = loopback(free_port());
+  handler_registry reg;
+  reg.add(d, "Local", null_result);
+  auto cfg = admin_cfg(d, admin);
+  cfg.tls.certificate = file("worker.pem");
+  cfg.tls.key = file("worker.key");
+  cfg.tls.ca_file = file("ca.pem");
+  worker w{cfg, std::move(reg)};
+  finally stop{[&] { stop_worker(w); }};
+  w.start();
+  auto status = [&](const std::string& cert) {
+    std::vector<std::string> args{"cluster", "status", "--nodes", admin,
+                                  "--timeout", "3s", "--json"};
+    if (!cert.empty())
+      args.insert(args.end(),
+                  {"--tls-certificate", file(cert + ".pem"), "--tls-key",
+                   file(cert + ".key"), "--tls-ca-file", file("ca.pem")});
+    return run_cmdbus(args);
+  };
+  auto good = status("cli");
+  EXPECT_EQ(good.exit_code, 0) << good.out << good.err;
+  EXPECT_NE(good.out.find("\"kind\":\"worker\""), std::string::npos)
+    << good.out;
+  auto rogue = status("rogue");
+  EXPECT_EQ(rogue.exit_code, 5) << rogue.out << rogue.err;
+  EXPECT_NE(rogue.out.find("\"reachable\":false"), std::string::npos)
+    << rogue.out;
+  auto plain = status("");
+  EXPECT_EQ(plain.exit_code, 5) << plain.out << plain.err;
+  EXPECT_NE(plain.out.find("\"reachable\":false"), std::string::npos)
+    << plain.out;
+  // Still serving the trusted CA's clients.
+  EXPECT_EQ(status("cli").exit_code, 0);
 }
