@@ -133,6 +133,23 @@ std::string text_of(const caf::error& err) {
   return actors::describe(err);
 }
 
+// Starts an actor system of its own (one scheduler thread) with the
+// network `net`, keeping its configuration in `cfg`; `what` prefixes the
+// error when CAF refuses to start (certificates it cannot use).
+std::unique_ptr<caf::actor_system>
+start_system(std::unique_ptr<caf::actor_system_config>& cfg,
+             const actors::network_settings& net, const std::string& what) {
+  cfg = std::make_unique<caf::actor_system_config>();
+  cfg->set("scheduler.max-threads", 1);
+  cfg->set("scheduler.policy", caf::atom("sharing"));
+  actors::configure_network(*cfg, net);
+  try {
+    return std::make_unique<caf::actor_system>(*cfg);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(what + "cannot start the network: " + e.what());
+  }
+}
+
 } // namespace
 
 std::string status_json(const source& src, const view& v,
@@ -231,16 +248,7 @@ server::server(source src, const std::string& listen,
                const actors::network_settings& net)
   : impl_(std::make_unique<impl>()) {
   auto& d = *impl_;
-  d.cfg = std::make_unique<caf::actor_system_config>();
-  d.cfg->set("scheduler.max-threads", 1);
-  d.cfg->set("scheduler.policy", caf::atom("sharing"));
-  actors::configure_network(*d.cfg, net);
-  try {
-    d.sys = std::make_unique<caf::actor_system>(*d.cfg);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string{"admin: cannot start the network: "}
-                             + e.what());
-  }
+  d.sys = start_system(d.cfg, net, "admin: ");
   auto shared = std::make_shared<const source>(std::move(src));
   d.actor = caf::actor_cast<admin_actor>(d.sys->spawn(admin_behavior, shared));
   auto bound = actors::publish(*d.sys, d.actor, listen);
@@ -290,17 +298,7 @@ struct client::impl {
 
 client::client(const actors::network_settings& net)
   : impl_(std::make_unique<impl>()) {
-  auto& d = *impl_;
-  d.cfg = std::make_unique<caf::actor_system_config>();
-  d.cfg->set("scheduler.max-threads", 1);
-  d.cfg->set("scheduler.policy", caf::atom("sharing"));
-  actors::configure_network(*d.cfg, net);
-  try {
-    d.sys = std::make_unique<caf::actor_system>(*d.cfg);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(std::string{"cannot start the network: "}
-                             + e.what());
-  }
+  impl_->sys = start_system(impl_->cfg, net, "");
 }
 
 client::~client() {

@@ -82,14 +82,7 @@ actors::network_settings network_of(const args& a) {
                             return std::string{v};
                           return std::nullopt;
                         });
-  if (auto v = a.option("--tls-certificate"))
-    net.tls.certificate = *v;
-  if (auto v = a.option("--tls-key"))
-    net.tls.key = *v;
-  if (auto v = a.option("--tls-ca-file"))
-    net.tls.ca_file = *v;
-  if (auto v = a.option("--tls-ca-path"))
-    net.tls.ca_path = *v;
+  a.apply_tls_files(net.tls);
   if (auto v = a.option("--tls-passphrase"))
     net.tls.passphrase = *v;
   if (auto problems = config::validate_tls(net.tls); !problems.empty())

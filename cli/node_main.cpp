@@ -159,14 +159,7 @@ node_options read_options(const args& a) {
     cfg.heartbeat_interval = *v;
   if (auto v = a.duration_option("--shutdown-timeout"))
     o.shutdown_timeout = *v;
-  if (auto v = a.option("--tls-certificate"))
-    cfg.tls.certificate = *v;
-  if (auto v = a.option("--tls-key"))
-    cfg.tls.key = *v;
-  if (auto v = a.option("--tls-ca-file"))
-    cfg.tls.ca_file = *v;
-  if (auto v = a.option("--tls-ca-path"))
-    cfg.tls.ca_path = *v;
+  a.apply_tls_files(cfg.tls);
   return o;
 }
 
