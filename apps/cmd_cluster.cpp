@@ -76,6 +76,9 @@ std::vector<std::string> split_list(const std::vector<std::string>& values) {
 
 actors::network_settings network_of(const args& a) {
   actors::network_settings net;
+  // Heartbeats often enough for a process with the shortest heartbeat
+  // interval allowed (100 ms, silent for 300 ms: cut).
+  net.heartbeat = std::chrono::milliseconds{250};
   config::apply_tls_env(net.tls,
                         [](const char* name) -> std::optional<std::string> {
                           if (auto* v = std::getenv(name))
