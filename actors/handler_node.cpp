@@ -352,14 +352,14 @@ std::vector<std::string> validate(const node_config& cfg) {
     config::parse_http_address(cfg.listen);
   } catch (const std::invalid_argument& e) {
     problems.push_back("listen (" + cfg.listen + "): " + e.what());
-  }  if (!cfg.admin.empty()) {
+  }
+  if (!cfg.admin.empty()) {
     try {
       config::parse_http_address(cfg.admin);
     } catch (const std::invalid_argument& e) {
       problems.push_back("admin (" + cfg.admin + "): " + e.what());
     }
   }
-
   if (cfg.heartbeat_interval < std::chrono::milliseconds{100}
       || cfg.heartbeat_interval > std::chrono::hours{1})
     problems.push_back("heartbeat (" + std::to_string(cfg.heartbeat_interval.count())
