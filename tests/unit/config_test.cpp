@@ -918,6 +918,8 @@ TEST(ConfigDomainDsn, describe_masks_and_round_trips) {
   EXPECT_EQ(again.domain_dsn.at("reports"), "host=two password=***");
   EXPECT_EQ(describe(again), text);
   EXPECT_FALSE(contains(describe(valid()), "[domains.")) << describe(valid());
+}
+
 // -- the admin port -------------------------------------------------------------
 
 TEST(ConfigAdmin, off_by_default_read_from_every_source_checked_described) {
