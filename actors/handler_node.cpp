@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "cmdbus/actors/admin.hpp"
 #include "cmdbus/actors/errors.hpp"
 #include "cmdbus/actors/handler.hpp"
 #include "cmdbus/actors/network.hpp"
@@ -352,6 +353,13 @@ std::vector<std::string> validate(const node_config& cfg) {
   } catch (const std::invalid_argument& e) {
     problems.push_back("listen (" + cfg.listen + "): " + e.what());
   }
+  if (!cfg.admin.empty()) {
+    try {
+      config::parse_http_address(cfg.admin);
+    } catch (const std::invalid_argument& e) {
+      problems.push_back("admin (" + cfg.admin + "): " + e.what());
+    }
+  }
   if (cfg.heartbeat_interval < std::chrono::milliseconds{100}
       || cfg.heartbeat_interval > std::chrono::hours{1})
     problems.push_back("heartbeat (" + std::to_string(cfg.heartbeat_interval.count())
@@ -362,6 +370,15 @@ std::vector<std::string> validate(const node_config& cfg) {
     problems.push_back(p);
   return problems;
 }
+
+namespace {
+
+// What a node's admin actor shows: its domains with their slots, the
+// handlers running and queued, the connected worker sessions; a node
+// refuses drain (no drain function).
+admin::source admin_source(const handler_node::impl& d);
+
+} // namespace
 
 struct handler_node::impl {
   /// Drops the actor handles and destroys the actor system (its actors
@@ -391,10 +408,38 @@ struct handler_node::impl {
   remote::node_door_actor door;
   std::map<std::string, actors::node_pool_actor> pools;
   actors::node_settings settings;
+  /// The admin actor, when configured.
+  std::unique_ptr<admin::server> admin_port;
   uint16_t port = 0;
   bool started = false;
   bool stopped = false;
 };
+
+namespace {
+
+admin::source admin_source(const handler_node::impl& d) {
+  admin::source src;
+  src.kind = "node";
+  src.name = [name = d.settings.name] { return name->get(); };
+  src.read = [counters = d.settings.counters, cancelled = d.settings.cancelled,
+              domains = d.cfg.domains, concurrency = d.cfg.concurrency] {
+    admin::view v;
+    v.readiness = cancelled->load() ? "stopped" : "ready";
+    v.in_flight = counters->busy.load() + counters->queued.load();
+    v.finished = counters->completed.load();
+    v.sessions = counters->sessions.load();
+    for (auto& domain : domains) {
+      admin::domain_view dv;
+      dv.domain = domain;
+      dv.local_slots = concurrency;
+      v.domains.push_back(std::move(dv));
+    }
+    return v;
+  };
+  return src;
+}
+
+} // namespace
 
 handler_node::handler_node(node_config cfg, handler_registry registry)
   : impl_(std::make_unique<impl>()) {
@@ -456,6 +501,18 @@ uint16_t handler_node::start() {
   d.settings.name->set(d.cfg.name.empty()
                          ? host_name() + ":" + std::to_string(d.port)
                          : d.cfg.name);
+  if (!d.cfg.admin.empty()) {
+    try {
+      d.admin_port = std::make_unique<admin::server>(
+        admin_source(d), d.cfg.admin,
+        actors::network_settings{d.cfg.heartbeat_interval, d.cfg.tls});
+    } catch (const std::exception&) {
+      caf::anon_send(actors::connector(*d.sys), caf::close_atom::value, d.port);
+      caf::anon_send_exit(d.door, caf::exit_reason::user_shutdown);
+      actors::release_thread_logger();
+      throw;
+    }
+  }
   std::string domains;
   for (auto& domain : d.cfg.domains)
     domains += (domains.empty() ? "" : ", ") + domain;
@@ -480,6 +537,7 @@ void handler_node::stop(std::chrono::milliseconds timeout) {
   if (!d.started || d.stopped)
     return;
   d.stopped = true;
+  d.admin_port.reset();
   auto deadline = std::chrono::steady_clock::now() + timeout;
   // No new workers; handlers are told to finish early.
   caf::anon_send(actors::connector(*d.sys), caf::close_atom::value, d.port);

@@ -11,6 +11,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
+#include "cmdbus/actors/admin.hpp"
 #include "cmdbus/actors/errors.hpp"
 
 namespace cmdbus::actors {
@@ -108,8 +109,8 @@ bool uses_tls(caf::actor_system& sys) {
   return sys.has_openssl_manager();
 }
 
-caf::expected<uint16_t> publish(caf::actor_system& sys,
-                                const remote::node_door_actor& door,
+template <class Handle>
+caf::expected<uint16_t> publish(caf::actor_system& sys, const Handle& whom,
                                 const std::string& listen) {
   auto address = config::parse_http_address(listen);
   auto port = static_cast<uint16_t>(address.port);
@@ -117,9 +118,15 @@ caf::expected<uint16_t> publish(caf::actor_system& sys,
   // once, although the connections of its predecessor linger in TIME_WAIT
   // (on Linux it never lets two processes listen on one port).
   if (uses_tls(sys))
-    return caf::openssl::publish(door, port, address.host.c_str(), true);
-  return sys.middleman().publish(door, port, address.host.c_str(), true);
+    return caf::openssl::publish(whom, port, address.host.c_str(), true);
+  return sys.middleman().publish(whom, port, address.host.c_str(), true);
 }
+
+template caf::expected<uint16_t>
+publish(caf::actor_system&, const remote::node_door_actor&,
+        const std::string&);
+template caf::expected<uint16_t>
+publish(caf::actor_system&, const admin::admin_actor&, const std::string&);
 
 caf::io::middleman_actor connector(caf::actor_system& sys) {
   if (uses_tls(sys))

@@ -55,12 +55,13 @@ void configure_network(caf::actor_system_config& cfg,
 /// loaded).
 bool uses_tls(caf::actor_system& sys);
 
-/// Publishes a node's door on `listen` ("HOST:PORT", ":PORT" = 127.0.0.1,
-/// port 0 = a free one), through TLS when the system uses it. Returns the
-/// bound port or the middleman's error (in use, cannot bind, ...); throws
-/// std::invalid_argument for a malformed `listen`.
-caf::expected<uint16_t> publish(caf::actor_system& sys,
-                                const remote::node_door_actor& door,
+/// Publishes a node's door (or an admin actor, admin.hpp) on `listen`
+/// ("HOST:PORT", ":PORT" = 127.0.0.1, port 0 = a free one), through TLS
+/// when the system uses it. Returns the bound port or the middleman's error
+/// (in use, cannot bind, ...); throws std::invalid_argument for a malformed
+/// `listen`. Defined for those two handle types only (network.cpp).
+template <class Handle>
+caf::expected<uint16_t> publish(caf::actor_system& sys, const Handle& whom,
                                 const std::string& listen);
 
 /// The actor to ask for a connection from inside an actor, without

@@ -61,6 +61,10 @@ struct node_config {
   /// Certificates (mutual TLS); empty: cleartext, unauthenticated.
   config::tls_config tls;
 
+  /// Where to publish the admin actor (`cmdbus cluster status`; admin.hpp):
+  /// "HOST:PORT" like `listen`; "" (the default) publishes none. Same TLS
+  /// set as the door.
+  std::string admin;
   /// How long a handler's extend_visibility waits for the worker's answer.
   std::chrono::milliseconds extend_timeout{30000};
 };

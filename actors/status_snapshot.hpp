@@ -59,7 +59,8 @@ struct status_snapshot {
   /// The worst domain state.
   health_state state = health_state::healthy;
   /// Whether the worker takes work (see worker::is_ready) and why not:
-  /// "ready", "starting", "draining" or "stopped".
+  /// "ready", "starting", "draining", "drained" (cmdbus cluster drain) or
+  /// "stopped".
   bool ready = false;
   std::string readiness;
   double uptime_seconds = 0;

@@ -1,12 +1,16 @@
 #include "cmdbus/actors/worker.hpp"
 
+#include <cctype>
 #include <map>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 
+#include "cmdbus/actors/admin.hpp"
 #include "cmdbus/actors/batch_counter.hpp"
 #include "cmdbus/actors/counters.hpp"
 #include "cmdbus/actors/http_endpoint.hpp"
+#include "cmdbus/actors/remote_link.hpp"
 #include "cmdbus/actors/shutdown.hpp"
 #include "cmdbus/actors/spawn.hpp"
 #include "cmdbus/db/connection.hpp"
@@ -22,6 +26,13 @@ namespace {
 /// How long stop_now() and the destructor wait for the actors to end
 /// before leaving the rest to a background thread.
 constexpr auto stop_now_grace = std::chrono::seconds{1};
+
+// "HEALTHY" -> "healthy" (the admin JSON's spelling).
+std::string lowercase(std::string s) {
+  for (auto& c : s)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
 
 } // namespace
 
@@ -51,6 +62,13 @@ struct worker::impl {
   std::shared_ptr<actors::runtime> rt;
   /// The HTTP endpoint while the worker runs (and drains), when configured.
   std::unique_ptr<http_endpoint> http;
+  /// The admin actor while the worker runs (and drains), when configured.
+  std::unique_ptr<admin::server> admin_port;
+  /// A drain asked through the admin actor: 0 none, 1 draining, 2 drained
+  /// (the worker takes no new work until it is stopped and started again).
+  std::atomic<int> admin_drain{0};
+  /// This object, for the admin's drain thread (set by the constructor).
+  std::weak_ptr<impl> self_ref;
 
   actors::domain_settings
   settings_for(const std::string& domain, bool tick,
@@ -102,6 +120,11 @@ struct worker::impl {
     if (!cfg.http.empty() && !tick)
       endpoint = std::make_unique<http_endpoint>(
         config::parse_http_address(cfg.http), status_source_of());
+    std::unique_ptr<admin::server> admin_server;
+    if (!cfg.admin.empty() && !tick)
+      admin_server = std::make_unique<admin::server>(
+        admin_source(), cfg.admin,
+        actors::network_settings{cfg.remote.heartbeat_interval, cfg.tls});
     // Queues are created on demand before anything polls them.
     // Each on the database of its domain.
     {
@@ -119,6 +142,7 @@ struct worker::impl {
       }
     }
     cancelled->store(false);
+    admin_drain.store(0);
     clear_health();
     set_poller_stale_limit(tick);
     auto shared = std::make_shared<const config::worker_config>(cfg);
@@ -135,6 +159,7 @@ struct worker::impl {
                                 std::move(routers));
     running = true;
     http = std::move(endpoint);
+    admin_port = std::move(admin_server);
     log::info("worker started for {} domain(s), concurrency {}",
               cfg.domains.size(), cfg.concurrency);
   }
@@ -168,7 +193,7 @@ struct worker::impl {
   }
 
   bool ready() const {
-    if (!running || cancelled->load())
+    if (!running || cancelled->load() || admin_drain.load() != 0)
       return false;
     for (auto& h : health)
       if (!h->polling())
@@ -181,7 +206,10 @@ struct worker::impl {
       return "ready";
     if (!running)
       return "stopped";
-    return cancelled->load() ? "draining" : "starting";
+    if (admin_drain.load() == 2)
+      return "drained";
+    return cancelled->load() || admin_drain.load() != 0 ? "draining"
+                                                         : "starting";
   }
 
   status_snapshot snapshot() const {
@@ -220,13 +248,88 @@ struct worker::impl {
     return s;
   }
 
-  // Stops the HTTP endpoint (once the actors ended).
+  // Stops the HTTP endpoint and the admin actor (once the actors ended).
   void stop_http() {
     std::unique_ptr<http_endpoint> mine;
+    std::unique_ptr<admin::server> mine_admin;
     {
       std::lock_guard<std::mutex> guard{mtx};
       mine = std::move(http);
+      mine_admin = std::move(admin_port);
     }
+  }
+
+  // What the admin actor shows and does.
+  admin::source admin_source() {
+    admin::source src;
+    src.kind = "worker";
+    src.name = [] { return actors::worker_identity(); };
+    src.read = [this] { return admin_view(); };
+    src.drain = [this] { begin_admin_drain(); };
+    return src;
+  }
+
+  admin::view admin_view() const {
+    admin::view v;
+    v.readiness = readiness();
+    std::vector<domain_health> hs;
+    for (size_t i = 0; i < cfg.domains.size(); ++i) {
+      auto& m = *metrics[i];
+      admin::domain_view d;
+      d.domain = cfg.domains[i];
+      auto h = evaluate_and_log(cfg.domains[i], *health[i]);
+      d.health = lowercase(to_string(h.state));
+      hs.push_back(std::move(h));
+      d.local_slots = m.slots();
+      d.remote_slots = m.remote_slots.load();
+      d.in_flight = m.in_flight.load();
+      d.finished = 0;
+      m.for_each_type([&d](const std::string&, const type_metrics& t) {
+        d.finished += t.completed.load() + t.failed.load() + t.retried.load()
+                      + t.moved_to_tsq.load();
+      });
+      d.remote_pools_connected = m.remote_pools.load();
+      d.remote_pools = cfg.remote.pools;
+      v.in_flight += d.in_flight;
+      v.finished += d.finished;
+      v.domains.push_back(std::move(d));
+    }
+    v.health = lowercase(to_string(combine(std::move(hs)).state));
+    return v;
+  }
+
+  // The admin's drain: stops intake (the pollers) and lets running
+  // commands finish, on a thread of its own (the admin actor answers at
+  // once); the worker stays up, not ready, until it is stopped.
+  void begin_admin_drain() {
+    auto mine = current();
+    if (!mine)
+      return;
+    int none = 0;
+    if (!admin_drain.compare_exchange_strong(none, 1))
+      return;
+    auto self = self_ref.lock();
+    if (!self)
+      return;
+    log::info("worker drain requested: taking no new work");
+    std::thread([self, mine]() mutable {
+      // The drain stops every poller at once; it is bounded like a stop.
+      // Past that bound the pollers stay stopped and the worker is idle
+      // once its last running command finished.
+      auto idle = mine->drain(self->cfg.shutdown_timeout);
+      mine.reset();
+      actors::release_thread_logger();
+      while (!idle && self->admin_drain.load() == 1 && !self->cancelled->load()
+             && self->running.load()) {
+        idle = self->counters->in_flight.load() <= 0;
+        if (!idle)
+          std::this_thread::sleep_for(std::chrono::milliseconds{100});
+      }
+      int draining = 1;
+      if (idle && self->admin_drain.compare_exchange_strong(draining, 2))
+        log::info("worker drained: idle, taking no new work; stop it when "
+                  "convenient");
+    }).detach();
   }
 
   // Returns the running actors, if any, leaving them in place.
@@ -301,6 +404,7 @@ worker::worker(config::worker_config cfg, handler_registry registry)
   }
   impl_->registry = std::make_shared<const handler_registry>(
     std::move(registry));
+  impl_->self_ref = impl_;
 }
 
 worker::worker(config::worker_config cfg, handler_registry registry,

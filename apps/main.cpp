@@ -33,6 +33,7 @@ constexpr command_entry commands[] = {
   {"replies", cli::run_replies},
   {"worker", cli::run_worker},
   {"node", cli::run_node},
+  {"cluster", cli::run_cluster},
 };
 
 constexpr const char* main_help
@@ -60,6 +61,8 @@ Commands:
   node         run the demo handlers for workers elsewhere, with --demo
                (a handler node: no database access; workers connect with
                --remote-pool HOST:PORT); without --demo it refuses to start
+  cluster      the admin ports of workers and nodes: status (one table),
+               drain (a worker stops taking work; waits until idle)
 
 Options:
   -h, --help         show this help (`cmdbus CMD --help` for a command's)

@@ -234,6 +234,17 @@ std::string args::dsn() const {
   return {};
 }
 
+void args::apply_tls_files(config::tls_config& tls) const {
+  if (auto v = option("--tls-certificate"))
+    tls.certificate = *v;
+  if (auto v = option("--tls-key"))
+    tls.key = *v;
+  if (auto v = option("--tls-ca-file"))
+    tls.ca_file = *v;
+  if (auto v = option("--tls-ca-path"))
+    tls.ca_path = *v;
+}
+
 uuid parse_uuid_arg(const std::string& what, const std::string& text) {
   auto id = uuid::parse(text);
   if (!id)

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "cmdbus/config/network_config.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/model/json.hpp"
 #include "cmdbus/model/types.hpp"
@@ -103,6 +104,10 @@ public:
 
   /// Returns the DSN: --dsn, else $CMDBUS_DSN, else "" (libpq environment).
   std::string dsn() const;
+
+  /// Sets the files of `tls` that --tls-certificate, --tls-key,
+  /// --tls-ca-file and --tls-ca-path give (the others stay).
+  void apply_tls_files(config::tls_config& tls) const;
 
 private:
   std::vector<std::string> positional_;
@@ -252,6 +257,7 @@ int run_list(const std::vector<std::string>& argv);
 int run_queues(const std::vector<std::string>& argv);
 int run_worker(const std::vector<std::string>& argv);
 int run_node(const std::vector<std::string>& argv);
+int run_cluster(const std::vector<std::string>& argv);
 int run_tsq(const std::vector<std::string>& argv);
 int run_batch(const std::vector<std::string>& argv);
 int run_stats(const std::vector<std::string>& argv);

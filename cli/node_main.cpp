@@ -49,6 +49,9 @@ Options (environment variable in brackets; the command line wins):
                          port 0) [CMDBUS_NODE_PORT_FILE]
   --name NAME            the node's name in logs and offers (default
                          HOSTNAME:PORT) [CMDBUS_NODE_NAME]
+  --admin HOST:PORT      publish the admin actor for `cmdbus cluster status`
+                         there (off; ":PORT" means 127.0.0.1; TLS as the
+                         node's) [CMDBUS_NODE_ADMIN]
   --heartbeat DURATION   connection heartbeat, e.g. 1s; a peer silent for 3
                          times this is cut; workers must use the same
                          (default 1s) [CMDBUS_NODE_HEARTBEAT]
@@ -131,6 +134,8 @@ node_options read_options(const args& a) {
     cfg.listen = *v;
   if (auto v = env("CMDBUS_NODE_PORT_FILE"))
     o.port_file = *v;
+  if (auto v = env("CMDBUS_NODE_ADMIN"))
+    cfg.admin = *v;
   if (auto v = env("CMDBUS_NODE_NAME"))
     cfg.name = *v;
   if (auto v = env("CMDBUS_NODE_HEARTBEAT"))
@@ -148,18 +153,13 @@ node_options read_options(const args& a) {
     o.port_file = *v;
   if (auto v = a.option("--name"))
     cfg.name = *v;
+  if (auto v = a.option("--admin"))
+    cfg.admin = *v;
   if (auto v = a.duration_option("--heartbeat"))
     cfg.heartbeat_interval = *v;
   if (auto v = a.duration_option("--shutdown-timeout"))
     o.shutdown_timeout = *v;
-  if (auto v = a.option("--tls-certificate"))
-    cfg.tls.certificate = *v;
-  if (auto v = a.option("--tls-key"))
-    cfg.tls.key = *v;
-  if (auto v = a.option("--tls-ca-file"))
-    cfg.tls.ca_file = *v;
-  if (auto v = a.option("--tls-ca-path"))
-    cfg.tls.ca_path = *v;
+  a.apply_tls_files(cfg.tls);
   return o;
 }
 
@@ -201,8 +201,8 @@ int run_node(const std::vector<std::string>& argv,
   args a{argv,
          {"--help", "-h", "--json"},
          {"--domain", "--concurrency", "--listen", "--port-file", "--name",
-          "--heartbeat", "--shutdown-timeout", "--tls-certificate", "--tls-key",
-          "--tls-ca-file", "--tls-ca-path"}};
+          "--admin", "--heartbeat", "--shutdown-timeout", "--tls-certificate",
+          "--tls-key", "--tls-ca-file", "--tls-ca-path"}};
   if (a.flag("--help") || a.flag("-h")) {
     std::cout << help_text(program);
     return exit_ok;

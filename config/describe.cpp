@@ -70,6 +70,8 @@ std::string describe(const worker_config& cfg) {
     out += "[domains." + domain + "]\n";
     out += "dsn = " + ini_string(db::mask_dsn(dsn)) + "\n";
   }
+  if (!cfg.admin.empty())
+    out += "[admin]\nlisten = " + ini_string(cfg.admin) + "\n";
   return out;
 }
 

@@ -58,6 +58,9 @@ Options:
   --tls-ca-path DIR        certificates: all together or none (TLS off)
   --tls-passphrase TEXT    passphrase of an encrypted key (never printed;
                            prefer $CMDBUS_TLS_PASSPHRASE)
+  --admin HOST:PORT        publish the admin actor for `cmdbus cluster
+                           status/drain` (off; ":PORT" is 127.0.0.1; uses
+                           the --tls-* set when given)
   --tick                   drain every domain once, then exit
   --dump-config            print the effective configuration and exit
   --log-level LEVEL        trace, debug, info, warn, error, critical or off
@@ -110,6 +113,8 @@ Config file (CAF INI; ';' starts a comment):
   ca-file = "/etc/cmdbus/ca.pem"
   [domains.reports]
   dsn = "host=db2 dbname=app"
+  [admin]
+  listen = "127.0.0.1:7500"
 )";
 }
 

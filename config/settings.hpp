@@ -51,6 +51,7 @@ enum class setting_id {
   tls_ca_file,
   tls_ca_path,
   tls_passphrase,
+  admin_listen,
 };
 
 /// One setting and its names in the file, the environment and the CLI.
@@ -116,11 +117,13 @@ inline constexpr setting settings[] = {
    "CMDBUS_TLS_CA_PATH", "--tls-ca-path"},
   {setting_id::tls_passphrase, kind::string, "tls", "passphrase",
    "CMDBUS_TLS_PASSPHRASE", "--tls-passphrase"},
+  {setting_id::admin_listen, kind::string, "admin", "listen", "CMDBUS_ADMIN",
+   "--admin"},
 };
 
 /// The sections of the file besides the top level ([global]), in order.
 inline constexpr std::string_view sections[] = {"worker", "retry", "remote",
-                                                "tls"};
+                                                "tls",    "admin"};
 
 // -- lookups -----------------------------------------------------------------
 

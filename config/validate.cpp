@@ -122,6 +122,13 @@ std::vector<std::string> validate(const worker_config& cfg) {
              + " is not a served domain (a DSN of [domains.NAME], "
                "CMDBUS_DOMAIN_DSN_NAME or --domain-dsn NAME=DSN must name "
                "one of the domains)");
+  if (!cfg.admin.empty()) {
+    try {
+      parse_http_address(cfg.admin);
+    } catch (const std::invalid_argument& e) {
+      report("admin (" + db::printable(cfg.admin) + "): " + e.what());
+    }
+  }
   validate_remote(cfg, report);
   return problems;
 }

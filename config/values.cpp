@@ -199,6 +199,7 @@ void assign(worker_config& cfg, const setting& s, const raw_value& v,
     case setting_id::tls_ca_file: cfg.tls.ca_file = as_string(v); break;
     case setting_id::tls_ca_path: cfg.tls.ca_path = as_string(v); break;
     case setting_id::tls_passphrase: cfg.tls.passphrase = as_string(v); break;
+    case setting_id::admin_listen: cfg.admin = as_string(v); break;
   }
 }
 

@@ -34,6 +34,7 @@
 // | [tls] ca-file                | CMDBUS_TLS_CA_FILE       | --tls-ca-file
 // | [tls] ca-path                | CMDBUS_TLS_CA_PATH       | --tls-ca-path
 // | [tls] passphrase             | CMDBUS_TLS_PASSPHRASE    | --tls-passphrase
+// | [admin] listen               | CMDBUS_ADMIN             | --admin
 // | [domains.NAME] dsn           | CMDBUS_DOMAIN_DSN_NAME   | --domain-dsn NAME=DSN (many)
 //
 // A domain's own DSN (`[domains.payments] dsn = "..."`) puts that domain on
@@ -168,6 +169,12 @@ struct worker_config {
   /// The certificate set of the connections to remote pools ([tls]); empty:
   /// cleartext, unauthenticated connections.
   tls_config tls;
+
+  /// Where the worker publishes its admin actor (`cmdbus cluster status`,
+  /// `cmdbus cluster drain`): "HOST:PORT", ":PORT" = 127.0.0.1, port 0 a
+  /// free one; "" (the default) publishes nothing. Same TLS set as the
+  /// remote pools ([tls]).
+  std::string admin;
 
   /// Run one drain of every domain and exit.
   bool tick = false;

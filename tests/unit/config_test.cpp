@@ -919,3 +919,26 @@ TEST(ConfigDomainDsn, describe_masks_and_round_trips) {
   EXPECT_EQ(describe(again), text);
   EXPECT_FALSE(contains(describe(valid()), "[domains.")) << describe(valid());
 }
+
+// -- the admin port -------------------------------------------------------------
+
+TEST(ConfigAdmin, off_by_default_read_from_every_source_checked_described) {
+  worker_config cfg;
+  EXPECT_TRUE(cfg.admin.empty());
+  EXPECT_FALSE(contains(describe(valid()), "[admin]"));
+  apply_ini(cfg, "[admin]\nlisten = \"127.0.0.1:7500\"\n", "w.ini");
+  EXPECT_EQ(cfg.admin, "127.0.0.1:7500");
+  apply_env(cfg, fake_env{{{"CMDBUS_ADMIN", ":7501"}}}.lookup());
+  EXPECT_EQ(cfg.admin, ":7501");
+  apply_args(cfg, {"--admin", "0.0.0.0:7502"});
+  EXPECT_EQ(cfg.admin, "0.0.0.0:7502");
+  auto text = describe(cfg);
+  EXPECT_TRUE(contains(text, "[admin]\nlisten = \"0.0.0.0:7502\"")) << text;
+  worker_config again;
+  apply_ini(again, text, "dump.ini");
+  EXPECT_EQ(again.admin, cfg.admin);
+  auto bad = valid();
+  bad.admin = "nowhere:port";
+  EXPECT_TRUE(has_problem(validate(bad), "admin (\"nowhere:port\")"));
+  EXPECT_TRUE(contains(worker_help(), "--admin HOST:PORT"));
+}

@@ -1,0 +1,150 @@
+#pragma once
+
+// The admin actor of a worker or a handler node: what `cmdbus cluster
+// status` shows and what `cmdbus cluster drain` asks. Opt-in: a worker
+// publishes it with [admin] listen (--admin, CMDBUS_ADMIN), a node with
+// --admin (CMDBUS_NODE_ADMIN). It runs in an actor system of its own, so
+// that it keeps answering while the worker's actors drain or stop, and it
+// listens like a node's door: loopback unless configured otherwise, TLS
+// with the process's certificate set.
+//
+// The interface (admin_actor) is frozen: every request carries the admin
+// protocol version, and the answer is a JSON document whose fields only
+// ever grow (docs/cli.md lists them). A process of another admin version
+// answers ec::protocol_mismatch.
+//
+// Only actor code and the cluster command include this (CAF headers).
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "cmdbus/actors/atoms.hpp"
+#include "cmdbus/actors/network.hpp"
+
+namespace cmdbus::admin {
+
+/// The version of the admin requests and of their JSON answer.
+inline constexpr int32_t protocol_version = 1;
+
+/// The published admin actor (frozen).
+using admin_actor = caf::typed_actor<
+  /// (status, admin protocol version): the status JSON.
+  caf::replies_to<atom::status, int32_t>::with<std::string>,
+  /// (drain, admin protocol version): a worker stops taking new work (its
+  /// pollers stop; running commands finish) and answers its status JSON,
+  /// "readiness" "draining" and later "drained"; a node answers
+  /// ec::unsupported (it takes no work of its own).
+  caf::replies_to<atom::drain, int32_t>::with<std::string>>;
+
+/// One domain of a worker or node, at one moment.
+struct domain_view {
+  std::string domain;
+  /// "healthy", "degraded" or "critical" ("" when not known: a node).
+  std::string health;
+  int64_t local_slots = 0;
+  int64_t remote_slots = 0;
+  int64_t in_flight = 0;
+  /// Commands handled so far (the throughput's source); -1: not counted per
+  /// domain (a node counts over all its domains).
+  int64_t finished = -1;
+  /// Remote pools connected now, and the configured addresses.
+  int64_t remote_pools_connected = 0;
+  std::vector<std::string> remote_pools;
+};
+
+/// A worker or node, at one moment.
+struct view {
+  /// "ready", "starting", "draining", "drained" or "stopped".
+  std::string readiness;
+  /// The worst domain health ("" when not known).
+  std::string health;
+  int64_t in_flight = 0;
+  /// Commands handled so far, over all domains.
+  int64_t finished = 0;
+  /// A node: its connected worker sessions; -1 for a worker.
+  int64_t sessions = -1;
+  std::vector<domain_view> domains;
+};
+
+/// What the admin actor reads from its process. Every function is called
+/// from the admin's own threads and must be thread-safe.
+struct source {
+  /// "worker" or "node".
+  std::string kind;
+  /// The process's name (a node's name; a worker's host/pid).
+  std::function<std::string()> name;
+  std::function<view()> read;
+  /// Starts a drain (returns at once; repeated calls do nothing more);
+  /// empty: drain is refused (ec::unsupported).
+  std::function<void()> drain;
+};
+
+/// The status JSON of `v` (see docs/cli.md, "cmdbus cluster"), with the
+/// throughput over the last minute per domain and in total (null when
+/// unknown).
+std::string status_json(const source& src, const view& v,
+                        const std::vector<double>& domain_throughput,
+                        double total_throughput, bool throughput_known);
+
+/// A published admin actor, until destroyed.
+class server {
+public:
+  /// Starts an actor system with `net`, spawns the admin actor over `src`
+  /// and publishes it on `listen` ("HOST:PORT", ":PORT" = 127.0.0.1, port 0
+  /// a free one). Throws config::config_error for an unusable TLS set or a
+  /// malformed address, std::runtime_error when it cannot listen.
+  server(source src, const std::string& listen,
+         const actors::network_settings& net);
+  ~server();
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+
+  /// The bound port.
+  uint16_t port() const noexcept;
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+/// One admin actor's answer.
+struct answer {
+  std::string address;
+  /// Whether it answered; else `error` says why (unreachable, refused,
+  /// another interface or version, timeout).
+  bool reached = false;
+  /// The status JSON (when reached).
+  std::string json;
+  std::string error;
+  /// ec::unsupported: the process refused the request (a node's drain).
+  bool unsupported = false;
+};
+
+/// Talks to admin actors (the `cmdbus cluster` command).
+class client {
+public:
+  /// Starts an actor system with `net` (no listening).
+  explicit client(const actors::network_settings& net);
+  ~client();
+  client(const client&) = delete;
+  client& operator=(const client&) = delete;
+
+  /// Asks every address at once ("HOST:PORT") for its status, or to drain
+  /// (`drain`); each connection and request within `timeout`. Answers in
+  /// the order of `addresses`.
+  std::vector<answer> ask(const std::vector<std::string>& addresses,
+                          bool drain, std::chrono::milliseconds timeout);
+
+private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace cmdbus::admin
