@@ -2,7 +2,6 @@
 // demo handlers, which it serves only when asked to with --demo: a real
 // domain needs a node built with its own handlers (cmdbus::node_main).
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -14,15 +13,8 @@ namespace cmdbus::cli {
 
 int run_node(const std::vector<std::string>& argv) {
   // --demo is this tool's own flag: the common node does not know it.
-  std::vector<std::string> rest;
-  bool demo = false;
-  auto end = std::find(argv.begin(), argv.end(), "--");
-  for (auto it = argv.begin(); it != argv.end(); ++it) {
-    if (it < end && *it == "--demo")
-      demo = true;
-    else
-      rest.push_back(*it);
-  }
+  std::vector<std::string> rest = argv;
+  bool demo = take_flag(rest, "--demo");
   node_program program;
   program.name = "cmdbus node";
   program.description

@@ -2,7 +2,6 @@
 // demo handlers, which it serves only when asked to with --demo: a real
 // domain needs a worker that has its handlers (see examples/payments).
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -16,15 +15,8 @@ namespace cmdbus::cli {
 
 int run_worker(const std::vector<std::string>& argv) {
   // --demo is this tool's own flag: the common worker does not know it.
-  std::vector<std::string> rest;
-  bool demo = false;
-  auto end = std::find(argv.begin(), argv.end(), "--");
-  for (auto it = argv.begin(); it != argv.end(); ++it) {
-    if (it < end && *it == "--demo")
-      demo = true;
-    else
-      rest.push_back(*it);
-  }
+  std::vector<std::string> rest = argv;
+  bool demo = take_flag(rest, "--demo");
   worker_program program;
   program.name = "cmdbus worker";
   program.description

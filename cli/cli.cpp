@@ -20,6 +20,7 @@
 #include "cmdbus/model/errors.hpp"
 #include "cmdbus/model/log.hpp"
 #include "cmdbus/model/text.hpp"
+#include "cmdbus/model/version.hpp"
 
 namespace cmdbus::cli {
 
@@ -488,6 +489,14 @@ bool stdout_is_terminal() {
   return isatty(STDOUT_FILENO) == 1;
 }
 
+bool take_flag(std::vector<std::string>& argv, const std::string& flag) {
+  auto end = std::find(argv.begin(), argv.end(), "--");
+  auto kept = std::remove(argv.begin(), end, flag);
+  bool found = kept != end;
+  argv.erase(kept, end);
+  return found;
+}
+
 bool wants_json(const std::vector<std::string>& argv) {
   for (auto& a : argv) {
     if (a == "--")
@@ -550,6 +559,30 @@ int report_failure(const failure& f, const std::string& program, bool json) {
     std::cerr << program << ": " << f.message << '\n';
   }
   return f.code;
+}
+
+int program_main(int argc, char** argv, const std::string& program,
+                 const std::string& command,
+                 const std::function<int(const std::vector<std::string>&)>& run) {
+  std::vector<std::string> arguments(argv + 1, argv + argc);
+  bool json = wants_json(arguments);
+  try {
+    auto level = take_log_level(arguments);
+    auto format = take_log_format(arguments);
+    set_log_level(command, level);
+    set_log_format(format);
+    auto end = std::find(arguments.begin(), arguments.end(), "--");
+    if (std::find(arguments.begin(), end, "--version") != end) {
+      std::cout << program << " (cmdbus " << version() << ")\n";
+      return exit_ok;
+    }
+    return run(arguments);
+  } catch (...) {
+    auto f = describe_failure(std::current_exception());
+    if (f.code == exit_usage && f.message.find("--help`") == std::string::npos)
+      f.message += " (see `" + program + " --help`)";
+    return report_failure(f, program, json);
+  }
 }
 
 } // namespace cmdbus::cli

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <map>
 #include <optional>
 #include <ostream>
@@ -227,8 +228,22 @@ failure describe_failure(std::exception_ptr ep);
 /// exit code.
 int report_failure(const failure& f, const std::string& program, bool json);
 
+/// Removes every `flag` standing before any `--` from `argv`; returns
+/// whether there was one (a program's own flag that the common option
+/// parser does not know, e.g. the tool's --demo).
+bool take_flag(std::vector<std::string>& argv, const std::string& flag);
+
 /// Returns whether `argv` asks for JSON output (--json before any `--`).
 bool wants_json(const std::vector<std::string>& argv);
+
+/// The `main()` of a program of one's own (worker_main, node_main): takes
+/// the log options (logging at info as `command` does), answers --version
+/// as "PROGRAM (cmdbus VERSION)", runs `run` with the remaining arguments
+/// and turns what it throws into an exit code reported under `program`'s
+/// name (with a pointer to `PROGRAM --help` for usage errors). Never throws.
+int program_main(int argc, char** argv, const std::string& program,
+                 const std::string& command,
+                 const std::function<int(const std::vector<std::string>&)>& run);
 
 // -- text output -------------------------------------------------------------
 

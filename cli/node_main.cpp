@@ -18,7 +18,6 @@
 #include "cmdbus/actors/node.hpp"
 #include "cmdbus/cli/cli.hpp"
 #include "cmdbus/model/log.hpp"
-#include "cmdbus/model/version.hpp"
 
 namespace cmdbus {
 
@@ -272,26 +271,11 @@ int run_node(const std::vector<std::string>& argv,
 }
 
 int node_main(int argc, char** argv, const node_program& program) {
-  std::vector<std::string> arguments(argv + 1, argv + argc);
-  bool json = wants_json(arguments);
-  try {
-    auto level = take_log_level(arguments);
-    auto format = take_log_format(arguments);
-    // The node logs its start, its workers and its stop at info.
-    set_log_level("node", level);
-    set_log_format(format);
-    auto end = std::find(arguments.begin(), arguments.end(), "--");
-    if (std::find(arguments.begin(), end, "--version") != end) {
-      std::cout << program.name << " (cmdbus " << version() << ")\n";
-      return exit_ok;
-    }
-    return run_node(arguments, program);
-  } catch (...) {
-    auto f = describe_failure(std::current_exception());
-    if (f.code == exit_usage && f.message.find("--help`") == std::string::npos)
-      f.message += " (see `" + program.name + " --help`)";
-    return report_failure(f, program.name, json);
-  }
+  // The node logs its start, its workers and its stop at info.
+  return program_main(argc, argv, program.name, "node",
+                      [&](const std::vector<std::string>& args) {
+                        return run_node(args, program);
+                      });
 }
 
 } // namespace cmdbus

@@ -27,7 +27,6 @@
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/model/log.hpp"
-#include "cmdbus/model/version.hpp"
 #include "cmdbus/sql/bundle.hpp"
 
 namespace cmdbus {
@@ -360,25 +359,10 @@ int run_worker(const std::vector<std::string>& argv,
 }
 
 int worker_main(int argc, char** argv, const worker_program& program) {
-  std::vector<std::string> arguments(argv + 1, argv + argc);
-  bool json = wants_json(arguments);
-  try {
-    auto level = take_log_level(arguments);
-    auto format = take_log_format(arguments);
-    set_log_level("worker", level);
-    set_log_format(format);
-    auto end = std::find(arguments.begin(), arguments.end(), "--");
-    if (std::find(arguments.begin(), end, "--version") != end) {
-      std::cout << program.name << " (cmdbus " << version() << ")\n";
-      return exit_ok;
-    }
-    return run_worker(arguments, program);
-  } catch (...) {
-    auto f = describe_failure(std::current_exception());
-    if (f.code == exit_usage && f.message.find("--help`") == std::string::npos)
-      f.message += " (see `" + program.name + " --help`)";
-    return report_failure(f, program.name, json);
-  }
+  return program_main(argc, argv, program.name, "worker",
+                      [&](const std::vector<std::string>& args) {
+                        return run_worker(args, program);
+                      });
 }
 
 } // namespace cmdbus
