@@ -3,7 +3,7 @@
 #include <caf/all.hpp>
 
 #include "cmdbus/actors/errors.hpp"
-#include "cmdbus/actors/shutdown.hpp"
+#include "cmdbus/actors/worker/runtime.hpp"
 
 namespace cmdbus {
 

@@ -16,8 +16,8 @@
 //   process router ─┬─ process actor × (processes with replies in flight)
 //                   └─ process writer × N (apply replies in transactions)
 //
-// Parents link their children (actors/shutdown.hpp describes the
-// lifecycle); actors/spawn.hpp spawns and wires them.
+// Parents link their children (actors/worker/runtime.hpp describes the
+// lifecycle); actors/worker/spawn.hpp spawns and wires them.
 
 #include <cstdint>
 #include <string>
@@ -106,7 +106,7 @@ using retry_scheduler_actor = caf::typed_actor<
   caf::replies_to<atom::extend, std::vector<int64_t>, int, bool>::with<int>>;
 
 /// The keeper of the connection to one remote handler pool
-/// (actors/remote_link.hpp): connects, checks the node's protocol version,
+/// (actors/worker/remote_link.hpp): connects, checks the node's protocol version,
 /// reports the pool up and down to its supervisor and reconnects with
 /// backoff.
 using remote_link_actor = caf::typed_actor<

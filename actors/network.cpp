@@ -11,7 +11,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-#include "cmdbus/actors/admin.hpp"
+#include "cmdbus/actors/ops/admin.hpp"
 #include "cmdbus/actors/errors.hpp"
 
 namespace cmdbus::actors {

@@ -6,13 +6,13 @@
 #include <stdexcept>
 #include <thread>
 
-#include "cmdbus/actors/admin.hpp"
-#include "cmdbus/actors/batch_counter.hpp"
-#include "cmdbus/actors/counters.hpp"
-#include "cmdbus/actors/http_endpoint.hpp"
-#include "cmdbus/actors/remote_link.hpp"
-#include "cmdbus/actors/shutdown.hpp"
-#include "cmdbus/actors/spawn.hpp"
+#include "cmdbus/actors/ops/admin.hpp"
+#include "cmdbus/actors/worker/batch_counter.hpp"
+#include "cmdbus/actors/ops/counters.hpp"
+#include "cmdbus/actors/ops/http_endpoint.hpp"
+#include "cmdbus/actors/worker/remote_link.hpp"
+#include "cmdbus/actors/worker/runtime.hpp"
+#include "cmdbus/actors/worker/spawn.hpp"
 #include "cmdbus/db/connection.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/model/log.hpp"
@@ -349,7 +349,7 @@ struct worker::impl {
     return std::move(rt);
   }
 
-  // The graceful stop of `timeout` (see actors/shutdown.hpp).
+  // The graceful stop of `timeout` (see actors/worker/runtime.hpp).
   void stop_gracefully(std::chrono::milliseconds timeout, const char* what) {
     auto mine = current();
     if (!mine)

@@ -12,15 +12,15 @@
 #include <string>
 
 #include "cmdbus/actors/handler_registry.hpp"
-#include "cmdbus/actors/health.hpp"
-#include "cmdbus/actors/metrics.hpp"
+#include "cmdbus/actors/ops/health.hpp"
+#include "cmdbus/actors/ops/metrics.hpp"
 #include "cmdbus/config/worker_config.hpp"
 #include "cmdbus/model/types.hpp"
 #include "cmdbus/process/registry.hpp"
 
 namespace cmdbus {
 
-/// A snapshot of the worker's counters (actors/counters.hpp).
+/// A snapshot of the worker's counters (actors/ops/counters.hpp).
 struct worker_stats {
   int64_t in_flight = 0;
   int64_t received = 0;

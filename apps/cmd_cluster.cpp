@@ -10,7 +10,7 @@
 
 #include <rapidjson/document.h>
 
-#include "cmdbus/actors/admin.hpp"
+#include "cmdbus/actors/ops/admin.hpp"
 #include "cmdbus/cli/cli.hpp"
 #include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/config/network_config.hpp"

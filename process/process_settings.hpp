@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "cmdbus/actors/counters.hpp"
-#include "cmdbus/actors/db_session.hpp"
-#include "cmdbus/actors/health.hpp"
+#include "cmdbus/actors/ops/counters.hpp"
+#include "cmdbus/actors/worker/db_session.hpp"
+#include "cmdbus/actors/ops/health.hpp"
 #include "cmdbus/config/worker_config.hpp"
 #include "cmdbus/process/registry.hpp"
 #include "cmdbus/process/runtime_types.hpp"

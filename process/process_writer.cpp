@@ -5,7 +5,7 @@
 
 #include <caf/all.hpp>
 
-#include "cmdbus/actors/fault.hpp"
+#include "cmdbus/actors/worker/fault.hpp"
 #include "cmdbus/db/text_format.hpp"
 #include "cmdbus/db/transaction.hpp"
 #include "cmdbus/model/log.hpp"

@@ -20,7 +20,7 @@
 #include <memory>
 #include <string>
 
-#include "cmdbus/actors/db_session.hpp"
+#include "cmdbus/actors/worker/db_session.hpp"
 #include "cmdbus/actors/interfaces.hpp"
 #include "cmdbus/process/process_settings.hpp"
 #include "cmdbus/process/store.hpp"

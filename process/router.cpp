@@ -2,7 +2,7 @@
 
 #include <caf/all.hpp>
 
-#include "cmdbus/actors/poller.hpp"
+#include "cmdbus/actors/worker/poller.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/model/log.hpp"
 #include "cmdbus/model/wire.hpp"

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "cmdbus/actors/db_session.hpp"
+#include "cmdbus/actors/worker/db_session.hpp"
 #include "cmdbus/actors/interfaces.hpp"
-#include "cmdbus/actors/listener.hpp"
+#include "cmdbus/actors/worker/listener.hpp"
 #include "cmdbus/process/process_settings.hpp"
 
 namespace cmdbus::actors {

@@ -10,10 +10,10 @@ file(GLOB unit_test_sources CONFIGURE_DEPENDS
 # only libcmdbus-client: these sources must not also come from
 # libcmdbus-worker.
 add_executable(cmdbus-unit-test ${unit_test_sources}
-  ${PROJECT_SOURCE_DIR}/actors/exposition.cpp
-  ${PROJECT_SOURCE_DIR}/actors/health.cpp
-  ${PROJECT_SOURCE_DIR}/actors/metrics.cpp
-  ${PROJECT_SOURCE_DIR}/actors/status_page.cpp
+  ${PROJECT_SOURCE_DIR}/actors/ops/exposition.cpp
+  ${PROJECT_SOURCE_DIR}/actors/ops/health.cpp
+  ${PROJECT_SOURCE_DIR}/actors/ops/metrics.cpp
+  ${PROJECT_SOURCE_DIR}/actors/ops/status_page.cpp
   ${PROJECT_SOURCE_DIR}/apps/demo_workflows.cpp)
 target_link_libraries(cmdbus-unit-test PRIVATE
   cmdbus_client spdlog::spdlog cmdbus_rapidjson GTest::gtest GTest::gtest_main)

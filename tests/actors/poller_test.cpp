@@ -5,7 +5,7 @@
 // replaced by a fake receive function.
 
 #define CAF_SUITE actors.poller
-#include "cmdbus/actors/poller.hpp"
+#include "cmdbus/actors/worker/poller.hpp"
 
 #include <caf/test/dsl.hpp>
 

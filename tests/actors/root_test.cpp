@@ -5,7 +5,7 @@
 // counter, and the root's end ends every domain (links).
 
 #define CAF_SUITE actors.root
-#include "cmdbus/actors/root.hpp"
+#include "cmdbus/actors/worker/root.hpp"
 
 #include <caf/test/dsl.hpp>
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "cmdbus/actors/spawn.hpp"
+#include "cmdbus/actors/worker/spawn.hpp"
 
 namespace cmdbus::actors::test {
 

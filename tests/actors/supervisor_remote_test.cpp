@@ -8,7 +8,7 @@
 // pools are scheduled fakes that the tests step.
 
 #define CAF_SUITE actors.supervisor_remote
-#include "cmdbus/actors/supervisor.hpp"
+#include "cmdbus/actors/worker/supervisor.hpp"
 
 #include "cmdbus/actors/errors.hpp"
 #include "cmdbus/actors/remote_protocol.hpp"

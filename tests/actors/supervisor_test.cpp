@@ -5,7 +5,7 @@
 // deterministic scheduler.
 
 #define CAF_SUITE actors.supervisor
-#include "cmdbus/actors/supervisor.hpp"
+#include "cmdbus/actors/worker/supervisor.hpp"
 
 #include "cmdbus/actors/errors.hpp"
 

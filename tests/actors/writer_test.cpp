@@ -5,8 +5,8 @@
 // recording fakes through spawn_completion_writer / spawn_retry_writer.
 
 #define CAF_SUITE actors.writers
-#include "cmdbus/actors/completion.hpp"
-#include "cmdbus/actors/retry_scheduler.hpp"
+#include "cmdbus/actors/worker/completion.hpp"
+#include "cmdbus/actors/worker/retry_scheduler.hpp"
 #include "tests/actors/settings.hpp"
 
 #include <caf/test/dsl.hpp>

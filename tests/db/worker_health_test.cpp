@@ -1,4 +1,4 @@
-// The worker's health (worker::health(), actors/health.hpp) against the real
+// The worker's health (worker::health(), actors/ops/health.hpp) against the real
 // database: handler failures in a row degrade a domain until a success,
 // stuck handlers make it critical until they return, and a database that
 // refuses the worker's connections degrades it until it comes back.

@@ -1,4 +1,4 @@
-// The worker's HTTP endpoint ([worker] http, actors/http_endpoint.hpp)
+// The worker's HTTP endpoint ([worker] http, actors/ops/http_endpoint.hpp)
 // against the real database: /healthz and /readyz codes through a worker's
 // life (starting, ready, draining, critical, stopped), /metrics read by a
 // real exposition-format parser (tests/support/parse_metrics.py, Debian's

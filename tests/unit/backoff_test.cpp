@@ -23,7 +23,7 @@ TEST(Backoff, ExponentialDoublesUpToTheCap) {
 }
 
 TEST(Backoff, DomainRestartsDoubleFromOneSecondToAMinute) {
-  // The root's curve (actors/root.cpp): 1 s doubling up to 60 s.
+  // The root's curve (actors/worker/root.cpp): 1 s doubling up to 60 s.
   EXPECT_EQ(backoff::exponential(1, 1000, 2.0, 60000), 1000);
   EXPECT_EQ(backoff::exponential(2, 1000, 2.0, 60000), 2000);
   EXPECT_EQ(backoff::exponential(7, 1000, 2.0, 60000), 60000);

@@ -1,7 +1,7 @@
-// The worker's health evaluation (actors/health.hpp): thresholds, reset on
+// The worker's health evaluation (actors/ops/health.hpp): thresholds, reset on
 // success, recovery and the worst of the domains, without a database.
 
-#include "cmdbus/actors/health.hpp"
+#include "cmdbus/actors/ops/health.hpp"
 
 #include <gtest/gtest.h>
 

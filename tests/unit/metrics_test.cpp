@@ -7,9 +7,9 @@
 #include <cmath>
 #include <limits>
 
-#include "cmdbus/actors/exposition.hpp"
-#include "cmdbus/actors/metrics.hpp"
-#include "cmdbus/actors/status_page.hpp"
+#include "cmdbus/actors/ops/exposition.hpp"
+#include "cmdbus/actors/ops/metrics.hpp"
+#include "cmdbus/actors/ops/status_page.hpp"
 
 namespace cmdbus {
 namespace {

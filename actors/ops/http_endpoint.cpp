@@ -1,0 +1,322 @@
+#include "cmdbus/actors/ops/http_endpoint.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+
+#include <httplib.h>
+
+#include "cmdbus/actors/ops/exposition.hpp"
+#include "cmdbus/actors/ops/status_page.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/model/log.hpp"
+
+namespace cmdbus {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+double seconds_between(clock::time_point a, clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+/// Commands finished per domain, sampled once a second for a minute: the
+/// throughput figures of the status page.
+class throughput_window {
+public:
+  explicit throughput_window(
+    std::vector<std::shared_ptr<const domain_metrics>> metrics)
+    : metrics_(std::move(metrics)), samples_(metrics_.size()) {
+    // nop
+  }
+
+  void sample(clock::time_point now) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (size_t i = 0; i < metrics_.size(); ++i) {
+      auto& s = samples_[i];
+      s.emplace_back(now, metrics_[i]->finished());
+      while (s.size() > 2 && now - s[1].first >= std::chrono::seconds{60})
+        s.pop_front();
+    }
+  }
+
+  /// Per second over the window of domain `i`; unset before two samples.
+  std::optional<double> rate(size_t i) const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto& s = samples_.at(i);
+    if (s.size() < 2)
+      return std::nullopt;
+    auto secs = seconds_between(s.front().first, s.back().first);
+    if (secs <= 0)
+      return std::nullopt;
+    return static_cast<double>(s.back().second - s.front().second) / secs;
+  }
+
+private:
+  std::vector<std::shared_ptr<const domain_metrics>> metrics_;
+  mutable std::mutex mtx_;
+  std::vector<std::deque<std::pair<clock::time_point, int64_t>>> samples_;
+};
+
+/// The queue figures of the domains on one database, read at most once per
+/// `min_interval` on a connection of its own (kept between reads); after a
+/// failure the next attempt waits `retry_after`, so that scrapes of a
+/// worker whose database is down answer at once.
+class queue_reader {
+public:
+  static constexpr auto min_interval = std::chrono::seconds{1};
+  static constexpr auto retry_after = std::chrono::seconds{5};
+
+  /// `slots`: where each of `domains` is in a snapshot's domains.
+  queue_reader(std::string dsn, std::vector<std::string> domains,
+               std::vector<size_t> slots,
+               std::vector<std::string> process_domains)
+    : dsn_(std::move(dsn)), domains_(std::move(domains)),
+      slots_(std::move(slots)), process_domains_(std::move(process_domains)) {
+    // nop
+  }
+
+  /// Adds this database's queue figures to `s` (or its error to
+  /// queue_error; the figures of the other databases stay).
+  void fill(status_snapshot& s) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto now = clock::now();
+    auto wait = error_.empty() ? min_interval : retry_after;
+    if (!read_once_ || now - last_attempt_ >= wait)
+      read(now);
+    if (read_once_)
+      s.queue_age_seconds = std::max(s.queue_age_seconds,
+                                     seconds_between(last_read_, now));
+    if (!error_.empty()) {
+      s.queue_error += (s.queue_error.empty() ? "" : "; ") + error_;
+      return;
+    }
+    for (size_t i = 0; i < slots_.size() && i < figures_.size(); ++i)
+      if (slots_[i] < s.domains.size())
+        s.domains[slots_[i]].queue = figures_[i];
+    s.processes.insert(s.processes.end(), processes_.begin(),
+                       processes_.end());
+  }
+
+private:
+  void read(clock::time_point now) {
+    last_attempt_ = now;
+    read_once_ = true;
+    try {
+      if (!conn_ || !conn_->is_open()) {
+        conn_.reset();
+        db::connection_options opts;
+        opts.application_name = "cmdbus-metrics";
+        opts.statement_timeout = std::chrono::milliseconds{2000};
+        opts.connect_timeout = std::chrono::seconds{2};
+        conn_ = std::make_unique<db::connection>(
+          db::connection::open(dsn_, opts));
+      }
+      figures_ = db::collect_queue_figures(*conn_, domains_);
+      processes_ = db::collect_process_figures(*conn_, process_domains_);
+      last_read_ = now;
+      if (!error_.empty())
+        log::from("http").info("metrics: the queue figures can be read again");
+      error_.clear();
+    } catch (const std::exception& e) {
+      if (conn_ && !conn_->is_open())
+        conn_.reset();
+      if (error_.empty())
+        log::from("http").warn(
+          "metrics: cannot read the queue figures ({}); trying again "
+          "every {} s",
+          log::one_line(e.what()), retry_after.count());
+      error_ = log::one_line(e.what());
+    }
+  }
+
+  std::string dsn_;
+  std::vector<std::string> domains_;
+  std::vector<size_t> slots_;
+  std::vector<std::string> process_domains_;
+  std::mutex mtx_;
+  std::unique_ptr<db::connection> conn_;
+  std::vector<db::queue_figures> figures_;
+  std::vector<db::process_figures> processes_;
+  std::string error_;
+  bool read_once_ = false;
+  clock::time_point last_attempt_;
+  clock::time_point last_read_;
+};
+
+/// The queue figures of every database the domains live on: one reader
+/// (one connection) per database, so that one database's outage leaves
+/// the others' figures shown.
+class queue_readers {
+public:
+  explicit queue_readers(const status_source& source) {
+    config::worker_config where;
+    where.dsn = source.dsn;
+    where.domain_dsn = source.domain_dsn;
+    std::vector<std::string> domains;
+    for (auto& m : source.metrics)
+      domains.push_back(m->domain());
+    has_processes_ = !source.process_domains.empty();
+    std::vector<std::string> all = domains;
+    for (auto& d : source.process_domains)
+      if (std::find(all.begin(), all.end(), d) == all.end())
+        all.push_back(d);
+    for (auto& group : config::group_by_dsn(where, all)) {
+      std::vector<std::string> mine;
+      std::vector<size_t> slots;
+      std::vector<std::string> processes;
+      for (auto& d : group.domains) {
+        auto at = std::find(domains.begin(), domains.end(), d);
+        if (at != domains.end()) {
+          mine.push_back(d);
+          slots.push_back(static_cast<size_t>(at - domains.begin()));
+        }
+        auto& pd = source.process_domains;
+        if (std::find(pd.begin(), pd.end(), d) != pd.end())
+          processes.push_back(d);
+      }
+      readers_.push_back(std::make_unique<queue_reader>(
+        group.dsn, std::move(mine), std::move(slots), std::move(processes)));
+    }
+  }
+
+  /// Fills the queue figures of `s` (and queue_error, naming the failures).
+  void fill(status_snapshot& s) {
+    s.queue_error.clear();
+    s.queue_age_seconds = 0;
+    s.processes.clear();
+    s.has_processes = has_processes_;
+    for (auto& reader : readers_)
+      reader->fill(s);
+  }
+
+private:
+  std::vector<std::unique_ptr<queue_reader>> readers_;
+  bool has_processes_ = false;
+};
+
+} // namespace
+
+struct http_endpoint::impl {
+  status_source source;
+  throughput_window throughput;
+  queue_readers queues;
+  httplib::Server server;
+  int port = 0;
+  std::thread serve;
+  std::thread sampler;
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool stopping = false;
+
+  explicit impl(status_source src)
+    : source(std::move(src)), throughput(source.metrics),
+      queues(source) {
+    // nop
+  }
+
+  status_snapshot snapshot() {
+    auto s = source.snapshot();
+    for (size_t i = 0; i < s.domains.size(); ++i)
+      s.domains[i].finished_per_second = throughput.rate(i);
+    return s;
+  }
+
+  void routes() {
+    server.Get("/healthz",
+               [this](const httplib::Request&, httplib::Response& res) {
+                 auto s = source.snapshot();
+                 res.status = s.state == health_state::critical ? 503 : 200;
+                 res.set_content(render_health_json(s), "application/json");
+               });
+    server.Get("/readyz",
+               [this](const httplib::Request&, httplib::Response& res) {
+                 auto s = source.snapshot();
+                 res.status = s.ready ? 200 : 503;
+                 res.set_content(render_ready_json(s), "application/json");
+               });
+    server.Get("/metrics",
+               [this](const httplib::Request&, httplib::Response& res) {
+                 auto s = snapshot();
+                 queues.fill(s);
+                 res.set_content(render_metrics(s), exposition_content_type);
+               });
+    server.Get("/", [this](const httplib::Request&, httplib::Response& res) {
+      auto s = snapshot();
+      queues.fill(s);
+      res.set_header("Cache-Control", "no-store");
+      res.set_content(render_status_page(s), "text/html; charset=utf-8");
+    });
+  }
+
+  void sample_until_stopped() {
+    std::unique_lock<std::mutex> lock{mtx};
+    while (!stopping) {
+      throughput.sample(clock::now());
+      cv.wait_for(lock, std::chrono::seconds{1});
+    }
+  }
+};
+
+http_endpoint::http_endpoint(const config::http_address& where,
+                             status_source source)
+  : impl_(std::make_unique<impl>(std::move(source))) {
+  auto& s = impl_->server;
+  // Two threads answer; a scrape never needs more.
+  s.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  s.set_read_timeout(std::chrono::seconds{5});
+  s.set_write_timeout(std::chrono::seconds{5});
+  s.set_keep_alive_max_count(100);
+  impl_->routes();
+  auto where_text = where.host + ":" + std::to_string(where.port);
+  if (where.port == 0) {
+    impl_->port = s.bind_to_any_port(where.host);
+    if (impl_->port <= 0)
+      impl_->port = 0;
+  } else if (s.bind_to_port(where.host, where.port)) {
+    impl_->port = where.port;
+  }
+  if (impl_->port == 0)
+    throw std::runtime_error("cannot listen on " + where_text
+                             + " for the HTTP endpoint: the port is taken or "
+                               "the address is not one of this machine's");
+  impl_->serve = std::thread{[this] { impl_->server.listen_after_bind(); }};
+  // A stop() before the server runs would be lost: wait until it runs.
+  auto deadline = clock::now() + std::chrono::seconds{5};
+  while (!s.is_running() && clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  impl_->sampler = std::thread{[this] { impl_->sample_until_stopped(); }};
+  log::from("http").info(
+    "HTTP endpoint on http://{}:{}/ (/healthz, /readyz, /metrics)", where.host,
+    impl_->port);
+}
+
+http_endpoint::~http_endpoint() {
+  {
+    std::lock_guard<std::mutex> guard{impl_->mtx};
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  impl_->server.stop();
+  if (impl_->serve.joinable())
+    impl_->serve.join();
+  if (impl_->sampler.joinable())
+    impl_->sampler.join();
+}
+
+int http_endpoint::port() const noexcept {
+  return impl_->port;
+}
+
+status_snapshot http_endpoint::snapshot() {
+  auto s = impl_->snapshot();
+  impl_->queues.fill(s);
+  return s;
+}
+
+} // namespace cmdbus

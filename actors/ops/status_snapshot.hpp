@@ -1,0 +1,79 @@
+#pragma once
+
+// What the worker's HTTP endpoint shows, copied at one moment from the
+// worker's health, metrics and the last queue figures: plain data, so that
+// the renderers (exposition.hpp, status_page.hpp) are functions of it and
+// testable without a worker, a server or a database.
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cmdbus/actors/ops/health.hpp"
+#include "cmdbus/actors/ops/metrics.hpp"
+#include "cmdbus/db/stats.hpp"
+
+namespace cmdbus {
+
+/// The tallies of one command type.
+struct type_status {
+  std::string command_type;
+  int64_t completed = 0;
+  int64_t failed = 0;
+  int64_t retried = 0;
+  int64_t moved_to_tsq = 0;
+  duration_histogram::snapshot duration;
+};
+
+/// One domain.
+struct domain_status {
+  domain_health health;
+  /// Whether the domain's poller has read since the worker started.
+  bool polling = false;
+  int64_t received = 0;
+  int64_t in_flight = 0;
+  int64_t slots = 0;
+  int64_t handler_restarts = 0;
+  /// Slots of the connected remote handler pools, how many are connected,
+  /// and how many were lost so far.
+  int64_t remote_slots = 0;
+  int64_t remote_pools = 0;
+  int64_t remote_disconnects = 0;
+  /// Indexed like all_db_actors.
+  std::array<int64_t, all_db_actors.size()> db_errors{};
+  /// By name.
+  std::vector<type_status> types;
+  /// Commands finished per second over the last minute (or since the
+  /// endpoint started, when that is shorter); unset before two samples.
+  std::optional<double> finished_per_second;
+  /// The command queue and TSQ figures of the last read; unset when they
+  /// could not be read.
+  std::optional<db::queue_figures> queue;
+};
+
+/// The whole worker.
+struct status_snapshot {
+  std::string version;
+  /// The worst domain state.
+  health_state state = health_state::healthy;
+  /// Whether the worker takes work (see worker::is_ready) and why not:
+  /// "ready", "starting", "draining", "drained" (cmdbus cluster drain) or
+  /// "stopped".
+  bool ready = false;
+  std::string readiness;
+  double uptime_seconds = 0;
+  std::vector<domain_status> domains;
+  /// Whether the worker drives processes (then `processes` was read with
+  /// the queue figures).
+  bool has_processes = false;
+  /// Its processes not yet final, by (domain, type, status).
+  std::vector<db::process_figures> processes;
+  /// Why the queue figures are missing (empty when they were read).
+  std::string queue_error;
+  /// Seconds since the queue figures were read.
+  double queue_age_seconds = 0;
+};
+
+} // namespace cmdbus

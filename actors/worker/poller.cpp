@@ -1,0 +1,194 @@
+#include "cmdbus/actors/worker/poller.hpp"
+
+#include <caf/all.hpp>
+
+#include "cmdbus/actors/worker/fault.hpp"
+#include "cmdbus/actors/worker/listener.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/backoff.hpp"
+#include "cmdbus/model/log.hpp"
+
+namespace cmdbus::actors {
+
+poller_state::poller_state() = default;
+
+poller_state::~poller_state() = default;
+
+std::chrono::milliseconds idle_delay(std::chrono::milliseconds poll_interval,
+                                     int empty_reads, std::mt19937_64& rng) {
+  auto base = static_cast<double>(poll_interval.count());
+  auto ms = std::max<int64_t>(
+    1, static_cast<int64_t>(
+         backoff::exponential(std::max(empty_reads, 1), base / 4, 2.0, base)));
+  auto jittered = backoff::jitter(static_cast<double>(ms), 0.8, 1.2, rng);
+  return std::chrono::milliseconds{
+    std::max<int64_t>(1, static_cast<int64_t>(jittered))};
+}
+
+namespace {
+
+using self_ptr = poller_actor::stateful_pointer<poller_state>;
+
+poller_actor::behavior_type poller_behavior(self_ptr self);
+void schedule_read(self_ptr self);
+
+// Re-arms the poll timeout. It is the behaviour's idle timeout (caf::after),
+// not a delayed_send: a message pending in CAF's clock keeps a detached
+// actor alive at shutdown.
+void arm_timer(self_ptr self, std::chrono::milliseconds delay) {
+  auto& st = self->state;
+  if (st.next_poll == delay)
+    return;
+  st.next_poll = delay;
+  self->become(poller_behavior(self));
+}
+
+void read(self_ptr self) {
+  auto& st = self->state;
+  if (st.credits <= 0)
+    return;
+  if (st.session->outage().backing_off()) {
+    // A credit or a NOTIFY arrived during the error backoff: read when it
+    // ends, not before.
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      st.session->outage().retry_at() - self->clock().now());
+    arm_timer(self, std::max(std::chrono::milliseconds{1}, left));
+    return;
+  }
+  try {
+    auto qty = static_cast<int>(st.credits);
+    auto vt = static_cast<int>(st.settings.cfg->visibility_timeout.count());
+    auto res = st.receive(vt, qty);
+    st.session->succeeded();
+    if (res.read > 0)
+      maybe_crash(fault_point::after_receive);
+    std::vector<received_command> runnable = std::move(res.commands);
+    for (auto& r : res.rejected) {
+      if (r.claimed) {
+        // Claimed but undecodable: a permanent failure (archive + TSQ).
+        outcome out;
+        out.kind = outcome_kind::permanent;
+        out.error_code = "INVALID_MESSAGE";
+        out.error_message = r.detail;
+        st.credits -= 1;
+        self->send(st.parent, atom::finish::value,
+                   db::finished_command{*r.claimed, std::move(out), false});
+      } else {
+        st.settings.counters->rejected += 1;
+        log::from(st.name).warn("{} archived message {} of {}: {}", st.name,
+                                r.msg_id, db::command_queue(st.settings.domain),
+                                log::one_line(r.reason));
+      }
+    }
+    if (!runnable.empty()) {
+      st.credits -= static_cast<int64_t>(runnable.size());
+      self->send(st.parent, atom::run::value, std::move(runnable));
+    }
+    if (st.settings.health)
+      st.settings.health->poller_read(health_now_ms(), st.credits);
+    if (res.read >= qty) {
+      // A full read: there may be more; read again as soon as possible.
+      st.empty_reads = 0;
+      schedule_read(self);
+    } else {
+      if (res.read == 0) {
+        ++st.empty_reads;
+        self->send(st.parent, atom::idle::value, st.credits_seen);
+      } else {
+        st.empty_reads = 0;
+      }
+      if (!st.settings.tick)
+        arm_timer(self, res.read == 0
+                          ? idle_delay(st.settings.cfg->poll_interval,
+                                       st.empty_reads, st.rng)
+                          : st.settings.cfg->poll_interval);
+    }
+  } catch (const std::exception& e) {
+    arm_timer(self, st.session->failed(e));
+  }
+}
+
+// Reads once the messages already in the mailbox are handled: the wakeup
+// queues behind any credits that arrived meanwhile.
+void schedule_read(self_ptr self) {
+  auto& st = self->state;
+  if (st.read_scheduled)
+    return;
+  st.read_scheduled = true;
+  self->send(self, atom::wakeup::value);
+}
+
+poller_actor::behavior_type poller_behavior(self_ptr self) {
+  auto on_credit = [self](atom::credit, int64_t n) {
+    auto& st = self->state;
+    st.credits += n;
+    ++st.credits_seen;
+    if (st.settings.health)
+      st.settings.health->poller_credited(health_now_ms(), st.credits);
+    schedule_read(self);
+  };
+  auto on_wakeup = [self](atom::wakeup) {
+    self->state.read_scheduled = false;
+    read(self);
+  };
+  if (!self->state.next_poll)
+    return {on_credit, on_wakeup};
+  return {on_credit, on_wakeup,
+          caf::after(*self->state.next_poll) >> [self] { read(self); }};
+}
+
+} // namespace
+
+poller_actor::behavior_type
+poller(poller_actor::stateful_pointer<poller_state> self,
+       domain_settings settings, poller_parent_actor parent,
+       receive_fn receive) {
+  auto& st = self->state;
+  st.settings = std::move(settings);
+  st.parent = std::move(parent);
+  st.name = "poller/" + st.settings.domain;
+  auto opts = session_for(st.settings, "cmdbus-poller");
+  opts.max_backoff = std::chrono::milliseconds{5000};
+  st.session = std::make_unique<db_session>(st.name, std::move(opts),
+                                            st.settings.counters, [self] {
+                                              return self->clock().now();
+                                            });
+  st.session->report_outages_to(st.settings.health);
+  st.session->count_errors_in(db_error_counter(st.settings, db_actor::poller));
+  if (receive) {
+    st.receive = std::move(receive);
+  } else {
+    st.receive = [self](int vt, int qty) {
+      auto& st = self->state;
+      db::worker_store store{st.session->get(), st.settings.domain};
+      return store.receive(vt, qty);
+    };
+  }
+  st.credits = st.settings.cfg->concurrency + st.settings.cfg->prefetch;
+  if (st.settings.cfg->use_notify && !st.settings.tick)
+    st.listen = std::make_unique<listener>(
+      "listener/" + st.settings.domain,
+      config::dsn_for(*st.settings.cfg, st.settings.domain),
+      db::notify_channel(db::command_queue(st.settings.domain)),
+      [target = poller_actor{self}] {
+        caf::anon_send(target, atom::wakeup::value);
+      });
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    self->state.listen.reset();
+    self->state.session->close();
+    self->quit(em.reason);
+  });
+  if (!st.settings.tick)
+    st.next_poll = st.settings.cfg->poll_interval;
+  schedule_read(self);
+  return poller_behavior(self);
+}
+
+poller_actor spawn_poller(supervisor_actor::pointer parent,
+                          const domain_settings& settings) {
+  return parent->spawn<caf::detached + caf::linked>(
+    poller, settings, poller_parent_actor{supervisor_actor{parent}},
+    receive_fn{});
+}
+
+} // namespace cmdbus::actors

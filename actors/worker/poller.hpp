@@ -1,0 +1,81 @@
+#pragma once
+
+// The poller of a domain: reads {domain}__commands with credits (never more
+// messages than the domain can run), woken by LISTEN/NOTIFY (a listener
+// thread) or its poll timer.
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+
+#include "cmdbus/actors/worker/db_session.hpp"
+#include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/worker/spawn.hpp"
+#include "cmdbus/db/worker_store.hpp"
+
+namespace cmdbus::actors {
+
+class listener;
+
+/// How the poller reads: (visibility timeout in seconds, most messages) ->
+/// what it read; throws on failure. Tests replace the database with it.
+using receive_fn = std::function<db::receive_result(int, int)>;
+
+/// State of a poller.
+struct poller_state {
+  poller_state();
+  ~poller_state();
+
+  domain_settings settings;
+  poller_parent_actor parent;
+  std::unique_ptr<db_session> session;
+  receive_fn receive;
+  std::unique_ptr<listener> listen;
+  /// Free message slots: the poller never holds more than it can run.
+  int64_t credits = 0;
+  /// Credit messages received (echoed in atom::idle).
+  int64_t credits_seen = 0;
+  /// When to read again if nothing else happens (poll interval, idle
+  /// backoff or error backoff); unset in tick mode.
+  std::optional<std::chrono::milliseconds> next_poll;
+  /// Consecutive empty reads (idle backoff).
+  int empty_reads = 0;
+  /// A wakeup to ourselves is in the mailbox: credits that arrive before
+  /// it are read together (one large read instead of several small ones).
+  bool read_scheduled = false;
+  std::mt19937_64 rng{std::random_device{}()};
+  /// "poller/<domain>".
+  std::string name;
+};
+
+/// Returns the idle backoff after `empty_reads` consecutive empty reads: a
+/// quarter of the poll interval after the first, doubling per empty read up
+/// to the poll interval, +/- 20 % jitter.
+std::chrono::milliseconds idle_delay(std::chrono::milliseconds poll_interval,
+                                     int empty_reads, std::mt19937_64& rng);
+
+/// The poller's behaviour: reads at most `credits` messages whenever it got
+/// credits, a NOTIFY arrived, or its timer fired; sends what it read to
+/// `parent` as (atom::run, commands), undecodable claimed ones as
+/// (atom::finish, ...), and (atom::idle, credits_seen) after an empty read.
+/// A full read is followed by another at once; otherwise it reads again
+/// after the poll interval, after the idle backoff (empty reads), or after
+/// the error backoff; in tick mode only when credits arrive.
+/// @param self The poller.
+/// @param settings Its domain's settings.
+/// @param parent Its supervisor.
+/// @param receive How it reads; the database when empty.
+poller_actor::behavior_type
+poller(poller_actor::stateful_pointer<poller_state> self,
+       domain_settings settings, poller_parent_actor parent,
+       receive_fn receive);
+
+/// Spawns the production poller of `settings` (detached), linked to
+/// `parent`.
+poller_actor spawn_poller(supervisor_actor::pointer parent,
+                          const domain_settings& settings);
+
+} // namespace cmdbus::actors

@@ -1,0 +1,103 @@
+#include "cmdbus/actors/worker/retry_scheduler.hpp"
+
+#include <algorithm>
+
+#include <caf/all.hpp>
+
+#include "cmdbus/actors/errors.hpp"
+#include "cmdbus/actors/worker/fault.hpp"
+
+namespace cmdbus::actors {
+
+void retry_scheduler_state::commit(pointer self, size_t n) {
+  auto& st = self->state;
+  std::vector<db::retry_command> items;
+  auto stale = write_prefix(st, n, items);
+  maybe_crash(fault_point::after_commit);
+  st.settings.counters->retried += static_cast<int64_t>(n)
+                                   - static_cast<int64_t>(stale.size());
+  if (st.settings.metrics) {
+    std::sort(stale.begin(), stale.end());
+    for (auto& x : items)
+      if (!std::binary_search(stale.begin(), stale.end(), x.rc.msg_id))
+        st.settings.metrics->of(x.rc.cmd.command_type).retried += 1;
+  }
+  count_stale(st.name, st.settings, stale.size());
+  self->send(st.parent, atom::committed::value, static_cast<int64_t>(n));
+}
+
+// Nothing is lost: the message becomes visible again when its visibility
+// timeout ends, and the command runs again (its next attempt).
+void retry_scheduler_state::refused(pointer self, const std::exception& e) {
+  auto& st = self->state;
+  auto& x = st.buffer.front();
+  log::from(st.name).error(
+    "{}: the database refused the retry of command {} (msg_id {}): "
+    "{}; it runs again when its visibility timeout ends",
+    st.name, x.rc.cmd.command_id.to_string(), x.rc.msg_id,
+    log::one_line(e.what()));
+  st.buffer.erase(st.buffer.begin());
+  self->send(st.parent, atom::committed::value, int64_t{1});
+}
+
+retry_scheduler_actor::behavior_type
+retry_scheduler(retry_scheduler_state::pointer self, domain_settings settings,
+                writer_parent_actor parent, reschedule_fn write,
+                extend_fn extend) {
+  auto& st = self->state;
+  if (write) {
+    st.write = std::move(write);
+  } else {
+    st.write = [self](const std::vector<db::retry_command>& xs) {
+      auto& st = self->state;
+      db::worker_store store{st.connection(), st.settings.domain};
+      return store.reschedule(xs);
+    };
+  }
+  if (extend) {
+    st.extend = std::move(extend);
+  } else {
+    st.extend = [self](const std::vector<int64_t>& msg_ids, int seconds,
+                       bool keep_longer) {
+      auto& st = self->state;
+      db::worker_store store{st.connection(), st.settings.domain};
+      return store.extend_visibility(msg_ids, seconds, keep_longer);
+    };
+  }
+  auto on_extend = [self](atom::extend, std::vector<int64_t>& msg_ids,
+                          int seconds, bool keep_longer) -> caf::result<int> {
+    auto& st = self->state;
+    // While the database is failing, answer at once instead of waiting for
+    // a connection attempt per request.
+    if (st.session->outage().backing_off())
+      return caf::make_error(ec::db_unavailable,
+                             std::string{"extending visibility failed: the "
+                                         "database is unavailable"});
+    try {
+      auto n = st.extend(msg_ids, seconds, keep_longer);
+      st.session->succeeded();
+      return n;
+    } catch (const std::exception& e) {
+      st.on_failure(self, e);
+      return caf::make_error(
+        is_unavailable(e) ? ec::db_unavailable : ec::db_failed,
+        "extending visibility failed: " + log::one_line(e.what()));
+    }
+  };
+  return start_writer<retry_scheduler_state>(self, std::move(settings),
+                                             std::move(parent), on_extend);
+}
+
+retry_scheduler_actor
+spawn_retry_writer(caf::actor_system& sys, const domain_settings& settings,
+                   writer_parent_actor parent, reschedule_fn write,
+                   extend_fn extend, bool detached) {
+  if (detached)
+    return sys.spawn<caf::detached>(retry_scheduler, settings,
+                                    std::move(parent), std::move(write),
+                                    std::move(extend));
+  return sys.spawn(retry_scheduler, settings, std::move(parent),
+                   std::move(write), std::move(extend));
+}
+
+} // namespace cmdbus::actors

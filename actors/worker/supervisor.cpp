@@ -1,0 +1,855 @@
+#include "cmdbus/actors/worker/supervisor.hpp"
+
+#include <caf/all.hpp>
+
+#include "cmdbus/actors/errors.hpp"
+#include "cmdbus/actors/worker/fault.hpp"
+#include "cmdbus/actors/worker/runtime.hpp"
+#include "cmdbus/model/log.hpp"
+
+namespace cmdbus::actors {
+
+namespace {
+
+using self_ptr = supervisor_actor::stateful_pointer<supervisor_state>;
+using clock = std::chrono::steady_clock;
+
+void handler_freed(self_ptr self, int64_t n);
+void progress(self_ptr self);
+void dispatch(self_ptr self);
+
+supervisor_state::pool& pool_of(supervisor_state& st, handler_mode mode) {
+  return st.pools[static_cast<size_t>(mode)];
+}
+
+// The pool that runs `rc`: its handler's mode, or any pool for a command
+// without a handler (it fails at once).
+supervisor_state::pool& pool_for(supervisor_state& st,
+                                 const received_command& rc) {
+  auto& p = pool_of(st, st.settings.registry->mode(rc.cmd.domain,
+                                                   rc.cmd.command_type));
+  if (!p.all.empty())
+    return p;
+  for (auto& other : st.pools)
+    if (!other.all.empty())
+      return other;
+  return p;
+}
+
+// Hands `x` to a writer and remembers when, for the writer's watchdog.
+template <class Writer, class Atom, class Item>
+void hand_over(self_ptr self, const Writer& writer,
+               supervisor_state::writer_log& wl, Atom atom, Item&& x) {
+  auto now = self->clock().now();
+  if (wl.pending.empty())
+    wl.last_progress = now;
+  wl.pending.push_back(now);
+  self->send(writer, atom, std::forward<Item>(x));
+}
+
+// Routes a handler's outcome to the writer that owns its side effects.
+void route(self_ptr self, const received_command& rc, outcome out) {
+  auto& st = self->state;
+  if (st.settings.health) {
+    if (out.kind == outcome_kind::success)
+      st.settings.health->consecutive_failures.store(0);
+    else if (out.kind != outcome_kind::business_rule)
+      st.settings.health->consecutive_failures += 1;
+  }
+  if (out.kind == outcome_kind::transient && rc.attempt < rc.max_attempts) {
+    db::retry_command x{rc, std::move(out),
+                        backoff_seconds(st.settings.cfg->retry, rc.attempt,
+                                        st.rng)};
+    hand_over(self, st.retry, st.retry_log, atom::retry::value, std::move(x));
+  } else {
+    bool exhausted = out.kind == outcome_kind::transient;
+    db::finished_command x{rc, std::move(out), exhausted};
+    hand_over(self, st.completion, st.completion_log, atom::finish::value,
+              std::move(x));
+  }
+}
+
+// Starts `w` on an idle local handler of pool `p`.
+void start_local(self_ptr self, supervisor_state::pool& p,
+                 supervisor_state::waiting& w) {
+  auto& st = self->state;
+  auto h = p.idle.front();
+  p.idle.pop_front();
+  auto delivery = ++st.next_delivery;
+  st.running.emplace(delivery,
+                     supervisor_state::running_command{
+                       h, w.rc, w.read_at, std::chrono::steady_clock::now(),
+                       std::string{}});
+  self->request(h, caf::infinite, atom::handle::value, std::move(w.rc))
+    .then(
+      [self, h, delivery](outcome& out) {
+        maybe_crash(fault_point::after_handler);
+        auto& st = self->state;
+        auto i = st.running.find(delivery);
+        if (i == st.running.end())
+          return;
+        auto rc = std::move(i->second.rc);
+        if (st.settings.metrics)
+          st.settings.metrics->of(rc->cmd.command_type)
+            .duration.observe(std::chrono::steady_clock::now()
+                              - i->second.started_at);
+        st.running.erase(i);
+        pool_for(st, *rc).idle.push_back(h);
+        // Handed over first, so that the hold limit counts it.
+        route(self, *rc, std::move(out));
+        handler_freed(self, 1);
+        dispatch(self);
+      },
+      [self, delivery](caf::error& err) {
+        // The handler died while running it (its exit message replaces
+        // it). The message reappears after its visibility timeout.
+        auto& st = self->state;
+        auto i = st.running.find(delivery);
+        if (i == st.running.end())
+          return;
+        log::from(st.name).warn("{} lost command msg_id {}: {}", st.name,
+                                i->second.rc->msg_id, describe(err));
+        st.running.erase(i);
+        handler_freed(self, 1);
+        progress(self);
+      });
+}
+
+supervisor_state::remote_pool* find_remote(supervisor_state& st,
+                                           const std::string& address) {
+  for (auto& r : st.remotes)
+    if (r.address == address)
+      return &r;
+  return nullptr;
+}
+
+bool serves(const supervisor_state::remote_pool& r, const std::string& type) {
+  return std::binary_search(r.types.begin(), r.types.end(), type);
+}
+
+// The least busy connected pool serving `type` with a free slot, or null.
+supervisor_state::remote_pool* free_remote(supervisor_state& st,
+                                           const std::string& type) {
+  supervisor_state::remote_pool* best = nullptr;
+  for (auto& r : st.remotes)
+    if (r.busy < r.slots && serves(r, type) && (!best || r.busy < best->busy))
+      best = &r;
+  return best;
+}
+
+bool served_locally(const supervisor_state& st, const std::string& type) {
+  return st.settings.registry->find(st.settings.domain, type) != nullptr;
+}
+
+bool served_remotely(const supervisor_state& st, const std::string& type) {
+  for (auto& r : st.remotes)
+    if (serves(r, type))
+      return true;
+  return false;
+}
+
+// Whether `type` may yet be served by a pool that is not connected now.
+bool pools_missing(const supervisor_state& st) {
+  return st.remotes.size() < st.links.size();
+}
+
+// Starts `w` in the remote pool `r`. The pool's answer comes back as a
+// wire outcome; when the pool vanishes first there is no answer at all (CAF
+// drops requests to a lost node silently): drop_pool cleans up on its down
+// message, and this continuation then finds nothing.
+void start_remote(self_ptr self, supervisor_state::remote_pool& r,
+                  supervisor_state::waiting& w) {
+  auto& st = self->state;
+  auto delivery = ++st.next_delivery;
+  ++r.busy;
+  auto wire = remote::to_wire(*w.rc);
+  st.running.emplace(delivery,
+                     supervisor_state::running_command{
+                       handler_actor{}, std::move(w.rc), w.read_at,
+                       std::chrono::steady_clock::now(), r.address});
+  // Done with the running entry: the pool's slot is free again.
+  auto finish = [self](std::map<uint64_t,
+                                supervisor_state::running_command>::iterator i) {
+    auto& st = self->state;
+    if (auto* pool = find_remote(st, i->second.remote))
+      pool->busy -= 1;
+    auto rc = std::move(i->second.rc);
+    st.running.erase(i);
+    return rc;
+  };
+  self->request(r.hdl, caf::infinite, atom::handle::value, std::move(wire))
+    .then(
+      [self, delivery, finish](remote::wire_outcome& wo) {
+        auto& st = self->state;
+        auto i = st.running.find(delivery);
+        if (i == st.running.end())
+          return; // dropped with its pool meanwhile
+        if (st.settings.metrics)
+          st.settings.metrics->of(i->second.rc->cmd.command_type)
+            .duration.observe(std::chrono::steady_clock::now()
+                              - i->second.started_at);
+        auto rc = finish(i);
+        route(self, *rc, remote::from_wire(wo));
+        handler_freed(self, 1);
+        dispatch(self);
+      },
+      [self, delivery, finish](caf::error& err) {
+        // The node answered with an error instead of an outcome (it
+        // refused the command or its pool failed): a transient failure,
+        // retried with the usual backoff.
+        auto& st = self->state;
+        auto i = st.running.find(delivery);
+        if (i == st.running.end())
+          return;
+        auto rc = finish(i);
+        outcome out;
+        out.kind = outcome_kind::transient;
+        out.error_code = "REMOTE_POOL_ERROR";
+        out.error_message = describe(err);
+        log::from(st.name).warn("{} remote pool failed command msg_id {}: {}",
+                                st.name, rc->msg_id, out.error_message);
+        route(self, *rc, std::move(out));
+        handler_freed(self, 1);
+        dispatch(self);
+      });
+}
+
+// Starts every waiting command (in order) that has a free slot on its
+// route. Without remote pools that is the idle handlers of its pool, in
+// order. With them, a command type a local handler serves runs locally
+// (no network hop); another runs in the least busy connected pool that
+// serves it; a command no pool serves waits while a pool is disconnected
+// (it may serve it: see release_waiting), and otherwise fails locally like
+// any command without a handler. Credits bound the commands held to the
+// slots plus `prefetch`: the prefetched ones wait here for a free slot (as
+// does any command while a dead handler is replaced).
+void dispatch(self_ptr self) {
+  auto& st = self->state;
+  bool with_remotes = !st.links.empty();
+  for (auto it = st.backlog.begin(); it != st.backlog.end();) {
+    const auto& type = it->rc->cmd.command_type;
+    if (with_remotes && !served_locally(st, type)) {
+      if (auto* r = free_remote(st, type)) {
+        start_remote(self, *r, *it);
+        it = st.backlog.erase(it);
+        continue;
+      }
+      if (served_remotely(st, type) || pools_missing(st)) {
+        ++it; // waits for a slot of a pool of its type
+        continue;
+      }
+    }
+    auto& p = pool_for(st, *it->rc);
+    if (p.idle.empty()) {
+      if (!with_remotes)
+        return; // in order: nothing behind it can start either
+      ++it;
+      continue;
+    }
+    start_local(self, p, *it);
+    it = st.backlog.erase(it);
+  }
+}
+
+// Answers waiting drains once nothing is held and intake stopped (or, in
+// tick mode, the poller found the queue empty after its last credit).
+void maybe_finish_drain(self_ptr self) {
+  auto& st = self->state;
+  if (st.held() > 0 || !(st.draining || (st.settings.tick && st.poller_idle)))
+    return;
+  for (auto& rp : st.drain_waiters)
+    rp.deliver(atom::done::value);
+  st.drain_waiters.clear();
+}
+
+// Sends `n` credits (0 just makes the poller read again) unless intake
+// stopped. An "idle" from the poller counts only once it saw this credit.
+void give_credit(self_ptr self, int64_t n) {
+  auto& st = self->state;
+  if (st.draining || !st.poller)
+    return;
+  self->send(st.poller, atom::credit::value, n);
+  st.granted += n;
+  ++st.credits_sent;
+  st.poller_idle = false;
+}
+
+// Returns the pending credits to the poller now, as far as the hold limit
+// allows; the rest goes out as side effects commit.
+void flush_credit(self_ptr self) {
+  auto& st = self->state;
+  ++st.credit_epoch;
+  auto room = hold_limit(st.capacity()) - st.held() - st.granted;
+  auto n = std::min(st.pending_credit, room);
+  st.withheld = n < st.pending_credit;
+  if (n <= 0)
+    return;
+  give_credit(self, n);
+  st.pending_credit -= n;
+}
+
+// `n` slots became free: they pay the credit debt of vanished remote pools
+// first, the rest become pending credits. Returns whether any did.
+bool credit_back(supervisor_state& st, int64_t n) {
+  auto pay = std::min(st.credit_debt, n);
+  st.credit_debt -= pay;
+  st.pending_credit += n - pay;
+  return n - pay > 0;
+}
+
+// `n` handler slots became free: the poller may read that many more
+// messages. Credits go back at once when no handler runs any more (then
+// the poller reads for the whole pool), else after at most flush_interval
+// (atom::credit_due), so that reads stay large under load (a small read
+// costs nearly as much as a large one) while a freed slot never waits
+// long for work.
+void handler_freed(self_ptr self, int64_t n) {
+  auto& st = self->state;
+  st.settings.counters->in_flight -= n;
+  if (st.settings.domain_in_flight)
+    *st.settings.domain_in_flight -= n;
+  auto first = st.pending_credit == 0;
+  if (!credit_back(st, n))
+    return;
+  if (st.running.empty() && st.backlog.empty()) {
+    flush_credit(self);
+  } else if (first) {
+    self->delayed_send(self, st.settings.cfg->flush_interval,
+                       atom::credit_due::value, st.credit_epoch);
+  }
+}
+
+// Fewer messages are held: credits kept back by the hold limit may go out,
+// and a drain may be complete.
+void progress(self_ptr self) {
+  if (self->state.withheld)
+    flush_credit(self);
+  maybe_finish_drain(self);
+}
+
+// The side effects of `n` commands handed to the writer behind `wl` are
+// committed (or dropped as stale). In tick mode the poller reads once more,
+// since a retry may have become due.
+void committed(self_ptr self, supervisor_state::writer_log& wl, int64_t n) {
+  auto& st = self->state;
+  for (int64_t i = 0; i < n && !wl.pending.empty(); ++i)
+    wl.pending.pop_front();
+  wl.last_progress = self->clock().now();
+  if (st.settings.tick)
+    give_credit(self, 0);
+  progress(self);
+}
+
+// The lease heartbeat's period: a quarter of the visibility timeout (at
+// least 100 ms), so that a message is extended between half and three
+// quarters of its visibility timeout, well before it expires.
+std::chrono::milliseconds heartbeat_period(std::chrono::seconds vt) {
+  return std::max(std::chrono::milliseconds{100},
+                  std::chrono::duration_cast<std::chrono::milliseconds>(vt)
+                    / 4);
+}
+
+// Extends the messages held longer than half the visibility timeout since
+// they were read, whether their handler runs or they still wait for one.
+void extend_leases(self_ptr self) {
+  auto& st = self->state;
+  auto vt = st.settings.cfg->visibility_timeout;
+  auto now = self->clock().now();
+  std::vector<int64_t> due;
+  for (auto& [delivery, run] : st.running)
+    if (now - run.read_at >= vt / 2)
+      due.push_back(run.rc->msg_id);
+  for (auto& w : st.backlog)
+    if (now - w.read_at >= vt / 2)
+      due.push_back(w.rc->msg_id);
+  if (due.empty())
+    return;
+  // keep_longer: never shorten a longer explicit extension.
+  self
+    ->request(st.retry, caf::infinite, atom::extend::value, std::move(due),
+              static_cast<int>(vt.count()), true)
+    .then([](int) {},
+          [self](caf::error& err) {
+            log::from(self->state.name)
+              .debug("{} lease heartbeat failed: {}", self->state.name,
+                     describe(err));
+          });
+}
+
+// Returns whether the writer behind `wl` holds side effects and made no
+// progress for stuck_after without reporting the database unavailable.
+bool stuck(const supervisor_state& st, const supervisor_state::writer_log& wl,
+           clock::time_point now) {
+  if (wl.pending.empty())
+    return false;
+  auto last = std::max(wl.last_progress, wl.last_unavailable);
+  return now - last > stuck_after(st.settings);
+}
+
+// Restarts the domain (through the root) when a writer is stuck: its
+// thread may be blocked for good, and the messages it holds reappear after
+// their visibility timeout for the new domain supervisor.
+bool check_writers(self_ptr self) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  for (auto* wl : {&st.completion_log, &st.retry_log}) {
+    if (!stuck(st, *wl, now))
+      continue;
+    auto secs = std::chrono::duration_cast<std::chrono::seconds>(
+                  now - wl->last_progress)
+                  .count();
+    log::from(st.name).error(
+      "{}: the {} holds {} side effect(s) and made no progress "
+      "for {} s while the database answers; restarting the "
+      "domain",
+      st.name,
+      wl == &st.completion_log ? "completion writer" : "retry scheduler",
+      wl->pending.size(), secs);
+    self->quit(caf::make_error(ec::writer_stuck, st.name));
+    return false;
+  }
+  return true;
+}
+
+// Counts the stuck handlers and stalled writers for the domain's health
+// and logs a change of its state (once per heartbeat: a pass over what the
+// domain holds, no query).
+void report_health(self_ptr self) {
+  auto& st = self->state;
+  if (!st.settings.health)
+    return;
+  auto now = self->clock().now();
+  auto stuck_after = st.settings.cfg->visibility_timeout
+                     + std::chrono::milliseconds{health_limits::stuck_grace_ms};
+  int64_t stuck = 0;
+  for (auto& [delivery, run] : st.running)
+    if (now - run.read_at > stuck_after)
+      ++stuck;
+  int64_t stalled = 0;
+  for (auto* wl : {&st.completion_log, &st.retry_log})
+    if (!wl->pending.empty()
+        && now - wl->last_progress
+             > std::chrono::milliseconds{health_limits::writer_stalled_ms})
+      ++stalled;
+  st.settings.health->stuck_handlers.store(stuck);
+  st.settings.health->stalled_writers.store(stalled);
+  evaluate_and_log(st.settings.domain, *st.settings.health);
+}
+
+bool has_local_handlers(const supervisor_state& st) {
+  for (auto& [domain, type] : st.settings.registry->keys())
+    if (domain == st.settings.domain)
+      return true;
+  return false;
+}
+
+void add_handler(self_ptr self, handler_mode mode) {
+  auto& st = self->state;
+  auto h = st.spawn.handler(self, st.settings, mode);
+  pool_of(st, mode).all.push_back(h);
+  pool_of(st, mode).idle.push_back(h);
+}
+
+// Replaces a dead handler; returns false if `source` is none of ours.
+bool replace_handler(self_ptr self, const caf::actor_addr& source,
+                     const caf::error& reason) {
+  auto& st = self->state;
+  auto is_src = [&](const handler_actor& a) { return a.address() == source; };
+  for (auto mode : {handler_mode::blocking, handler_mode::non_blocking}) {
+    auto& p = pool_of(st, mode);
+    auto it = std::find_if(p.all.begin(), p.all.end(), is_src);
+    if (it == p.all.end())
+      continue;
+    p.all.erase(it);
+    p.idle.erase(std::remove_if(p.idle.begin(), p.idle.end(), is_src),
+                 p.idle.end());
+    st.settings.counters->handler_restarts += 1;
+    if (st.settings.metrics)
+      st.settings.metrics->handler_restarts += 1;
+    log::from(st.name).warn("{} handler died ({}); replacing it", st.name,
+                            to_string(reason));
+    if (!st.draining)
+      add_handler(self, mode);
+    dispatch(self);
+    return true;
+  }
+  return false;
+}
+
+// Replaces a dead writer; what it held is lost with it (the messages
+// reappear after their visibility timeout). Returns false if `source` is
+// neither writer.
+bool replace_writer(self_ptr self, const caf::actor_addr& source,
+                    const caf::error& reason) {
+  auto& st = self->state;
+  bool is_completion = st.completion && st.completion.address() == source;
+  bool is_retry = st.retry && st.retry.address() == source;
+  if (!is_completion && !is_retry)
+    return false;
+  auto& wl = is_completion ? st.completion_log : st.retry_log;
+  log::from(st.name).error(
+    "{}: the {} died ({}); {} side effect(s) are lost with it and "
+    "their messages reappear after the visibility timeout; "
+    "replacing it",
+    st.name, is_completion ? "completion writer" : "retry scheduler",
+    to_string(reason), wl.pending.size());
+  wl.pending.clear();
+  if (is_completion)
+    st.completion = st.spawn.completion(self, st.settings);
+  else
+    st.retry = st.spawn.retry(self, st.settings);
+  progress(self);
+  return true;
+}
+
+// Makes messages visible again after `seconds` (0: now) through the retry
+// scheduler; if that fails (database down) they reappear after their
+// visibility timeout anyway.
+void release(self_ptr self, std::vector<int64_t> ids, int seconds) {
+  if (ids.empty())
+    return;
+  self
+    ->request(self->state.retry, caf::infinite, atom::extend::value,
+              std::move(ids), seconds, false)
+    .then([](int) {},
+          [self](caf::error& err) {
+            log::from(self->state.name)
+              .warn("{} could not make commands visible again ({}); they "
+                    "reappear after their visibility timeout",
+                    self->state.name, describe(err));
+          });
+}
+
+// Gives back waiting commands that no connected pool serves and no local
+// handler runs: all of them (a drain, which waits for no reconnection), or
+// those read at least a visibility timeout ago, which reappear after
+// another one (a pool serving them has been missing that long).
+void release_waiting(self_ptr self, bool all) {
+  auto& st = self->state;
+  if (st.links.empty())
+    return;
+  auto vt = st.settings.cfg->visibility_timeout;
+  auto now = self->clock().now();
+  std::vector<int64_t> ids;
+  for (auto it = st.backlog.begin(); it != st.backlog.end();) {
+    const auto& type = it->rc->cmd.command_type;
+    if (!served_locally(st, type) && !served_remotely(st, type)
+        && (all || now - it->read_at >= vt)) {
+      ids.push_back(it->rc->msg_id);
+      it = st.backlog.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (ids.empty())
+    return;
+  log::from(st.name).warn("{}: no connected remote pool serves {} waiting "
+                          "command(s); giving them back to the queue",
+                          st.name, ids.size());
+  auto n = static_cast<int64_t>(ids.size());
+  release(self, std::move(ids),
+          all ? 0 : static_cast<int>(vt.count()));
+  handler_freed(self, n);
+  progress(self);
+}
+
+void publish_remote_slots(supervisor_state& st) {
+  if (!st.settings.metrics)
+    return;
+  int64_t slots = 0;
+  for (auto& r : st.remotes)
+    slots += r.slots;
+  st.settings.metrics->remote_slots.store(slots);
+  st.settings.metrics->remote_pools.store(
+    static_cast<int64_t>(st.remotes.size()));
+}
+
+// Removes the remote pool at `address` (nothing when it is not connected:
+// its down message and its link's pool_down both come here). Its running
+// commands are made visible again at once: CAF answers nothing for
+// requests to a lost node, so they would otherwise wait for their
+// visibility timeout. A run that still finishes on the node is
+// harmless: its outcome has nowhere to go, and the next delivery owns the
+// message (at least once). The pool's slots leave the credits: idle ones
+// at once from the pending credits, the rest as debt paid by freed slots.
+void drop_pool(self_ptr self, const std::string& address,
+               const std::string& why) {
+  auto& st = self->state;
+  auto it = std::find_if(st.remotes.begin(), st.remotes.end(),
+                         [&](auto& r) { return r.address == address; });
+  if (it == st.remotes.end())
+    return;
+  auto slots = it->slots;
+  self->demonitor(it->hdl.address());
+  st.remotes.erase(it);
+  std::vector<int64_t> ids;
+  for (auto i = st.running.begin(); i != st.running.end();) {
+    if (i->second.remote == address) {
+      ids.push_back(i->second.rc->msg_id);
+      i = st.running.erase(i);
+    } else {
+      ++i;
+    }
+  }
+  auto dropped = static_cast<int64_t>(ids.size());
+  st.settings.counters->in_flight -= dropped;
+  if (st.settings.domain_in_flight)
+    *st.settings.domain_in_flight -= dropped;
+  auto reclaim = slots - dropped;
+  auto from_pending = std::min(st.pending_credit, reclaim);
+  st.pending_credit -= from_pending;
+  st.credit_debt += reclaim - from_pending;
+  publish_remote_slots(st);
+  if (st.settings.metrics)
+    st.settings.metrics->remote_disconnects += 1;
+  log::from(st.name).warn("{}: remote pool {} lost ({}); {} command(s) made "
+                          "visible again",
+                          st.name, address, why, dropped);
+  release(self, std::move(ids), 0);
+  if (st.draining)
+    release_waiting(self, true);
+  dispatch(self);
+  progress(self);
+}
+
+// A remote pool connected: its slots join the credits (paying any debt of
+// vanished ones first) and waiting commands of its types start there.
+void add_pool(self_ptr self, const std::string& address,
+              const remote::pool_offer& offer, const caf::actor& pool) {
+  auto& st = self->state;
+  auto hdl = caf::actor_cast<remote::handler_pool_actor>(pool);
+  if (!hdl || offer.slots <= 0)
+    return;
+  drop_pool(self, address, "replaced by a new connection");
+  self->monitor(hdl);
+  supervisor_state::remote_pool r;
+  r.address = address;
+  r.hdl = hdl;
+  r.types = offer.command_types;
+  std::sort(r.types.begin(), r.types.end());
+  r.slots = offer.slots;
+  st.remotes.push_back(std::move(r));
+  publish_remote_slots(st);
+  log::from(st.name).info("{}: remote pool {} ({}) connected: {} slot(s) for "
+                          "{} command type(s)",
+                          st.name, address, offer.node_name, offer.slots,
+                          offer.command_types.size());
+  if (credit_back(st, offer.slots))
+    flush_credit(self);
+  dispatch(self);
+}
+
+// Spawns the keeper of the connection to configured pool number `i`.
+void add_link(self_ptr self, size_t i) {
+  auto& st = self->state;
+  st.links[i] = st.spawn.remote(self, st.settings,
+                                st.settings.cfg->remote.pools[i]);
+}
+
+// Replaces a dead remote link (it keeps no state worth keeping); returns
+// false if `source` is none of them.
+bool replace_link(self_ptr self, const caf::actor_addr& source,
+                  const caf::error& reason) {
+  auto& st = self->state;
+  for (size_t i = 0; i < st.links.size(); ++i) {
+    if (!st.links[i] || st.links[i].address() != source)
+      continue;
+    st.links[i] = nullptr;
+    if (!st.draining) {
+      log::from(st.name).warn("{}: the link to remote pool {} died ({}); "
+                              "replacing it",
+                              st.name, st.settings.cfg->remote.pools[i],
+                              to_string(reason));
+      add_link(self, i);
+    }
+    return true;
+  }
+  return false;
+}
+
+// Stops reconnecting (a drain): the links end; connected pools stay until
+// their running commands are done.
+void stop_links(self_ptr self) {
+  for (auto& link : self->state.links) {
+    if (!link)
+      continue;
+    self->unlink_from(link);
+    self->send_exit(link, caf::exit_reason::user_shutdown);
+  }
+}
+
+} // namespace
+
+supervisor_actor::behavior_type
+supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
+           domain_settings settings, spawners spawn,
+           batch_listener_actor parent) {
+  auto& st = self->state;
+  st.settings = std::move(settings);
+  st.spawn = std::move(spawn);
+  st.parent = std::move(parent);
+  st.name = "supervisor/" + st.settings.domain;
+  st.completion = st.spawn.completion(self, st.settings);
+  st.retry = st.spawn.retry(self, st.settings);
+  // With remote pools, a domain without local handlers has no local slots;
+  // the poller still starts with `concurrency` + `prefetch` credits, so
+  // the local share starts as debt.
+  const auto& pools = st.settings.cfg->remote.pools;
+  bool local = pools.empty() || has_local_handlers(st);
+  if (local)
+    for (auto mode : {handler_mode::blocking, handler_mode::non_blocking})
+      if (st.settings.registry->uses(st.settings.domain, mode))
+        for (int i = 0; i < st.settings.cfg->concurrency; ++i)
+          add_handler(self, mode);
+  st.local_slots = local ? st.settings.cfg->concurrency : 0;
+  st.granted = st.settings.cfg->concurrency + st.settings.cfg->prefetch;
+  st.credit_debt = st.settings.cfg->concurrency - st.local_slots;
+  st.poller = st.spawn.poller(self, st.settings);
+  st.links.resize(pools.size());
+  for (size_t i = 0; i < pools.size(); ++i)
+    add_link(self, i);
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    for (auto& r : st.remotes)
+      if (r.hdl.address() == dm.source) {
+        auto address = r.address;
+        drop_pool(self, address, to_string(dm.reason));
+        return;
+      }
+  });
+  // Children are linked: their exit messages arrive here. A dead handler or
+  // writer is replaced; anything else (the root stopping us, the poller
+  // dying) ends the domain, and the links end the children with it.
+  self->set_exit_handler([self](caf::exit_msg& em) {
+    auto& st = self->state;
+    if (replace_handler(self, em.source, em.reason)
+        || replace_writer(self, em.source, em.reason)
+        || replace_link(self, em.source, em.reason))
+      return;
+    if (st.poller && em.source == st.poller.address())
+      log::from(st.name).error(
+        "{}: the poller died ({}); restarting the domain", st.name,
+        to_string(em.reason));
+    else if (!em.reason)
+      return; // a normal exit of an actor we no longer track
+    self->quit(em.reason);
+  });
+  self->delayed_send(self,
+                     heartbeat_period(st.settings.cfg->visibility_timeout),
+                     atom::heartbeat::value);
+  return {
+    // -- from the poller -----------------------------------------------------
+    [self](atom::run, std::vector<received_command>& batch) {
+      auto& st = self->state;
+      auto n = static_cast<int64_t>(batch.size());
+      st.poller_idle = false;
+      st.granted -= n;
+      st.settings.counters->in_flight += n;
+      if (st.settings.domain_in_flight)
+        *st.settings.domain_in_flight += n;
+      st.settings.counters->received += n;
+      if (st.settings.metrics)
+        st.settings.metrics->received += n;
+      auto now = self->clock().now();
+      for (auto& rc : batch)
+        st.backlog.push_back(
+          {std::make_shared<const received_command>(std::move(rc)), now});
+      dispatch(self);
+    },
+    [self](atom::finish, db::finished_command& x) {
+      // A claimed message that cannot run (e.g. undecodable): finish it.
+      // It took one of the poller's credits but no handler.
+      auto& st = self->state;
+      st.granted -= 1;
+      st.settings.counters->received += 1;
+      if (st.settings.metrics)
+        st.settings.metrics->received += 1;
+      hand_over(self, st.completion, st.completion_log, atom::finish::value,
+                std::move(x));
+      if (credit_back(st, 1))
+        flush_credit(self);
+    },
+    [self](atom::idle, int64_t credits_seen) {
+      // Only an empty read made after the poller got every credit counts
+      // (an older one raced with a credit that makes it read again).
+      auto& st = self->state;
+      st.poller_idle = credits_seen == st.credits_sent;
+      maybe_finish_drain(self);
+    },
+    // -- from the writers ----------------------------------------------------
+    [self](atom::committed, int64_t n) {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      if (st.completion && sender == st.completion.address())
+        committed(self, st.completion_log, n);
+      else if (st.retry && sender == st.retry.address())
+        committed(self, st.retry_log, n);
+    },
+    [self](atom::unavailable) {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      auto& wl = st.completion && sender == st.completion.address()
+                   ? st.completion_log
+                   : st.retry_log;
+      wl.last_unavailable = self->clock().now();
+    },
+    [self](atom::batches, std::string& domain, std::vector<uuid>& ids) {
+      auto& st = self->state;
+      if (st.parent)
+        self->send(st.parent, atom::batches::value, std::move(domain),
+                   std::move(ids));
+    },
+    // -- from handlers -------------------------------------------------------
+    [self](atom::extend, std::vector<int64_t>& msg_ids, int seconds,
+           bool keep_longer) {
+      return self->delegate(self->state.retry, atom::extend::value,
+                            std::move(msg_ids), seconds, keep_longer);
+    },
+    // -- from the root -------------------------------------------------------
+    [self](atom::drain) -> caf::result<atom::done> {
+      auto& st = self->state;
+      if (!st.settings.tick || st.draining) {
+        st.draining = true;
+        if (st.poller) {
+          self->unlink_from(st.poller);
+          self->send_exit(st.poller, caf::exit_reason::user_shutdown);
+          st.poller = nullptr;
+        }
+        self->send(st.completion, atom::flush::value);
+        self->send(st.retry, atom::flush::value);
+        stop_links(self);
+        release_waiting(self, true);
+      }
+      if (st.held() <= 0 && (st.draining || st.poller_idle))
+        return atom::done::value;
+      auto rp = self->make_response_promise<atom::done>();
+      st.drain_waiters.push_back(rp);
+      return rp;
+    },
+    // -- internal ------------------------------------------------------------
+    [self](atom::credit_due, uint64_t epoch) {
+      // Stale when the credits went out meanwhile.
+      if (epoch == self->state.credit_epoch)
+        flush_credit(self);
+    },
+    [self](atom::heartbeat) {
+      auto& st = self->state;
+      if (!check_writers(self))
+        return;
+      self->delayed_send(self,
+                         heartbeat_period(st.settings.cfg->visibility_timeout),
+                         atom::heartbeat::value);
+      extend_leases(self);
+      release_waiting(self, false);
+      report_health(self);
+    },
+    // -- from the remote links -----------------------------------------------
+    [self](atom::pool_up, std::string& address, remote::pool_offer& offer,
+           caf::actor& pool) { add_pool(self, address, offer, pool); },
+    [self](atom::pool_down, std::string& address) {
+      drop_pool(self, address, "disconnected");
+    },
+  };
+}
+
+} // namespace cmdbus::actors
