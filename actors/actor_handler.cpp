@@ -3,7 +3,7 @@
 #include <caf/all.hpp>
 
 #include "cmdbus/actors/errors.hpp"
-#include "cmdbus/actors/worker/runtime.hpp"
+#include "cmdbus/actors/system_host.hpp"
 
 namespace cmdbus {
 

@@ -1,7 +1,8 @@
 #pragma once
 
-// Atoms and message types exchanged between the worker's actors, one atom
-// per meaning (the handlers' own, which applications use too, are in
+// The atoms of every cmdbus actor (worker, handler node, admin), one per
+// meaning, and the process-local message types CAF passes without
+// serialization (the handlers' atom, which applications use too, is in
 // actors/handler_actor.hpp). actors/interfaces.hpp says who sends which
 // message to whom; only actor code and actor tests include this (it pulls
 // in CAF headers).
@@ -28,7 +29,8 @@ using command_ptr = std::shared_ptr<const received_command>;
 
 namespace cmdbus::atom {
 
-/// Poller: read now (NOTIFY arrived, a drain continues, or a poll is due).
+/// Poller, process router: read your queue now (a NOTIFY arrived, a drain
+/// continues, or a poll is due).
 using wakeup = caf::atom_constant<caf::atom("wakeup")>;
 /// Poller: `n` message slots became free again.
 using credit = caf::atom_constant<caf::atom("credit")>;
@@ -54,22 +56,29 @@ using unavailable = caf::atom_constant<caf::atom("unavail")>;
 using flush = caf::atom_constant<caf::atom("flush")>;
 /// Supervisor: stop intake, finish in-flight work, then reply.
 using drain = caf::atom_constant<caf::atom("drain")>;
-/// Supervisor: periodic lease heartbeat check.
+/// Supervisor: the periodic lease heartbeat and writer watchdog.
 using heartbeat = caf::atom_constant<caf::atom("heartbeat")>;
-/// Poller: the queue was found empty with no message held (tick mode).
+/// Supervisor: a read found the queue empty (tick mode ends on it).
+using empty = caf::atom_constant<caf::atom("empty")>;
+/// Process router: a process actor has had nothing to do for a while.
 using idle = caf::atom_constant<caf::atom("idle")>;
+/// Process actor: quit (the router saw it idle, with nothing on the way).
+using stop = caf::atom_constant<caf::atom("stop")>;
+/// Process actor: try the reply in front again (a timer after a backoff).
+using retry_due = caf::atom_constant<caf::atom("retrydue")>;
 /// Root: start a domain's supervisor again.
 using restart = caf::atom_constant<caf::atom("restart")>;
 /// Supervisor, root, batch counter: batches that just became complete
 /// (the completion writer's report travels up to the batch counter).
 using batches = caf::atom_constant<caf::atom("batches")>;
-/// Batch counter: deliver recorded completions whose lease is free.
-/// Process router: look for processes whose step is in the TSQ.
+/// Look for work left behind in the database: the batch counter for
+/// recorded completions whose lease is free, the process router for
+/// processes whose step is in the TSQ.
 using sweep = caf::atom_constant<caf::atom("sweep")>;
 /// Process writer: apply one reply to its process.
 using apply = caf::atom_constant<caf::atom("apply")>;
 
-// Between processes (actors/remote_protocol.hpp):
+// Between processes (the wire interfaces of actors/interfaces.hpp):
 
 /// Node door: a worker's hello (protocol version, worker name, domain,
 /// lease actor).
@@ -78,13 +87,19 @@ using hello = caf::atom_constant<caf::atom("hello")>;
 using pool_up = caf::atom_constant<caf::atom("poolup")>;
 /// Supervisor: a remote handler pool is gone (address).
 using pool_down = caf::atom_constant<caf::atom("pooldown")>;
-/// Remote link: connect (again) now (a timer after a backoff).
-using reconnect = caf::atom_constant<caf::atom("reconnect")>;
+/// Remote link: connect (again) now (at start, then a timer after a
+/// backoff).
+using connect = caf::atom_constant<caf::atom("linkconn")>;
 /// Admin: the status of a process, as JSON text.
 using status = caf::atom_constant<caf::atom("status")>;
+/// Admin: sample the handled counts (its throughput timer).
+using sample = caf::atom_constant<caf::atom("sample")>;
 
 } // namespace cmdbus::atom
 
+// Process-local messages: passed between actors of one process without
+// serialization. The wire interfaces are checked at compile time never to
+// carry them (actors/interfaces.hpp, carries_only_wire_types).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::command_ptr)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::db::finished_command)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(cmdbus::db::retry_command)

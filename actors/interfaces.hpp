@@ -1,34 +1,123 @@
 #pragma once
 
-// The wiring diagram of the worker's actors: one typed handle per runtime
-// actor, with every message it takes, who sends it, what it means and what
-// the answer is. Internal timer messages (an actor to itself) come last in
+// Every typed actor handle of cmdbus, with every message it takes, who
+// sends it, what it means and what the answer is: the wiring diagram of all
+// three roles. Internal timer messages (an actor to itself) come last in
 // each interface. Only actor code and actor tests include this.
+//
+// Worker (actors/worker/, process/):
 //
 //   root ──────────────── batch_counter
 //    │ (one per domain)
 //   supervisor ─┬─ poller       (reads the queue, woken by LISTEN/NOTIFY)
 //               ├─ handler × N  (runs the application's handlers)
-//               ├─ remote link × pools (connections to handler nodes)
+//               ├─ remote_link × pools ── lease forwarder
+//               │                 (connections to handler nodes)
 //               ├─ completion   (final side effects)
 //               └─ retry_scheduler (retries, visibility extensions)
 //    │ (one per domain with process managers)
 //   process router ─┬─ process actor × (processes with replies in flight)
 //                   └─ process writer × N (apply replies in transactions)
 //
+// Handler node (actors/node/), reached by the remote links over the
+// network:
+//
+//   door (published, frozen) ─┬─ node pool × domain ── node handler × N
+//                             └─ session × (worker, domain) (versioned)
+//
+// Operations (actors/ops/): the admin actor (published, frozen), in an
+// actor system of its own on workers and nodes.
+//
 // Parents link their children (actors/worker/runtime.hpp describes the
-// lifecycle); actors/worker/spawn.hpp spawns and wires them.
+// worker's lifecycle); actors/worker/spawn.hpp spawns and wires a domain.
+//
+// What crosses the network: only the interfaces marked "wire" below. Their
+// messages are checked at compile time (carries_only_wire_types) to contain
+// no process-local type (the ones atoms.hpp declares with
+// CAF_ALLOW_UNSAFE_MESSAGE_TYPE: commands as shared pointers, database-layer
+// items), so that such a type can never be added to them by mistake. Untyped
+// caf::actor appears only where the frozen door must not name a versioned
+// interface (the hello's lease and the session it answers); each side casts
+// it to its typed handle once, where it arrives.
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
 #include "cmdbus/actors/atoms.hpp"
 #include "cmdbus/actors/remote_protocol.hpp"
 #include "cmdbus/model/types.hpp"
+
+namespace cmdbus::actors {
+
+/// Whether every message `Handle` takes or answers may cross the network:
+/// none of them is a process-local type (one CAF was told to pass unsafely,
+/// without serialization: see atoms.hpp).
+template <class Handle>
+struct carries_only_wire_types;
+
+template <class... Sigs>
+struct carries_only_wire_types<caf::typed_actor<Sigs...>> {
+  template <class T>
+  static constexpr bool wire = !caf::is_allowed_unsafe_message_type<T>::value;
+
+  template <class Sig>
+  struct check;
+
+  template <class... In, class... Out>
+  struct check<caf::typed_mpi<caf::detail::type_list<In...>,
+                              caf::output_tuple<Out...>>> {
+    static constexpr bool value = (wire<In> && ...) && (wire<Out> && ...);
+  };
+
+  static constexpr bool value = (check<Sigs>::value && ...);
+};
+
+} // namespace cmdbus::actors
+
+// -- wire: between a worker and a handler node --------------------------------
+
+namespace cmdbus::remote {
+
+/// WIRE, versioned (remote::protocol_version). The handler pool a node's
+/// session offers one worker for one domain.
+using handler_pool_actor = caf::typed_actor<
+  /// From the worker's supervisor: run this delivery; the answer is its
+  /// outcome. A request the node never answers (it died, the connection
+  /// dropped) gets no error either: the worker monitors the pool.
+  caf::replies_to<atom::handle, wire_command>::with<wire_outcome>>;
+
+/// WIRE, versioned (remote::protocol_version). What a node's handler calls
+/// back on the worker for handler_context::extend_visibility: the worker's
+/// lease forwarder (actors/worker/remote_link.cpp), which passes nothing
+/// but extensions on to the supervisor.
+using lease_actor = caf::typed_actor<
+  /// Extend the visibility of (msg_ids) to `seconds`, never shortening a
+  /// longer one when `keep_longer`; the answer is the number of messages
+  /// that still exist.
+  caf::replies_to<atom::extend, std::vector<int64_t>, int, bool>::with<int>>;
+
+/// WIRE, frozen: never changes with protocol_version. The door a node
+/// publishes.
+using node_door_actor = caf::typed_actor<
+  /// From a worker's remote link: (hello, its protocol version, its name,
+  /// domain, its lease_actor as caf::actor). The answer is the offer and the
+  /// session (a handler_pool_actor as caf::actor), or an error:
+  /// ec::protocol_mismatch (another version; the node logs it too),
+  /// ec::unknown_domain (the node does not serve the domain).
+  caf::replies_to<atom::hello, int32_t, std::string, std::string,
+                  caf::actor>::with<pool_offer, caf::actor>>;
+
+static_assert(actors::carries_only_wire_types<handler_pool_actor>::value);
+static_assert(actors::carries_only_wire_types<lease_actor>::value);
+static_assert(actors::carries_only_wire_types<node_door_actor>::value);
+
+} // namespace cmdbus::remote
 
 namespace cmdbus::actors {
 
@@ -50,7 +139,7 @@ using poller_parent_actor = caf::typed_actor<
   caf::reacts_to<atom::finish, db::finished_command>,
   /// From the poller: a read found the queue empty after the poller had
   /// seen `credits_seen` credit messages (tick mode ends on it); no answer.
-  caf::reacts_to<atom::idle, int64_t>>;
+  caf::reacts_to<atom::empty, int64_t>>;
 
 /// What the two writers (completion, retry scheduler) send to their
 /// supervisor.
@@ -62,6 +151,13 @@ using writer_parent_actor = caf::typed_actor<
   /// keeps its buffer and retries (the supervisor's watchdog then knows it
   /// is not stuck); no answer.
   caf::reacts_to<atom::unavailable>>::extend_with<batch_listener_actor>;
+
+// -- application handler actors (public) --------------------------------------
+
+/// An application's own handler actor (registered with add_actor_handler),
+/// declared in the public actors/handler_actor.hpp so that applications need
+/// no internal header: (handle, received_command) -> outcome.
+using cmdbus::command_handler_actor;
 
 // -- the actors of one domain ------------------------------------------------
 
@@ -106,19 +202,19 @@ using retry_scheduler_actor = caf::typed_actor<
   caf::replies_to<atom::extend, std::vector<int64_t>, int, bool>::with<int>>;
 
 /// The keeper of the connection to one remote handler pool
-/// (actors/worker/remote_link.hpp): connects, checks the node's protocol version,
-/// reports the pool up and down to its supervisor and reconnects with
-/// backoff.
+/// (actors/worker/remote_link.hpp): connects, checks the node's protocol
+/// version, reports the pool up and down to its supervisor and reconnects
+/// with backoff.
 using remote_link_actor = caf::typed_actor<
   /// Internal (timer): try to connect now.
-  caf::reacts_to<atom::wakeup>>;
+  caf::reacts_to<atom::connect>>;
 
 /// What a remote link tells its supervisor.
 using link_parent_actor = caf::typed_actor<
   /// From a remote link: the pool at (address) is connected and offers
-  /// (offer); the actor is its handler_pool_actor. Its slots join the
-  /// credits; no answer.
-  caf::reacts_to<atom::pool_up, std::string, remote::pool_offer, caf::actor>,
+  /// (offer). Its slots join the credits; no answer.
+  caf::reacts_to<atom::pool_up, std::string, remote::pool_offer,
+                 remote::handler_pool_actor>,
   /// From a remote link: the pool at (address) is gone (its down message,
   /// or a failed handshake after an up); its running commands are made
   /// visible again at once and its slots leave the credits. Idempotent; no
@@ -143,8 +239,7 @@ using supervisor_actor = caf::typed_actor<
                                                 writer_parent_actor,
                                                 link_parent_actor>;
 
-// -- process managers (process/)
-// -----------------------------------------------
+// -- process managers (process/) ---------------------------------------------
 
 /// A process writer: applies replies to their processes, one transaction
 /// each (process/process_writer.hpp).
@@ -167,9 +262,9 @@ using process_actor = caf::typed_actor<
   caf::reacts_to<atom::handle, process_reply_message>,
   /// From the router, after this actor reported idle and no reply for it
   /// is on the way: quit (normally); no answer.
-  caf::reacts_to<atom::done>,
+  caf::reacts_to<atom::stop>,
   /// Internal (timer): try the reply in front again after a backoff.
-  caf::reacts_to<atom::wakeup>>;
+  caf::reacts_to<atom::retry_due>>;
 
 /// The reply router of a domain's process reply queue
 /// (process/router.hpp).
@@ -209,4 +304,51 @@ using root_actor = caf::typed_actor<
   /// Internal (timer): start domain number `i` again after its backoff.
   caf::reacts_to<atom::restart, size_t>>::extend_with<batch_listener_actor>;
 
+// -- handler node (actors/node/) ----------------------------------------------
+
+/// A handler thread of a node (detached): runs one command at a time.
+using node_handler_actor = caf::typed_actor<
+  /// From its pool: run this delivery; the lease actor takes the handler's
+  /// extend_visibility calls. The answer is the outcome.
+  caf::replies_to<atom::handle, remote::wire_command,
+                  remote::lease_actor>::with<remote::wire_outcome>>;
+
+/// The handlers of one domain on a node, with a queue.
+using node_pool_actor = caf::typed_actor<
+  /// From a session: run this delivery on a free handler (queued until one
+  /// is free); the answer is its outcome, or ec::remote_unavailable once the
+  /// node stops.
+  caf::replies_to<atom::handle, remote::wire_command,
+                  remote::lease_actor>::with<remote::wire_outcome>,
+  /// From the facade (stop): take no more commands; answers atom::done once
+  /// none is queued or running.
+  caf::replies_to<atom::drain>::with<atom::done>>;
+
 } // namespace cmdbus::actors
+
+// -- operations: the admin actor (actors/ops/admin.hpp) -----------------------
+
+namespace cmdbus::admin {
+
+/// WIRE, frozen: every request carries the admin protocol version
+/// (admin::protocol_version) and the answer is a JSON document whose fields
+/// only ever grow. The admin actor of a worker or node, published on its
+/// admin port.
+using admin_actor = caf::typed_actor<
+  /// From `cmdbus cluster status`: (status, admin protocol version): the
+  /// status JSON, or ec::protocol_mismatch for another version.
+  caf::replies_to<atom::status, int32_t>::with<std::string>,
+  /// From `cmdbus cluster drain`: (drain, admin protocol version): a worker
+  /// stops taking new work (its pollers stop; running commands finish) and
+  /// answers its status JSON, "readiness" "draining" and later "drained"; a
+  /// node answers ec::unsupported (it takes no work of its own).
+  caf::replies_to<atom::drain, int32_t>::with<std::string>>;
+
+static_assert(actors::carries_only_wire_types<admin_actor>::value);
+
+/// The admin actor with its own timer (not published).
+using admin_impl_actor = admin_actor::extend<
+  /// Internal (timer): sample the handled counts for the throughput.
+  caf::reacts_to<atom::sample>>;
+
+} // namespace cmdbus::admin

@@ -23,7 +23,7 @@
 #include <caf/fwd.hpp>
 #include <caf/io/middleman_actor.hpp>
 
-#include "cmdbus/actors/remote_protocol.hpp"
+#include "cmdbus/actors/interfaces.hpp"
 #include "cmdbus/config/network_config.hpp"
 
 namespace cmdbus::actors {

@@ -1,8 +1,10 @@
 #pragma once
 
 // What travels between a worker and a handler node (`cmdbus node`) over CAF's
-// middleman: the protocol version, the wire form of a delivery and of its
-// outcome, and the typed interfaces of the node's actors.
+// middleman: the protocol version and the wire form of a delivery, of its
+// outcome and of a node's offer. The typed interfaces that carry them (the
+// node's door, a session's handler pool, the worker's lease forwarder) are
+// in actors/interfaces.hpp, marked "wire".
 //
 // Model types never cross the network: a delivery travels as a wire_command
 // (payloads as compact JSON text, UUIDs as text), its outcome as a
@@ -25,14 +27,10 @@
 #include <string>
 #include <vector>
 
-#include <caf/actor.hpp>
 #include <caf/fwd.hpp>
 #include <caf/meta/type_name.hpp>
 #include <caf/optional.hpp>
-#include <caf/replies_to.hpp>
-#include <caf/typed_actor.hpp>
 
-#include "cmdbus/actors/atoms.hpp"
 #include "cmdbus/model/outcome.hpp"
 
 namespace cmdbus::remote {
@@ -132,40 +130,9 @@ outcome from_wire(const wire_outcome& x);
 std::string refuse_offer(const pool_offer& offer, int32_t expected_protocol,
                          std::chrono::milliseconds connection_timeout);
 
-/// Registers the wire types (and the other non-builtin types of the
-/// interfaces below) with `cfg` under their portable names. Both sides call
+/// Registers the wire types (and the other non-builtin types of the wire
+/// interfaces in actors/interfaces.hpp) with `cfg` under their portable names. Both sides call
 /// it (configure_network does).
 void add_remote_types(caf::actor_system_config& cfg);
-
-} // namespace cmdbus::remote
-
-namespace cmdbus::remote {
-
-/// The handler pool a node's session offers one worker for one domain
-/// (versioned: protocol_version).
-using handler_pool_actor = caf::typed_actor<
-  /// From the worker's supervisor: run this delivery; the answer is its
-  /// outcome. A request the node never answers (it died, the connection
-  /// dropped) gets no error either: the worker monitors the pool.
-  caf::replies_to<atom::handle, wire_command>::with<wire_outcome>>;
-
-/// What a node's handler calls back on the worker for
-/// handler_context::extend_visibility (the worker passes its supervisor,
-/// whose interface includes this; versioned: protocol_version).
-using lease_actor = caf::typed_actor<
-  /// Extend the visibility of (msg_ids) to `seconds`, never shortening a
-  /// longer one when `keep_longer`; the answer is the number of messages
-  /// that still exist.
-  caf::replies_to<atom::extend, std::vector<int64_t>, int, bool>::with<int>>;
-
-/// The door a node publishes (frozen: never changes with protocol_version).
-using node_door_actor = caf::typed_actor<
-  /// From a worker: (hello, its protocol version, its name, domain, its
-  /// lease actor). The answer is the offer and the session (a
-  /// handler_pool_actor as caf::actor), or an error: ec::protocol_mismatch
-  /// (another version; the node logs it too), ec::unknown_domain (the node
-  /// does not serve the domain).
-  caf::replies_to<atom::hello, int32_t, std::string, std::string,
-                  caf::actor>::with<pool_offer, caf::actor>>;
 
 } // namespace cmdbus::remote

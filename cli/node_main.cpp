@@ -175,13 +175,6 @@ void write_port_file(const std::string& path, uint16_t port) {
     throw exit_with{exit_failed, "cannot write the port file " + path};
 }
 
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0')
-    return "localhost";
-  return buf;
-}
-
 std::string help_text(const node_program& program) {
   std::string text = node_help;
   auto at = text.find("PROGRAM");
@@ -217,7 +210,7 @@ int run_node(const std::vector<std::string>& argv,
   }
   // The handlers, before anything starts: a domain without any is refused.
   handler_registry registry;
-  auto served_by = o.cfg.name.empty() ? host_name() : o.cfg.name;
+  auto served_by = o.cfg.name.empty() ? config::host_name() : o.cfg.name;
   if (program.register_domain)
     for (auto& d : o.cfg.domains)
       program.register_domain(d, registry, served_by);

@@ -92,4 +92,15 @@ http_address parse_node_address(std::string_view text) {
   return address;
 }
 
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0 || buf[0] == '\0')
+    return "localhost";
+  return buf;
+}
+
+bool is_loopback(std::string_view host) {
+  return host == "localhost" || host == "::1" || host.substr(0, 4) == "127.";
+}
+
 } // namespace cmdbus::config

@@ -58,6 +58,13 @@ std::string describe_tls(const tls_config& tls);
 /// unset).
 void apply_tls_env(tls_config& tls, const env_lookup& getenv);
 
+/// This machine's host name ("localhost" when it has none).
+std::string host_name();
+
+/// Whether `host` (of a listen address) is a loopback address: localhost,
+/// ::1 or any 127.x.y.z. A listener elsewhere without TLS is warned about.
+bool is_loopback(std::string_view host);
+
 /// Parses the address of a remote node, "HOST:PORT" or "[IPV6]:PORT" (":PORT"
 /// means 127.0.0.1); the port must be 1..65535. Throws std::invalid_argument
 /// saying what is wrong.

@@ -35,7 +35,7 @@ void next(self_ptr self) {
         if (o.kind == apply_kind::retry) {
           // The database is unavailable: the same reply again later.
           auto delay = std::max(o.retry_after, std::chrono::milliseconds{10});
-          self->delayed_send(self, delay, atom::wakeup::value);
+          self->delayed_send(self, delay, atom::retry_due::value);
           return;
         }
         auto& m = st.replies.front();
@@ -75,8 +75,8 @@ process_actor_behavior(self_ptr self, uuid process_id, std::string domain,
       self->state.replies.push_back(std::move(m));
       next(self);
     },
-    [self](atom::done) { self->quit(); },
-    [self](atom::wakeup) {
+    [self](atom::stop) { self->quit(); },
+    [self](atom::retry_due) {
       auto& st = self->state;
       st.busy = false;
       next(self);

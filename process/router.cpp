@@ -165,7 +165,7 @@ process_router_actor::behavior_type router_behavior(self_ptr self) {
     auto i = st.processes.find(id);
     if (i == st.processes.end() || i->second.pending > 0)
       return; // a reply is on its way to it: it stays
-    self->send(i->second.actor, atom::done::value);
+    self->send(i->second.actor, atom::stop::value);
     st.processes.erase(i);
   };
   auto on_wakeup = [self](atom::wakeup) {

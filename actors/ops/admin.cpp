@@ -1,6 +1,5 @@
 #include "cmdbus/actors/ops/admin.hpp"
 
-#include <deque>
 #include <future>
 #include <stdexcept>
 
@@ -11,110 +10,14 @@
 #include <rapidjson/writer.h>
 
 #include "cmdbus/actors/errors.hpp"
-#include "cmdbus/actors/worker/runtime.hpp"
+#include "cmdbus/actors/ops/admin_actor.hpp"
+#include "cmdbus/actors/system_host.hpp"
 #include "cmdbus/model/log.hpp"
 #include "cmdbus/model/version.hpp"
 
 namespace cmdbus::admin {
 
 namespace {
-
-/// How often the admin actor samples the handled counts, and how far back
-/// the throughput looks.
-constexpr auto sample_every = std::chrono::seconds{1};
-constexpr auto throughput_window = std::chrono::seconds{60};
-
-struct sample {
-  std::chrono::steady_clock::time_point at;
-  int64_t total = 0;
-  std::vector<int64_t> domains;
-};
-
-struct admin_state {
-  std::shared_ptr<const source> src;
-  /// Oldest first, spanning at most throughput_window.
-  std::deque<sample> samples;
-  static inline const char* name = "cmdbus.admin";
-};
-
-// The admin actor plus its own sampling tick.
-using admin_impl = admin_actor::extend<caf::reacts_to<atom::heartbeat>>;
-
-sample take_sample(const view& v) {
-  sample s;
-  s.at = std::chrono::steady_clock::now();
-  s.total = v.finished;
-  for (auto& d : v.domains)
-    s.domains.push_back(d.finished);
-  return s;
-}
-
-void remember(admin_state& st, sample s) {
-  st.samples.push_back(std::move(s));
-  while (st.samples.size() > 2
-         && st.samples.back().at - st.samples.front().at > throughput_window)
-    st.samples.pop_front();
-}
-
-std::string answer_status(admin_state& st) {
-  auto v = st.src->read();
-  auto now = take_sample(v);
-  std::vector<double> per_domain(v.domains.size(), -1);
-  double total = 0;
-  bool known = false;
-  if (!st.samples.empty()) {
-    auto& first = st.samples.front();
-    auto seconds = std::chrono::duration<double>(now.at - first.at).count();
-    if (seconds > 0.5) {
-      known = true;
-      total = static_cast<double>(now.total - first.total) / seconds;
-      for (size_t i = 0; i < v.domains.size() && i < first.domains.size();
-           ++i)
-        if (now.domains[i] >= 0 && first.domains[i] >= 0)
-          per_domain[i]
-            = static_cast<double>(now.domains[i] - first.domains[i]) / seconds;
-    }
-  }
-  return status_json(*st.src, v, per_domain, total, known);
-}
-
-caf::error version_refusal(int32_t version) {
-  return caf::make_error(
-    actors::ec::protocol_mismatch,
-    "the admin actor speaks admin protocol " + std::to_string(protocol_version)
-      + ", the request " + std::to_string(version));
-}
-
-admin_impl::behavior_type
-admin_behavior(admin_impl::stateful_pointer<admin_state> self,
-               std::shared_ptr<const source> src) {
-  self->state.src = std::move(src);
-  remember(self->state, take_sample(self->state.src->read()));
-  self->delayed_send(self, sample_every, atom::heartbeat::value);
-  return {
-    [self](atom::status, int32_t version) -> caf::result<std::string> {
-      if (version != protocol_version)
-        return version_refusal(version);
-      return answer_status(self->state);
-    },
-    [self](atom::drain, int32_t version) -> caf::result<std::string> {
-      auto& st = self->state;
-      if (version != protocol_version)
-        return version_refusal(version);
-      if (!st.src->drain)
-        return caf::make_error(actors::ec::unsupported,
-                               "a handler node takes no work of its own: "
-                               "drain the workers that use it");
-      log::from("admin").info("drain requested through the admin port");
-      st.src->drain();
-      return answer_status(st);
-    },
-    [self](atom::heartbeat) {
-      remember(self->state, take_sample(self->state.src->read()));
-      self->delayed_send(self, sample_every, atom::heartbeat::value);
-    },
-  };
-}
 
 using json_writer = rapidjson::Writer<rapidjson::StringBuffer>;
 
@@ -131,23 +34,6 @@ void write_rate(json_writer& w, bool known, double rate) {
 
 std::string text_of(const caf::error& err) {
   return actors::describe(err);
-}
-
-// Starts an actor system of its own (one scheduler thread) with the
-// network `net`, keeping its configuration in `cfg`; `what` prefixes the
-// error when CAF refuses to start (certificates it cannot use).
-std::unique_ptr<caf::actor_system>
-start_system(std::unique_ptr<caf::actor_system_config>& cfg,
-             const actors::network_settings& net, const std::string& what) {
-  cfg = std::make_unique<caf::actor_system_config>();
-  cfg->set("scheduler.max-threads", 1);
-  cfg->set("scheduler.policy", caf::atom("sharing"));
-  actors::configure_network(*cfg, net);
-  try {
-    return std::make_unique<caf::actor_system>(*cfg);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(what + "cannot start the network: " + e.what());
-  }
 }
 
 } // namespace
@@ -237,9 +123,24 @@ std::string status_json(const source& src, const view& v,
 
 // -- server ------------------------------------------------------------------
 
+namespace {
+
+// The admin port's actor system: one scheduler thread is plenty.
+std::shared_ptr<actors::system_host>
+start_host(const actors::network_settings& net) {
+  actors::host_settings hs;
+  hs.threads = 1;
+  hs.network = net;
+  return actors::system_host::start(hs);
+}
+
+// How long a server or client waits for its actor system to end.
+constexpr auto retire_grace = std::chrono::seconds{2};
+
+} // namespace
+
 struct server::impl {
-  std::unique_ptr<caf::actor_system_config> cfg;
-  std::unique_ptr<caf::actor_system> sys;
+  std::shared_ptr<actors::system_host> host;
   admin_actor actor;
   uint16_t port = 0;
 };
@@ -248,15 +149,22 @@ server::server(source src, const std::string& listen,
                const actors::network_settings& net)
   : impl_(std::make_unique<impl>()) {
   auto& d = *impl_;
-  d.sys = start_system(d.cfg, net, "admin: ");
+  try {
+    d.host = start_host(net);
+  } catch (const config::config_error&) {
+    throw;
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string{"admin: "} + e.what());
+  }
+  auto& sys = d.host->system();
   auto shared = std::make_shared<const source>(std::move(src));
-  d.actor = caf::actor_cast<admin_actor>(d.sys->spawn(admin_behavior, shared));
-  auto bound = actors::publish(*d.sys, d.actor, listen);
+  d.actor = caf::actor_cast<admin_actor>(sys.spawn(admin, shared));
+  auto bound = actors::publish(sys, d.actor, listen);
   if (!bound) {
     auto text = actors::describe(bound.error());
     caf::anon_send_exit(d.actor, caf::exit_reason::user_shutdown);
     d.actor = nullptr;
-    actors::release_thread_logger();
+    actors::retire(std::move(d.host), retire_grace);
     throw std::runtime_error("admin: cannot listen on " + listen + ": "
                              + text);
   }
@@ -264,8 +172,7 @@ server::server(source src, const std::string& listen,
   auto address = config::parse_http_address(listen);
   log::info("admin actor listening on {}:{} (TLS {})", address.host, d.port,
             config::describe_tls(net.tls));
-  if (!net.tls.enabled() && address.host != "127.0.0.1"
-      && address.host != "::1" && address.host != "localhost")
+  if (!net.tls.enabled() && !config::is_loopback(address.host))
     log::warn("the admin port listens on {} without TLS: anyone who reaches "
               "it can read the status and drain this process",
               address.host);
@@ -274,15 +181,15 @@ server::server(source src, const std::string& listen,
 
 server::~server() {
   auto& d = *impl_;
-  if (d.sys) {
-    if (d.port != 0)
-      caf::anon_send(actors::connector(*d.sys), caf::close_atom::value, d.port);
-    if (d.actor)
-      caf::anon_send_exit(d.actor, caf::exit_reason::user_shutdown);
-    d.actor = nullptr;
-    actors::release_thread_logger();
-    d.sys.reset();
-  }
+  if (!d.host)
+    return;
+  if (d.port != 0)
+    caf::anon_send(actors::connector(d.host->system()), caf::close_atom::value,
+                   d.port);
+  if (d.actor)
+    caf::anon_send_exit(d.actor, caf::exit_reason::user_shutdown);
+  d.actor = nullptr;
+  actors::retire(std::move(d.host), retire_grace);
 }
 
 uint16_t server::port() const noexcept {
@@ -292,23 +199,22 @@ uint16_t server::port() const noexcept {
 // -- client ------------------------------------------------------------------
 
 struct client::impl {
-  std::unique_ptr<caf::actor_system_config> cfg;
-  std::unique_ptr<caf::actor_system> sys;
+  std::shared_ptr<actors::system_host> host;
 };
 
 client::client(const actors::network_settings& net)
   : impl_(std::make_unique<impl>()) {
-  impl_->sys = start_system(impl_->cfg, net, "");
+  impl_->host = start_host(net);
 }
 
 client::~client() {
-  actors::release_thread_logger();
+  actors::retire(std::move(impl_->host), retire_grace);
 }
 
 std::vector<answer> client::ask(const std::vector<std::string>& addresses,
                                 bool drain,
                                 std::chrono::milliseconds timeout) {
-  auto& sys = *impl_->sys;
+  auto& sys = impl_->host->system();
   auto one = [&sys, drain, timeout](std::string address) {
     answer a;
     a.address = address;

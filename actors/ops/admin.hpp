@@ -8,10 +8,10 @@
 // listens like a node's door: loopback unless configured otherwise, TLS
 // with the process's certificate set.
 //
-// The interface (admin_actor) is frozen: every request carries the admin
-// protocol version, and the answer is a JSON document whose fields only
-// ever grow (docs/cli.md lists them). A process of another admin version
-// answers ec::protocol_mismatch.
+// The interface (admin::admin_actor in actors/interfaces.hpp) is frozen:
+// every request carries the admin protocol version, and the answer is a
+// JSON document whose fields only ever grow (docs/cli.md lists them). A
+// process of another admin version answers ec::protocol_mismatch.
 //
 // Only actor code and the cluster command include this (CAF headers).
 
@@ -22,26 +22,13 @@
 #include <string>
 #include <vector>
 
-#include <caf/replies_to.hpp>
-#include <caf/typed_actor.hpp>
-
-#include "cmdbus/actors/atoms.hpp"
+#include "cmdbus/actors/interfaces.hpp"
 #include "cmdbus/actors/network.hpp"
 
 namespace cmdbus::admin {
 
 /// The version of the admin requests and of their JSON answer.
 inline constexpr int32_t protocol_version = 1;
-
-/// The published admin actor (frozen).
-using admin_actor = caf::typed_actor<
-  /// (status, admin protocol version): the status JSON.
-  caf::replies_to<atom::status, int32_t>::with<std::string>,
-  /// (drain, admin protocol version): a worker stops taking new work (its
-  /// pollers stop; running commands finish) and answers its status JSON,
-  /// "readiness" "draining" and later "drained"; a node answers
-  /// ec::unsupported (it takes no work of its own).
-  caf::replies_to<atom::drain, int32_t>::with<std::string>>;
 
 /// One domain of a worker or node, at one moment.
 struct domain_view {
@@ -96,10 +83,11 @@ std::string status_json(const source& src, const view& v,
 /// A published admin actor, until destroyed.
 class server {
 public:
-  /// Starts an actor system with `net`, spawns the admin actor over `src`
-  /// and publishes it on `listen` ("HOST:PORT", ":PORT" = 127.0.0.1, port 0
-  /// a free one). Throws config::config_error for an unusable TLS set or a
-  /// malformed address, std::runtime_error when it cannot listen.
+  /// Starts an actor system with `net` (actors/system_host.hpp), spawns
+  /// the admin actor over `src` and publishes it on `listen` ("HOST:PORT",
+  /// ":PORT" = 127.0.0.1, port 0 a free one). Throws config::config_error
+  /// for an unusable TLS set or a malformed address, std::runtime_error
+  /// when it cannot listen.
   server(source src, const std::string& listen,
          const actors::network_settings& net);
   ~server();
@@ -130,7 +118,8 @@ struct answer {
 /// Talks to admin actors (the `cmdbus cluster` command).
 class client {
 public:
-  /// Starts an actor system with `net` (no listening).
+  /// Starts an actor system with `net` (no listening;
+  /// actors/system_host.hpp).
   explicit client(const actors::network_settings& net);
   ~client();
   client(const client&) = delete;

@@ -3,7 +3,7 @@
 #include <caf/all.hpp>
 
 #include "cmdbus/actors/errors.hpp"
-#include "cmdbus/actors/worker/runtime.hpp"
+#include "cmdbus/actors/system_host.hpp"
 
 namespace cmdbus::actors {
 
@@ -32,7 +32,7 @@ make_extender(caf::actor_system* sys, remote::lease_actor lease,
         .receive([](int) {}, [&](caf::error& err) { failure = err; });
     }
     // A thread of the application keeps no reference to the system's
-    // logger (see actors/worker/runtime.hpp).
+    // logger (see actors/system_host.hpp).
     release_thread_logger();
     if (failure)
       throw_error(failure, "extend_visibility failed");

@@ -8,7 +8,6 @@
 #include <memory>
 
 #include "cmdbus/actors/interfaces.hpp"
-#include "cmdbus/actors/remote_protocol.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
 
 namespace cmdbus::actors {
@@ -27,8 +26,9 @@ struct handler_state {
 /// handler waits for the answer (on its own thread, up to `timeout`); a
 /// non-blocking one runs on a scheduler thread, which must never wait, so
 /// its extension is only queued. Either way the request goes to `lease`:
-/// the supervisor (which forwards it to its current retry scheduler), or on
-/// a handler node the worker's supervisor across the network. After the
+/// in a worker its supervisor (which forwards it to its current retry
+/// scheduler), on a handler node the worker's lease forwarder across the
+/// network (which passes it on to that supervisor). After the
 /// delivery ended (`live` false) the extender throws: the message may
 /// already belong to someone else.
 handler_context::extender

@@ -93,7 +93,7 @@ void read(self_ptr self) {
     } else {
       if (res.read == 0) {
         ++st.empty_reads;
-        self->send(st.parent, atom::idle::value, st.credits_seen);
+        self->send(st.parent, atom::empty::value, st.credits_seen);
       } else {
         st.empty_reads = 0;
       }

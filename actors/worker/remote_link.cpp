@@ -31,7 +31,7 @@ void retry_later(self_ptr self) {
   auto ms = backoff::exponential(st.failures, 250.0, 2.0, max);
   ms = std::min(max, backoff::jitter(ms, 0.8, 1.2, st.rng));
   self->delayed_send(self, std::chrono::milliseconds{static_cast<int64_t>(ms)},
-                     atom::wakeup::value);
+                     atom::connect::value);
 }
 
 // A connection attempt failed: logs it (an error the first time a reason
@@ -74,8 +74,11 @@ void hello(self_ptr self, const remote::node_door_actor& door) {
               remote::effective_protocol_version(), worker_identity(),
               st.settings.domain, caf::actor_cast<caf::actor>(st.lease))
     .then(
-      [self](remote::pool_offer& offer, caf::actor& pool) {
+      [self](remote::pool_offer& offer, caf::actor& session) {
         auto& st = self->state;
+        // The frozen door answers the versioned session untyped: typed here,
+        // once (a node of this protocol version implements it).
+        auto pool = caf::actor_cast<remote::handler_pool_actor>(session);
         auto why = remote::refuse_offer(
           offer, remote::effective_protocol_version(),
           connection_timeout(st.settings.cfg->remote.heartbeat_interval));
@@ -124,11 +127,7 @@ void connect(self_ptr self) {
 } // namespace
 
 std::string worker_identity() {
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0)
-    host[0] = '\0';
-  return std::string{host[0] ? host : "worker"} + "/"
-         + std::to_string(getpid());
+  return config::host_name() + "/" + std::to_string(getpid());
 }
 
 remote_link_actor::behavior_type
@@ -156,9 +155,9 @@ remote_link(remote_link_actor::stateful_pointer<remote_link_state> self,
     ++st.failures;
     retry_later(self);
   });
-  self->send(self, atom::wakeup::value);
+  self->send(self, atom::connect::value);
   return {
-    [self](atom::wakeup) { connect(self); },
+    [self](atom::connect) { connect(self); },
   };
 }
 

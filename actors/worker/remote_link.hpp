@@ -41,7 +41,7 @@ struct remote_link_state {
   /// hello and linked to the link.
   remote::lease_actor lease;
   /// The connected pool; null while disconnected.
-  caf::actor pool;
+  remote::handler_pool_actor pool;
   /// Consecutive failures (0 while connected).
   int failures = 0;
   /// When the pool connected (a connection that lasted a minute resets

@@ -15,19 +15,11 @@
 
 namespace cmdbus::actors {
 
-void release_thread_logger() noexcept {
-  caf::logger::set_current_actor_system(nullptr);
-}
-
 struct runtime::impl {
-  /// Owned apart from the system: the system refers to it until its
-  /// destruction ends.
-  std::unique_ptr<caf::actor_system_config> cfg;
-  std::unique_ptr<caf::actor_system> sys;
+  std::shared_ptr<system_host> host;
   root_actor root;
   std::atomic<bool> stopped{false};
-  std::promise<void> done;
-  std::shared_future<void> gone = done.get_future().share();
+  std::shared_future<void> gone;
 };
 
 runtime::runtime(std::unique_ptr<impl> ptr) : impl_(std::move(ptr)) {
@@ -40,34 +32,26 @@ runtime::start(std::vector<domain_settings> domains,
                batch_delivery_settings delivery,
                std::shared_ptr<worker_counters> counters,
                std::vector<process_settings> processes) {
-  auto ptr = std::make_unique<impl>();
-  ptr->cfg = std::make_unique<caf::actor_system_config>();
-  // The scheduled actors (root, domain supervisors, non-blocking handlers)
-  // are light; the database work happens in detached actors. Work sharing
-  // lets idle scheduler threads block on a condition variable, where work
-  // stealing polls with 50 us sleeps (about a quarter of the worker's CPU
-  // under load, measured).
-  ptr->cfg->set("scheduler.max-threads", 2);
-  ptr->cfg->set("scheduler.policy", caf::atom("sharing"));
-  add_error_category(*ptr->cfg);
+  host_settings hs;
   // The network (middleman, and OpenSSL with certificates) only when a
   // domain has remote handler pools: a plain worker starts no network
   // thread. Every domain shares the worker's configuration.
   if (!domains.empty() && !domains.front().cfg->remote.pools.empty()) {
     const auto& cfg = *domains.front().cfg;
-    network_settings net;
-    net.heartbeat = cfg.remote.heartbeat_interval;
-    net.tls = cfg.tls;
-    configure_network(*ptr->cfg, net);
+    hs.network = network_settings{cfg.remote.heartbeat_interval, cfg.tls};
   }
+  auto ptr = std::make_unique<impl>();
   try {
-    ptr->sys = std::make_unique<caf::actor_system>(*ptr->cfg);
-  } catch (const std::exception& e) {
+    ptr->host = system_host::start(hs);
+  } catch (const config::config_error&) {
+    throw;
+  } catch (const std::runtime_error& e) {
     // CAF's OpenSSL module throws when it cannot load the certificate set.
-    throw config::config_error(std::string{"cannot start the actor system: "}
-                               + e.what());
+    throw config::config_error(e.what());
   }
-  ptr->root = ptr->sys->spawn(
+  ptr->gone = ptr->host->gone();
+  auto& sys = ptr->host->system();
+  ptr->root = sys.spawn(
     root, std::move(domains), spawn_supervisor,
     [callbacks = std::move(callbacks), delivery = std::move(delivery),
      counters = std::move(counters)](root_actor::pointer parent) {
@@ -85,21 +69,15 @@ runtime::start(std::vector<domain_settings> domains,
 
 runtime::~runtime() {
   stop(caf::exit_reason::user_shutdown);
-  auto ptr = std::move(impl_);
-  ptr->root = nullptr;
-  // ~actor_system waits for every actor to end, which a handler stuck in
-  // application code can delay for good: never on the caller's thread.
-  std::thread([ptr = std::move(ptr)]() mutable {
-    ptr->sys.reset();
-    ptr->cfg.reset();
-    ptr->done.set_value();
-  }).detach();
+  impl_->root = nullptr;
+  // The host destroys the system on a thread of its own.
+  impl_->host.reset();
 }
 
 bool runtime::drain(std::chrono::milliseconds timeout) {
   bool all = true;
   {
-    caf::scoped_actor self{*impl_->sys};
+    caf::scoped_actor self{impl_->host->system()};
     self->request(impl_->root, timeout, atom::drain::value)
       .receive([](atom::done) {},
                [&](caf::error& err) {

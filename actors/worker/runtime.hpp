@@ -2,8 +2,9 @@
 
 // The lifecycle of the worker's actors, start to end, in one place.
 //
-// Start (runtime::start): a fresh actor system (two scheduler threads; the
-// database work runs on detached actors), then the root, which spawns the
+// Start (runtime::start): a fresh actor system (actors/system_host.hpp: two
+// scheduler threads, since the database work runs on detached actors; the
+// network only with remote handler pools), then the root, which spawns the
 // batch counter, one supervisor per domain and one process reply router per
 // domain with process managers, each linked to it; each supervisor spawns
 // its writers, handlers and poller, each router its process writers (and,
@@ -31,20 +32,17 @@
 //    the database is failing: the messages reappear after their visibility
 //    timeout).
 // 3. retire: the actor system is destroyed on a thread of its own, which
-//    waits for every actor to end; the caller waits up to a grace period.
-//    A handler stuck in application code (nothing can interrupt it) keeps
-//    that thread waiting, never the caller: the system is then abandoned to
-//    that thread, which owns the system and its configuration, and ends it
-//    once the handler returns.
+//    waits for every actor to end; the caller waits up to a grace period
+//    (system_host, the same for the handler node and the admin port). A
+//    handler stuck in application code (nothing can interrupt it) keeps
+//    that thread waiting, never the caller.
 //
 // Immediate stop (worker::stop_now, the destructor): steps 2 and 3 with a
 // short grace, without the drain. Both stops may race from any threads; the
 // facade hands the runtime to exactly one of them.
 //
-// CAF keeps a reference to its logger in a thread-local of every thread
-// that spawned or messaged actors, and the system's destructor waits until
-// the logger is gone: every application thread that touches the system
-// drops that reference when done (release_thread_logger).
+// Every application thread that touches the system drops its reference to
+// CAF's logger when done (release_thread_logger, actors/system_host.hpp).
 
 #include <chrono>
 #include <future>
@@ -55,6 +53,7 @@
 #include <caf/fwd.hpp>
 
 #include "cmdbus/actors/ops/counters.hpp"
+#include "cmdbus/actors/system_host.hpp"
 #include "cmdbus/actors/worker.hpp"
 
 namespace cmdbus::actors {
@@ -63,11 +62,7 @@ struct domain_settings;
 struct batch_delivery_settings;
 struct process_settings;
 
-/// Drops this thread's reference to the logger of the actor system it
-/// touched last (see the top of this file).
-void release_thread_logger() noexcept;
-
-/// One running actor system of a worker, with its root. Thread-safe.
+/// The running actors of a worker: its actor system and root. Thread-safe.
 /// Destroying the last handle ends the root (if nobody stopped it) and hands
 /// the system to a thread of its own for destruction (see retire).
 class runtime {

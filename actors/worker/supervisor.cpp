@@ -615,9 +615,9 @@ void drop_pool(self_ptr self, const std::string& address,
 // A remote pool connected: its slots join the credits (paying any debt of
 // vanished ones first) and waiting commands of its types start there.
 void add_pool(self_ptr self, const std::string& address,
-              const remote::pool_offer& offer, const caf::actor& pool) {
+              const remote::pool_offer& offer,
+              const remote::handler_pool_actor& hdl) {
   auto& st = self->state;
-  auto hdl = caf::actor_cast<remote::handler_pool_actor>(pool);
   if (!hdl || offer.slots <= 0)
     return;
   drop_pool(self, address, "replaced by a new connection");
@@ -769,7 +769,7 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
       if (credit_back(st, 1))
         flush_credit(self);
     },
-    [self](atom::idle, int64_t credits_seen) {
+    [self](atom::empty, int64_t credits_seen) {
       // Only an empty read made after the poller got every credit counts
       // (an older one raced with a credit that makes it read again).
       auto& st = self->state;
@@ -845,7 +845,9 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
     },
     // -- from the remote links -----------------------------------------------
     [self](atom::pool_up, std::string& address, remote::pool_offer& offer,
-           caf::actor& pool) { add_pool(self, address, offer, pool); },
+           remote::handler_pool_actor& pool) {
+      add_pool(self, address, offer, pool);
+    },
     [self](atom::pool_down, std::string& address) {
       drop_pool(self, address, "disconnected");
     },

@@ -62,7 +62,7 @@ parent_sink(poller_parent_actor::pointer, std::shared_ptr<parent_log> log) {
       log->runs.push_back(xs.size());
     },
     [](atom::finish, const db::finished_command&) {},
-    [log](atom::idle, int64_t seen) { log->idles.push_back(seen); },
+    [log](atom::empty, int64_t seen) { log->idles.push_back(seen); },
   };
 }
 

@@ -73,7 +73,7 @@ caf::behavior silent_pool(caf::event_based_actor* self,
 
 remote_link_actor::behavior_type inert_link(remote_link_actor::pointer) {
   return {
-    [](atom::wakeup) {},
+    [](atom::connect) {},
   };
 }
 
@@ -199,8 +199,7 @@ struct fixture : test_coordinator_fixture<> {
                        : sys.spawn(fake_pool);
     pools.push_back(pool);
     caf::send_as(kids->links.at(0), sup, atom::pool_up::value, address,
-                 offer_of(slots, std::move(types)),
-                 caf::actor_cast<caf::actor>(pool));
+                 offer_of(slots, std::move(types)), pool);
     return pool;
   }
 
@@ -345,7 +344,8 @@ CAF_TEST(a pool replaced under the same address releases the old one) {
   run({make_rc(31, "far")});
   CAF_REQUIRE_EQUAL(running_on("n1:1"), 1);
   connect("n1:1", 2, {"far"});
-  expect((atom::pool_up, std::string, remote::pool_offer, caf::actor),
+  expect((atom::pool_up, std::string, remote::pool_offer,
+          remote::handler_pool_actor),
          to(sup).with(_, _, _, _));
   CAF_CHECK_EQUAL(st().remotes.size(), 1u);
   CAF_REQUIRE_EQUAL(kids->extends.size(), 0u); // not run yet
@@ -493,8 +493,7 @@ CAF_TEST(a domain without local handlers has no local slots) {
   CAF_CHECK(st().credits_balanced());
   auto pool = sys.spawn(fake_pool);
   caf::send_as(kids->links.at(0), sup, atom::pool_up::value,
-               std::string{"n1:1"}, offer_of(3, {"far"}),
-               caf::actor_cast<caf::actor>(pool));
+               std::string{"n1:1"}, offer_of(3, {"far"}), pool);
   sched.run();
   // Three slots: two pay the debt, one goes to the poller.
   CAF_CHECK_EQUAL(st().credit_debt, 0);

@@ -591,7 +591,7 @@ CAF_TEST_FIXTURE_SCOPE_END()
 
 CAF_TEST_FIXTURE_SCOPE(non_blocking_tests, non_blocking_fixture)
 
-CAF_TEST(a domain with only non - blocking handlers spawns no blocking ones) {
+CAF_TEST(a domain with only non-blocking handlers spawns no blocking ones) {
   CAF_CHECK(pool(handler_mode::blocking).all.empty());
   CAF_CHECK_EQUAL(pool(handler_mode::non_blocking).all.size(), 2u);
   self->send(sup, atom::run::value,

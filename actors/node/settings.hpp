@@ -1,6 +1,6 @@
 #pragma once
 
-// The actors of a handler node (the facade is actors/node.hpp):
+// What the actors of a handler node share (the facade is actors/node.hpp):
 //
 //   door (published; remote::node_door_actor, frozen)
 //    ├─ node pool × domain  (a queue and `concurrency` handler threads)
@@ -8,31 +8,25 @@
 //    └─ session × (worker, domain) (remote::handler_pool_actor)
 //
 // A worker connects to the door and says hello with its protocol version;
-// the door refuses another version (logged here, answered with
+// the door refuses another version (logged, answered with
 // ec::protocol_mismatch) or spawns a session for that worker and domain and
 // answers the offer. The session takes the worker's commands and hands them
 // to its domain's pool with the worker's lease actor, where a free handler
 // runs them; a handler's extend_visibility goes back to the worker through
 // that lease. A session ends when its worker's lease actor goes down (the
 // worker or its domain restarted, or the connection dropped). The door
-// links the pools and the sessions: its end ends everything.
-//
-// Only actor code and actor tests include this (CAF headers).
+// links the pools and the sessions: its end ends everything. No node actor
+// opens a database connection.
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include <caf/typed_actor.hpp>
-
 #include "cmdbus/actors/handler_registry.hpp"
-#include "cmdbus/actors/remote_protocol.hpp"
-#include "cmdbus/actors/node.hpp"
 
 namespace cmdbus::actors {
 
@@ -72,36 +66,8 @@ struct node_settings {
   std::chrono::milliseconds extend_timeout{30000};
 };
 
-/// A handler thread of the node: runs one command at a time.
-using node_handler_actor = caf::typed_actor<
-  /// From its pool: run this delivery; the lease actor takes the handler's
-  /// extend_visibility calls. The answer is the outcome.
-  caf::replies_to<atom::handle, remote::wire_command, caf::actor>::with<
-    remote::wire_outcome>>;
-
-/// The handlers of one domain on a node, with a queue.
-using node_pool_actor = caf::typed_actor<
-  /// From a session: run this delivery on a free handler (queued until one
-  /// is free); the answer is its outcome, or ec::remote_unavailable once the
-  /// node stops.
-  caf::replies_to<atom::handle, remote::wire_command, caf::actor>::with<
-    remote::wire_outcome>,
-  /// From the facade (stop): take no more commands; answers atom::done once
-  /// none is queued or running.
-  caf::replies_to<atom::drain>::with<atom::done>>;
-
 /// The command types of `domain` in `registry`, sorted.
 std::vector<std::string> command_types(const handler_registry& registry,
                                        const std::string& domain);
-
-/// Spawns the pool of `domain` with `settings.concurrency` handlers.
-node_pool_actor spawn_node_pool(caf::actor_system& sys,
-                                const node_settings& settings,
-                                const std::string& domain);
-
-/// Spawns the door over `pools` (by domain), linked to them.
-remote::node_door_actor
-spawn_node_door(caf::actor_system& sys, const node_settings& settings,
-                std::map<std::string, node_pool_actor> pools);
 
 } // namespace cmdbus::actors
