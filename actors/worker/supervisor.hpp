@@ -21,6 +21,7 @@
 #include <caf/typed_response_promise.hpp>
 
 #include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/worker/credit_ledger.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
 
 namespace cmdbus::actors {
@@ -71,10 +72,6 @@ struct supervisor_state {
   /// Local handler slots: `concurrency`, or 0 when the domain has no local
   /// handler and relies on remote pools.
   int64_t local_slots = 0;
-  /// Credits of vanished remote pools still held by the poller (or by
-  /// commands in the backlog): freed slots pay it back before any credit
-  /// goes to the poller again.
-  int64_t credit_debt = 0;
   /// A command in a handler (local or remote).
   struct running_command {
     /// The local handler; null when it runs in a remote pool.
@@ -102,16 +99,9 @@ struct supervisor_state {
   };
   writer_log completion_log;
   writer_log retry_log;
-  /// Credits the poller holds (it reads at most that many messages).
-  int64_t granted = 0;
-  /// Freed handler slots not yet returned to the poller as credits.
-  int64_t pending_credit = 0;
-  /// Whether the hold limit keeps pending credits back (they go out as
-  /// side effects commit).
-  bool withheld = false;
-  /// Incremented whenever pending credits go out; a (atom::credit_due,
-  /// epoch) timer of an older epoch is stale.
-  uint64_t credit_epoch = 0;
+  /// The poller's credits, the freed slots not yet returned and the debt
+  /// of vanished remote pools (actors/worker/credit_ledger.hpp).
+  credit_ledger credits;
   bool draining = false;
   bool poller_idle = false;
   /// Credit messages sent to the poller (tick mode: see atom::idle).
@@ -130,13 +120,11 @@ struct supervisor_state {
     return n;
   }
 
-  /// The credit invariant: the poller's credits, the commands waiting or
-  /// running and the credits not yet returned, less the debt, are exactly
-  /// the capacity (outside a drain, which retires credits).
+  /// The credit invariant (credit_ledger) for what waits or runs here
+  /// (outside a drain, which retires credits).
   bool credits_balanced() const noexcept {
-    return granted + static_cast<int64_t>(backlog.size() + running.size())
-             + pending_credit - credit_debt
-           == capacity();
+    return credits.balanced(
+      static_cast<int64_t>(backlog.size() + running.size()), capacity());
   }
 
   /// Messages read whose side effects are not committed yet (a drain waits

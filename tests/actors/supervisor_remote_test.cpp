@@ -234,7 +234,7 @@ CAF_TEST(a link per configured pool and local credits only at first) {
                   (std::vector<std::string>{"n1:1", "n2:2"}));
   CAF_CHECK_EQUAL(st().local_slots, 2);
   CAF_CHECK_EQUAL(st().capacity(), 2);
-  CAF_CHECK_EQUAL(st().granted, 2);
+  CAF_CHECK_EQUAL(st().credits.granted(), 2);
   CAF_CHECK(st().credits_balanced());
 }
 
@@ -243,7 +243,7 @@ CAF_TEST(a connected pool adds its slots to the credits and the hold limit) {
   sched.run();
   CAF_CHECK_EQUAL(st().remotes.size(), 1u);
   CAF_CHECK_EQUAL(st().capacity(), 5);
-  CAF_CHECK_EQUAL(st().granted, 5);
+  CAF_CHECK_EQUAL(st().credits.granted(), 5);
   CAF_CHECK_EQUAL(hold_limit(st().capacity()), 20);
   CAF_CHECK_EQUAL(settings.metrics->remote_slots.load(), 3);
   CAF_CHECK(st().credits_balanced());
@@ -252,7 +252,7 @@ CAF_TEST(a connected pool adds its slots to the credits and the hold limit) {
 CAF_TEST(commands route by type and a pool never runs more than its slots) {
   auto pool = connect("n1:1", 2, {"far"});
   sched.run();
-  CAF_REQUIRE_EQUAL(st().granted, 4);
+  CAF_REQUIRE_EQUAL(st().credits.granted(), 4);
   run({make_rc(1, "ok"), make_rc(2, "far"), make_rc(3, "far"),
        make_rc(4, "far")});
   // "ok" runs locally, two "far" remotely, the third waits for a slot.
@@ -277,7 +277,7 @@ CAF_TEST(commands route by type and a pool never runs more than its slots) {
 CAF_TEST(a dead pool releases its commands at once and takes its credits) {
   auto pool = connect("n1:1", 3, {"far"}, true);
   sched.run();
-  CAF_REQUIRE_EQUAL(st().granted, 5);
+  CAF_REQUIRE_EQUAL(st().credits.granted(), 5);
   // Two run on the pool (its third slot idle), and the poller keeps the
   // three other credits.
   run({make_rc(11, "far"), make_rc(12, "far")});
@@ -297,8 +297,8 @@ CAF_TEST(a dead pool releases its commands at once and takes its credits) {
   // No credit comes back for the dropped commands or the idle slot: the
   // poller still holds 3 credits for a capacity of 2, a debt of 1.
   CAF_CHECK_EQUAL(st().capacity(), 2);
-  CAF_CHECK_EQUAL(st().granted, 3);
-  CAF_CHECK_EQUAL(st().credit_debt, 1);
+  CAF_CHECK_EQUAL(st().credits.granted(), 3);
+  CAF_CHECK_EQUAL(st().credits.debt(), 1);
   CAF_CHECK(st().credits_balanced());
   CAF_CHECK_EQUAL(settings.metrics->remote_slots.load(), 0);
   CAF_CHECK_EQUAL(settings.metrics->remote_disconnects.load(), 1);
@@ -307,13 +307,13 @@ CAF_TEST(a dead pool releases its commands at once and takes its credits) {
                std::string{"n1:1"});
   sched.run();
   CAF_CHECK_EQUAL(kids->extends.size(), 1u);
-  CAF_CHECK_EQUAL(st().credit_debt, 1);
+  CAF_CHECK_EQUAL(st().credits.debt(), 1);
   // A local command read with the surplus credit: its freed slot pays the
   // debt instead of going back to the poller.
   run({make_rc(13, "ok")});
   sched.run();
-  CAF_CHECK_EQUAL(st().credit_debt, 0);
-  CAF_CHECK_EQUAL(st().granted + st().pending_credit, 2);
+  CAF_CHECK_EQUAL(st().credits.debt(), 0);
+  CAF_CHECK_EQUAL(st().credits.granted() + st().credits.pending(), 2);
   CAF_CHECK(st().credits_balanced());
 }
 
@@ -330,8 +330,8 @@ CAF_TEST(a pool that comes back restores its credits) {
   auto again = connect("n1:1", 3, {"far"});
   sched.run();
   CAF_CHECK_EQUAL(st().capacity(), 5);
-  CAF_CHECK_EQUAL(st().credit_debt, 0);
-  CAF_CHECK_EQUAL(st().granted, 5);
+  CAF_CHECK_EQUAL(st().credits.debt(), 0);
+  CAF_CHECK_EQUAL(st().credits.granted(), 5);
   CAF_CHECK(st().credits_balanced());
   run({make_rc(21, "far")});
   CAF_CHECK_EQUAL(running_on("n1:1"), 1);
@@ -488,16 +488,16 @@ CAF_TEST(a domain without local handlers has no local slots) {
   CAF_CHECK_EQUAL(st().local_slots, 0);
   // The poller starts with its usual credits: they are a debt until a
   // pool connects.
-  CAF_CHECK_EQUAL(st().granted, 2);
-  CAF_CHECK_EQUAL(st().credit_debt, 2);
+  CAF_CHECK_EQUAL(st().credits.granted(), 2);
+  CAF_CHECK_EQUAL(st().credits.debt(), 2);
   CAF_CHECK(st().credits_balanced());
   auto pool = sys.spawn(fake_pool);
   caf::send_as(kids->links.at(0), sup, atom::pool_up::value,
                std::string{"n1:1"}, offer_of(3, {"far"}), pool);
   sched.run();
   // Three slots: two pay the debt, one goes to the poller.
-  CAF_CHECK_EQUAL(st().credit_debt, 0);
-  CAF_CHECK_EQUAL(st().granted, 3);
+  CAF_CHECK_EQUAL(st().credits.debt(), 0);
+  CAF_CHECK_EQUAL(st().credits.granted(), 3);
   CAF_CHECK(st().credits_balanced());
   caf::anon_send_exit(pool, caf::exit_reason::kill);
 }

@@ -217,12 +217,12 @@ CAF_TEST(credits wait for the pool to run empty or for the flush interval) {
   expect((outcome), from(kids->handlers[0]).to(sup).with(_));
   expect((atom::finish, db::finished_command),
          from(sup).to(kids->completion).with(_, _));
-  CAF_CHECK_EQUAL(st().pending_credit, 1);
+  CAF_CHECK_EQUAL(st().credits.pending(), 1);
   // ... at most the flush interval, then goes out alone.
   CAF_REQUIRE(sched.trigger_timeout());
   expect((atom::credit_due, uint64_t), to(sup).with(_, _));
   expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
-  CAF_CHECK_EQUAL(st().pending_credit, 0);
+  CAF_CHECK_EQUAL(st().credits.pending(), 0);
   // The last running slot frees: the pool is empty, its credit goes at once.
   expect((atom::handle, command_ptr),
          from(sup).to(kids->handlers[1]).with(_, _));
@@ -248,7 +248,7 @@ CAF_TEST(slots freed together go back as one credit) {
   CAF_REQUIRE(sched.trigger_timeout());
   expect((atom::credit_due, uint64_t), to(sup).with(_, _));
   disallow((atom::credit, int64_t), from(sup).to(kids->poller).with(_, _));
-  CAF_CHECK_EQUAL(st().pending_credit, 0);
+  CAF_CHECK_EQUAL(st().credits.pending(), 0);
 }
 
 CAF_TEST(outcomes are routed by kind) {
@@ -346,24 +346,24 @@ CAF_TEST(credits stop at the hold limit until side effects commit) {
     sched.run();
   }
   CAF_CHECK_EQUAL(st().held(), 6);
-  CAF_CHECK_EQUAL(st().granted, 2);
+  CAF_CHECK_EQUAL(st().credits.granted(), 2);
   run_oks(2);
   sched.run();
   CAF_CHECK_EQUAL(st().held(), 8);
   // Both slots are free, but nothing may be read: no credit is out.
-  CAF_CHECK_EQUAL(st().granted, 0);
-  CAF_CHECK_EQUAL(st().pending_credit, 2);
-  CAF_CHECK(st().withheld);
+  CAF_CHECK_EQUAL(st().credits.granted(), 0);
+  CAF_CHECK_EQUAL(st().credits.pending(), 2);
+  CAF_CHECK(st().credits.withheld());
   // One side effect commits: one credit goes out at once.
   caf::send_as(kids->completion, sup, atom::committed::value, int64_t{1});
   expect((atom::committed, int64_t), from(kids->completion).to(sup).with(_, 1));
   expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
-  CAF_CHECK_EQUAL(st().pending_credit, 1);
+  CAF_CHECK_EQUAL(st().credits.pending(), 1);
   caf::send_as(kids->completion, sup, atom::committed::value, int64_t{7});
   expect((atom::committed, int64_t), from(kids->completion).to(sup).with(_, 7));
   expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
   CAF_CHECK_EQUAL(st().held(), 0);
-  CAF_CHECK(!st().withheld);
+  CAF_CHECK(!st().credits.withheld());
 }
 
 CAF_TEST(a message read again while its first delivery runs is tracked twice) {
