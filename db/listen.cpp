@@ -12,8 +12,18 @@
 namespace cmdbus::db {
 
 void connection::listen(const std::string& channel) {
-  // LISTEN takes no parameters: the identifier is validated first.
-  validate_queue_name(channel);
+  // LISTEN takes no parameters: the identifier is validated first. A
+  // channel is pgmq_notify_{queue}, so it may be longer than a queue name:
+  // up to PostgreSQL's identifier length (63 bytes).
+  constexpr size_t max_identifier_length = 63;
+  bool plain = !channel.empty() && channel.size() <= max_identifier_length;
+  for (char c : channel)
+    plain = plain
+            && (std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_');
+  if (!plain)
+    throw invalid_argument("invalid NOTIFY channel " + printable(channel)
+                           + ": 1 to 63 ASCII letters, digits or underscores "
+                             "expected");
   std::string folded;
   for (char c : channel)
     folded += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/queue_name.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -111,6 +112,25 @@ TEST(DbListen, RejectsInvalidChannelNames) {
   auto conn = test::connect();
   EXPECT_THROW(conn.listen("x; DROP TABLE y"), db::invalid_argument);
   EXPECT_THROW(conn.listen(""), db::invalid_argument);
+  EXPECT_THROW(conn.listen(std::string(64, 'a')), db::invalid_argument);
+}
+
+TEST(DbListen, TheChannelOfTheLongestQueueNameIsListenedTo) {
+  // A queue name may have 47 characters; its channel pgmq_notify_{queue}
+  // then has 59 (a reply queue of a long domain, e.g. a process reply
+  // queue), and must still be listened to.
+  auto queue = test::unique_name("q");
+  queue += std::string(db::max_queue_name_length - queue.size(), 'x');
+  db::validate_queue_name(queue);
+  auto channel = db::notify_channel(queue);
+  ASSERT_GT(channel.size(), db::max_queue_name_length);
+  auto listener = test::connect();
+  listener.listen(channel);
+  auto sender = test::connect();
+  sender.query("SELECT pg_notify($1, '')", channel);
+  auto got = listener.wait_for_notifications(5000ms);
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.front(), channel);
 }
 
 TEST(DbListen, BrokenConnectionIsReportedNotHung) {
