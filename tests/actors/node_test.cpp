@@ -155,10 +155,15 @@ CAF_TEST(a pool runs its handlers number of deliveries and queues the rest) {
 CAF_TEST(a drain waits for queued and running deliveries and refuses new ones) {
   send(3);
   auto answered = std::make_shared<bool>(false);
-  sys.spawn([p = pool, answered](caf::event_based_actor* a) {
-    a->request(p, caf::infinite, atom::drain::value)
-      .then([answered](atom::done) { *answered = true; });
-  });
+  // The pool and the flag are spawn arguments, not captures: CAF 0.17.6
+  // dereferences a null argument tuple when a function actor takes none.
+  sys.spawn(
+    [](caf::event_based_actor* a, node_pool_actor p,
+       std::shared_ptr<bool> answered) {
+      a->request(p, caf::infinite, atom::drain::value)
+        .then([answered](atom::done) { *answered = true; });
+    },
+    pool, answered);
   sched.run();
   CAF_CHECK(!*answered);
   send(1, 10);
