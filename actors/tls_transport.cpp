@@ -156,6 +156,17 @@ public:
     handshake_writes(false);
   }
 
+  void removed_from_loop(operation op) override {
+    // Released last: it may hold the last reference to the scribe that
+    // owns this stream.
+    manager_ptr keep;
+    if (op == operation::write) {
+      handshake_writes_ = false;
+      keep.swap(handshake_owner_);
+    }
+    stream::removed_from_loop(op);
+  }
+
 private:
   // Drives the handshake one step; `op` is the event that woke it, if any.
   void advance(std::optional<operation> op) {
@@ -217,20 +228,31 @@ private:
     return handshake::done;
   }
 
-  // Subscribes to write events for the handshake, or ends that.
+  // Subscribes to write events for the handshake, or ends that. While
+  // subscribed, the stream holds its scribe, as CAF's stream does while it
+  // writes: the multiplexer keeps a plain pointer to the stream until it
+  // has removed it (removed_from_loop).
   void handshake_writes(bool on) {
     if (on == handshake_writes_)
       return;
     handshake_writes_ = on;
-    if (on)
+    if (on) {
+      handshake_owner_ = manager_ptr{&owner_};
       backend().add(operation::write, fd(), this);
-    else
-      backend().del(operation::write, fd(), this);
+      return;
+    }
+    backend().del(operation::write, fd(), this);
+    // Still waiting to be added (the two cancel out): no removal will come.
+    // Its callers run while the broker or the reader holds the scribe.
+    if ((eventbf() & caf::io::network::output_mask) == 0)
+      handshake_owner_.reset();
   }
 
   session_ptr session_;
   tls_policy policy_;
   caf::io::network::stream_manager& owner_;
+  /// The scribe, while subscribed to write events for the handshake.
+  manager_ptr handshake_owner_;
   bool established_ = false;
   bool flush_wanted_ = false;
   bool handshake_writes_ = false;
