@@ -12,9 +12,12 @@
 //   and the multiplexer thread loops at 100 % until the peer answers. A
 //   peer that accepts and never answers (stopped with SIGSTOP, a hung host)
 //   keeps it spinning forever: BASP's close of the connection waits for the
-//   write buffer to drain first, and that never happens. A worker whose
-//   node is frozen spins once per reconnection attempt; `cmdbus cluster
-//   status` never exits (the multiplexer never becomes idle).
+//   write buffer to drain first, and that never happens. A worker spun
+//   while its node was frozen (every reconnection attempt left such a
+//   connection behind), `cmdbus cluster status` never exited (its
+//   multiplexer never became idle), and a node spun for every peer that
+//   connected to its port and sent nothing (BASP's first message goes out
+//   from the accepting side too).
 // - Shared error queue. OpenSSL keeps one error queue per thread, and
 //   SSL_get_error reports any entry in it as the failure of the call it is
 //   asked about. The module never clears the queue: the only calls that
