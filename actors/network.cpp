@@ -4,15 +4,16 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/function_view.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
-#include <caf/openssl/publish.hpp>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
 #include "cmdbus/actors/ops/admin.hpp"
 #include "cmdbus/actors/errors.hpp"
+#include "cmdbus/actors/tls_transport.hpp"
 
 namespace cmdbus::actors {
 
@@ -117,8 +118,14 @@ caf::expected<uint16_t> publish(caf::actor_system& sys, const Handle& whom,
   // SO_REUSEADDR: a node restarted after a crash binds its port again at
   // once, although the connections of its predecessor linger in TIME_WAIT
   // (on Linux it never lets two processes listen on one port).
-  if (uses_tls(sys))
-    return caf::openssl::publish(whom, port, address.host.c_str(), true);
+  // With TLS through our own middleman actor, not caf::openssl::publish:
+  // see tls_transport.hpp.
+  if (uses_tls(sys)) {
+    auto f = caf::make_function_view(tls_middleman(sys));
+    return f(caf::publish_atom::value, port,
+             caf::actor_cast<caf::strong_actor_ptr>(whom),
+             sys.message_types(whom), address.host, true);
+  }
   return sys.middleman().publish(whom, port, address.host.c_str(), true);
 }
 
@@ -130,7 +137,7 @@ publish(caf::actor_system&, const admin::admin_actor&, const std::string&);
 
 caf::io::middleman_actor connector(caf::actor_system& sys) {
   if (uses_tls(sys))
-    return sys.openssl_manager().actor_handle();
+    return tls_middleman(sys);
   return sys.middleman().actor_handle();
 }
 

@@ -9,7 +9,9 @@
 // would be cut by the other's connection timeout), uses the application
 // identifier "cmdbus" (CAF peers of another application are refused during
 // the BASP handshake; not a security measure), registers the wire types and
-// our error category, and with TLS loads CAF's OpenSSL module.
+// our error category, and with TLS loads CAF's OpenSSL module, whose
+// sessions our own TLS connections use (tls_transport.hpp: the module's own
+// connections spin and fail healthy peers under faults).
 //
 // Only actor code includes this (CAF headers).
 
@@ -57,9 +59,10 @@ bool uses_tls(caf::actor_system& sys);
 
 /// Publishes a node's door (or an admin actor, admin.hpp) on `listen`
 /// ("HOST:PORT", ":PORT" = 127.0.0.1, port 0 = a free one), through TLS
-/// when the system uses it. Returns the bound port or the middleman's error
-/// (in use, cannot bind, ...); throws std::invalid_argument for a malformed
-/// `listen`. Defined for those two handle types only (network.cpp).
+/// (tls_middleman) when the system uses it. Returns the bound port or the
+/// middleman's error (in use, cannot bind, ...); throws
+/// std::invalid_argument for a malformed `listen`. Defined for those two
+/// handle types only (network.cpp).
 template <class Handle>
 caf::expected<uint16_t> publish(caf::actor_system& sys, const Handle& whom,
                                 const std::string& listen);
@@ -67,7 +70,7 @@ caf::expected<uint16_t> publish(caf::actor_system& sys, const Handle& whom,
 /// The actor to ask for a connection from inside an actor, without
 /// blocking: request(connector(sys), timeout, caf::connect_atom::value, host,
 /// port) answers (node_id, strong_actor_ptr, interface) or an error. TLS
-/// when the system uses it.
+/// (tls_middleman) when the system uses it.
 caf::io::middleman_actor connector(caf::actor_system& sys);
 
 /// Whether `ifs` (the interface a connect answered) is that of

@@ -5,9 +5,12 @@
 // stop taking work, waits for its running commands and reports it idle,
 // after which the worker takes no new commands (another worker does). With
 // TLS only a client with a certificate of the worker's CA gets an answer.
+// A node frozen with SIGSTOP (its admin port accepts and never answers) is
+// flagged unreachable once `--timeout` has passed, with and without TLS.
 
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -30,19 +33,25 @@ namespace fs = std::filesystem;
 namespace {
 
 // `cmdbus node --demo` for `domain` with 3 handlers, its door on a free
-// port and its admin actor on `admin`, without any database settings.
+// port and its admin actor on `admin`, without any database settings;
+// `extra_args` (TLS options) added.
 class admin_node {
 public:
-  admin_node(const std::string& domain, const std::string& admin)
+  admin_node(const std::string& domain, const std::string& admin,
+             const std::vector<std::string>& extra_args = {})
     : port_file_((fs::temp_directory_path() / (unique_name("node") + ".port"))
                    .string()) {
+    std::vector<std::string> args{"node",          "--demo",
+                                  "--domain",      domain,
+                                  "--concurrency", "3",
+                                  "--listen",      "127.0.0.1:0",
+                                  "--port-file",   port_file_,
+                                  "--heartbeat",   "500ms",
+                                  "--admin",       admin};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     proc_ = std::make_unique<background_cmdbus>(
-      std::vector<std::string>{"node", "--demo", "--domain", domain,
-                               "--concurrency", "3", "--listen", "127.0.0.1:0",
-                               "--port-file", port_file_, "--heartbeat",
-                               "500ms", "--admin", admin},
-      std::vector<std::string>{"CMDBUS_NODE_NAME=admin-node",
-                               "PGHOST=/nonexistent", "PGDATABASE=none"});
+      args, std::vector<std::string>{"CMDBUS_NODE_NAME=admin-node",
+                                     "PGHOST=/nonexistent", "PGDATABASE=none"});
     eventually(
       [&] {
         std::ifstream in{port_file_};
@@ -58,6 +67,11 @@ public:
 
   std::string address() const {
     return "127.0.0.1:" + std::to_string(port_);
+  }
+
+  /// Sends `sig` (SIGSTOP, SIGCONT) to the node.
+  void signal(int sig) {
+    proc_->signal(sig);
   }
 
 private:
@@ -97,6 +111,62 @@ std::string str(const rapidjson::Value& v, const char* key) {
 
 int64_t num(const rapidjson::Value& v, const char* key) {
   return v.HasMember(key) && v[key].IsInt64() ? v[key].GetInt64() : -1;
+}
+
+// A directory of its own with a CA and the certificates it signed for
+// `names`, removed at the end.
+class cert_dir {
+public:
+  explicit cert_dir(const std::vector<std::string>& names) {
+    fs::create_directories(dir_);
+    make_ca(dir_.string(), "ca");
+    for (auto& name : names)
+      make_cert(dir_.string(), name, "ca");
+  }
+  ~cert_dir() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  /// The TLS options of a process with the certificate `name`.
+  std::vector<std::string> tls_args(const std::string& name) const {
+    return {"--tls-certificate", file(name + ".pem"), "--tls-key",
+            file(name + ".key"), "--tls-ca-file", file("ca.pem")};
+  }
+
+private:
+  std::string file(const std::string& name) const {
+    return (dir_ / name).string();
+  }
+  fs::path dir_ = fs::temp_directory_path() / unique_name("cmdbus_admin_tls");
+};
+
+// `cmdbus cluster status --timeout 1s` against a node whose admin port
+// accepts connections and never answers (the node stopped with SIGSTOP):
+// the address is reported unreachable (exit 5) once the timeout has
+// passed. The 20 s wait is a guard against a client that never returns,
+// not a measure of how long it takes.
+void frozen_admin_port_is_flagged(const std::vector<std::string>& node_tls,
+                                  const std::vector<std::string>& cli_tls) {
+  auto d = unique_name("adm");
+  auto admin = loopback(free_port());
+  admin_node n{d, admin, node_tls};
+  std::vector<std::string> args{"cluster",   "status", "--nodes", admin,
+                                "--timeout", "1s",     "--json"};
+  args.insert(args.end(), cli_tls.begin(), cli_tls.end());
+  ASSERT_TRUE(eventually([&] { return run_cmdbus(args).exit_code == 0; }, 20s))
+    << "the node's admin port does not answer";
+  n.signal(SIGSTOP);
+  finally resume{[&] { n.signal(SIGCONT); }};
+  background_cmdbus status{args};
+  auto r = status.wait(20s);
+  ASSERT_TRUE(r.has_value())
+    << "cmdbus cluster status --timeout 1s still runs after 20 s";
+  EXPECT_EQ(r->exit_code, 5) << r->out << r->err;
+  auto doc = parse(r->out);
+  ASSERT_TRUE(doc.IsArray() && doc.Size() == 1) << r->out;
+  EXPECT_EQ(str(doc[0], "address"), admin);
+  EXPECT_FALSE(doc[0]["reachable"].GetBool()) << r->out;
+  EXPECT_FALSE(str(doc[0], "error").empty()) << r->out;
 }
 
 } // namespace
@@ -296,4 +366,13 @@ TEST(ClusterAdmin, WithTlsOnlyACertificateOfTheTrustedCaGetsAnAnswer) {
     << plain.out;
   // Still serving the trusted CA's clients.
   EXPECT_EQ(status("cli").exit_code, 0);
+}
+
+TEST(ClusterAdmin, FrozenNodeIsFlaggedUnreachableAfterTheTimeout) {
+  frozen_admin_port_is_flagged({}, {});
+}
+
+TEST(ClusterAdmin, WithTlsAFrozenNodeIsFlaggedUnreachableAfterTheTimeout) {
+  cert_dir certs{{"node", "cli"}};
+  frozen_admin_port_is_flagged(certs.tls_args("node"), certs.tls_args("cli"));
 }

@@ -2,15 +2,31 @@
 // (no --demo, no domain, bad values, a partial or unusable TLS set) with
 // their exit codes, --help, the loopback default, the port file, a node that
 // serves a worker's hello and commands without any database, and TLS that
-// lets in only peers with a certificate of the trusted CA. The worker side
+// lets in only peers with a certificate of the trusted CA and survives
+// hostile connections (what is no TLS, silent peers) idle. The worker side
 // of remote pools is tested elsewhere; here a small in-process client
 // plays the worker. No database is needed.
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
@@ -435,4 +451,347 @@ TEST(ClusterNode, TlsLetsInOnlyCertificatesOfTheTrustedCa) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->exit_code, 0) << r->err;
   EXPECT_NE(r->err.find("TLS on (certificate"), std::string::npos) << r->err;
+}
+
+namespace {
+
+// A TCP connection to 127.0.0.1:port that has sent `bytes` (nothing: a
+// silent peer); closed when destroyed. `small_window`: it takes segments of
+// 536 bytes and a small receive buffer, so that what the node sends it
+// soon fills the node's send buffer while it does not read.
+class raw_connection {
+public:
+  raw_connection(int port, const std::string& bytes,
+                 bool small_window = false) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd_ >= 0 && small_window) {
+      int mss = 536;
+      setsockopt(fd_, IPPROTO_TCP, TCP_MAXSEG, &mss, sizeof mss);
+      int rcvbuf = 2048;
+      setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+    }
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd_ >= 0
+        && ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0
+        && !bytes.empty())
+      ok_ = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL)
+            == static_cast<ssize_t>(bytes.size());
+    else
+      ok_ = fd_ >= 0 && bytes.empty();
+  }
+  ~raw_connection() {
+    if (fd_ >= 0)
+      ::close(fd_);
+  }
+  raw_connection(const raw_connection&) = delete;
+  raw_connection& operator=(const raw_connection&) = delete;
+
+  bool ok() const noexcept {
+    return ok_;
+  }
+
+  int fd() const noexcept {
+    return fd_;
+  }
+
+  /// Closes the connection with a reset (RST), as a crashed host's kernel
+  /// would.
+  void reset() {
+    linger lg{1, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    ::close(fd_);
+    fd_ = -1;
+  }
+
+  /// Waits for the peer to close the connection (at most `deadline`): true
+  /// when it did.
+  bool closed_by_peer(std::chrono::seconds deadline) {
+    timeval tv{static_cast<time_t>(deadline.count()), 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char buf[512];
+    for (;;) {
+      auto n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n == 0)
+        return true;
+      if (n < 0)
+        return errno == ECONNRESET;
+    }
+  }
+
+private:
+  int fd_ = -1;
+  bool ok_ = false;
+};
+
+// A TLS client (OpenSSL in memory) whose bytes a test carries over a
+// raw_connection itself, so that it decides when the node's handshake may
+// go on.
+class memory_tls_client {
+public:
+  memory_tls_client(const temp_dir& dir, const std::string& name) {
+    ctx_ = SSL_CTX_new(TLS_client_method());
+    SSL_CTX_use_certificate_file(ctx_, dir.file(name + ".pem").c_str(),
+                                 SSL_FILETYPE_PEM);
+    SSL_CTX_use_PrivateKey_file(ctx_, dir.file(name + ".key").c_str(),
+                                SSL_FILETYPE_PEM);
+    SSL_CTX_load_verify_locations(ctx_, dir.file("ca.pem").c_str(), nullptr);
+    SSL_CTX_set_verify(ctx_, SSL_VERIFY_PEER, nullptr);
+    ssl_ = SSL_new(ctx_);
+    SSL_set_max_cert_list(ssl_, 1 << 20);
+    in_ = BIO_new(BIO_s_mem());
+    auto out = BIO_new(BIO_s_mem());
+    out_ = out;
+    SSL_set_bio(ssl_, in_, out); // ssl_ owns both
+    SSL_set_connect_state(ssl_);
+  }
+  ~memory_tls_client() {
+    SSL_free(ssl_);
+    SSL_CTX_free(ctx_);
+  }
+  memory_tls_client(const memory_tls_client&) = delete;
+  memory_tls_client& operator=(const memory_tls_client&) = delete;
+
+  /// Goes on with the handshake, or reads application data once it has
+  /// completed; returns what is to be sent.
+  std::string step() {
+    ERR_clear_error();
+    if (!established_) {
+      established_ = SSL_do_handshake(ssl_) == 1;
+    } else {
+      char buf[4096];
+      int n = 0;
+      while ((n = SSL_read(ssl_, buf, sizeof buf)) > 0)
+        app_data_.append(buf, static_cast<size_t>(n));
+    }
+    std::string out;
+    char buf[4096];
+    int n = 0;
+    while ((n = BIO_read(out_, buf, sizeof buf)) > 0)
+      out.append(buf, static_cast<size_t>(n));
+    return out;
+  }
+
+  /// Hands it bytes received.
+  void feed(const std::string& bytes) {
+    BIO_write(in_, bytes.data(), static_cast<int>(bytes.size()));
+  }
+
+  bool established() const noexcept {
+    return established_;
+  }
+
+  /// The application data received after the handshake.
+  const std::string& app_data() const noexcept {
+    return app_data_;
+  }
+
+private:
+  SSL_CTX* ctx_ = nullptr;
+  SSL* ssl_ = nullptr;
+  BIO* in_ = nullptr;
+  BIO* out_ = nullptr;
+  bool established_ = false;
+  std::string app_data_;
+};
+
+// Sends all of `bytes` on `fd`.
+bool send_all(int fd, const std::string& bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    auto n = ::send(fd, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+    if (n <= 0)
+      return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// Waits up to `deadline` for bytes on `fd` and returns what is there (""
+// when nothing came); none when the connection was closed.
+std::optional<std::string> receive(int fd, std::chrono::milliseconds deadline) {
+  pollfd p{fd, POLLIN, 0};
+  if (::poll(&p, 1, static_cast<int>(deadline.count())) <= 0)
+    return std::string{};
+  char buf[16384];
+  auto n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+  if (n > 0)
+    return std::string(buf, static_cast<size_t>(n));
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    return std::string{};
+  return std::nullopt;
+}
+
+} // namespace
+
+TEST(ClusterNode, TlsNodeSurvivesHostileConnectionsAndWaitsForSilentOnesIdle) {
+  temp_dir dir;
+  auto certs = dir.path.string();
+  make_ca(certs, "ca");
+  make_cert(certs, "node", "ca");
+  make_cert(certs, "worker", "ca");
+  auto port_file = dir.file("port");
+  auto args = node_args("payments", port_file);
+  args.insert(args.end(),
+              {"--tls-certificate", dir.file("node.pem"), "--tls-key",
+               dir.file("node.key"), "--tls-ca-file", dir.file("ca.pem")});
+  background_cmdbus node{args, no_database};
+  auto port = read_port(port_file);
+  ASSERT_GT(port, 0);
+  // 500 peers, 20 at a time, that send what is no TLS (BASP in cleartext,
+  // HTTP): the node closes each connection, whether its bytes are there
+  // when the node accepts it or come later, and nothing of the node goes
+  // with it. (Once a peer is left waiting, the others stop waiting.)
+  std::atomic<int> closed{0};
+  std::atomic<bool> left_waiting{false};
+  std::vector<std::thread> peers;
+  for (int t = 0; t < 20; ++t)
+    peers.emplace_back([&] {
+      for (int i = 0; i < 25 && !left_waiting; ++i) {
+        std::string bytes = i % 2 == 0 ? std::string("\0\0\0\x20", 4)
+                                           + std::string(40, 'x')
+                                       : std::string("GET / HTTP/1.1\r\n\r\n");
+        raw_connection peer{port, bytes};
+        if (peer.ok() && peer.closed_by_peer(5s))
+          ++closed;
+        else
+          left_waiting = true;
+      }
+    });
+  for (auto& peer : peers)
+    peer.join();
+  EXPECT_EQ(closed.load(), 500);
+  EXPECT_FALSE(left_waiting) << "a peer was not closed within 5 s";
+  if (auto gone = node.wait(0ms))
+    FAIL() << "the node died (exit " << gone->exit_code << "): " << gone->err;
+  // 20 peers that connect and stay silent: the node waits for them idle.
+  // Its CPU time is bounded while a worker runs 20 commands of 200 ms one
+  // after the other (about 4 s of a node doing next to nothing): under a
+  // tenth of the wall time. A bound on what the node consumes, not on how
+  // long anything takes: a connection that spins takes a whole core.
+  std::vector<std::unique_ptr<raw_connection>> silent;
+  for (int i = 0; i < 20; ++i) {
+    silent.push_back(std::make_unique<raw_connection>(port, std::string{}));
+    ASSERT_TRUE(silent.back()->ok());
+  }
+  // A worker gets in once the node has worked through the refusals (each
+  // costs it a TLS context: CAF loads the certificates per connection).
+  client good{tls_of(dir, "worker", "ca")};
+  remote::node_door_actor door;
+  std::string error;
+  ASSERT_TRUE(eventually(
+    [&] {
+      std::tie(door, error) = good.connect(port);
+      return static_cast<bool>(door);
+    },
+    30s))
+    << error;
+  auto [pool, hello_error] = good.hello(door, "payments");
+  ASSERT_TRUE(pool) << hello_error;
+  auto pid = node.pid();
+  auto cpu_before = cpu_seconds(pid);
+  ASSERT_TRUE(cpu_before.has_value());
+  auto wall_before = std::chrono::steady_clock::now();
+  for (int i = 0; i < 20; ++i) {
+    auto out = good.run(
+      pool, "payments",
+      R"({"behavior":{"min_duration_ms":200,"max_duration_ms":200}})");
+    ASSERT_EQ(out.kind, outcome_kind::success) << out.error_message;
+  }
+  auto cpu_after = cpu_seconds(pid);
+  ASSERT_TRUE(cpu_after.has_value());
+  std::chrono::duration<double> wall = std::chrono::steady_clock::now()
+                                       - wall_before;
+  auto cpu = *cpu_after - *cpu_before;
+  EXPECT_LT(cpu, 0.1 * wall.count())
+    << cpu << " s of CPU in " << wall.count() << " s with 20 silent peers";
+  silent.clear();
+  auto r = node.stop(20s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+}
+
+TEST(ClusterNode, TlsHandshakeThatMustWaitToWriteGoesOnOrFailsCleanly) {
+  temp_dir dir;
+  auto certs = dir.path.string();
+  make_ca(certs, "ca");
+  make_cert(certs, "node", "ca");
+  make_cert(certs, "worker", "ca");
+  // The node presents its certificate with 100 copies of the CA's: a
+  // handshake flight of about 80 kB, more than its send buffer holds for a
+  // peer that takes segments of 536 bytes and does not read. Its handshake
+  // then waits to write.
+  {
+    std::ofstream chain{dir.file("chain.pem")};
+    std::ifstream node_pem{dir.file("node.pem")};
+    chain << node_pem.rdbuf();
+    for (int i = 0; i < 100; ++i) {
+      std::ifstream ca_pem{dir.file("ca.pem")};
+      chain << ca_pem.rdbuf();
+    }
+  }
+  auto port_file = dir.file("port");
+  auto args = node_args("payments", port_file);
+  args.insert(args.end(),
+              {"--tls-certificate", dir.file("chain.pem"), "--tls-key",
+               dir.file("node.key"), "--tls-ca-file", dir.file("ca.pem")});
+  background_cmdbus node{args, no_database};
+  auto port = read_port(port_file);
+  ASSERT_GT(port, 0);
+  // Says hello and waits for the node's first bytes.
+  auto start = [&](raw_connection& peer, memory_tls_client& tls) {
+    ASSERT_TRUE(peer.ok());
+    ASSERT_TRUE(send_all(peer.fd(), tls.step()));
+    pollfd p{peer.fd(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 10000), 1) << "the node did not answer the hello";
+  };
+  for (int i = 0; i < 20; ++i) {
+    // Peers that never read, then reset the connection: each handshake
+    // fails, its connection goes, the node stays.
+    raw_connection peer{port, "", true};
+    memory_tls_client tls{dir, "worker"};
+    start(peer, tls);
+    peer.reset();
+  }
+  if (auto gone = node.wait(0ms))
+    FAIL() << "the node died (exit " << gone->exit_code << "): " << gone->err;
+  {
+    // A peer that reads late: the handshake goes on once there is room,
+    // completes, and the node's first BASP message follows it.
+    raw_connection peer{port, "", true};
+    memory_tls_client tls{dir, "worker"};
+    start(peer, tls);
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (tls.app_data().empty()
+           && std::chrono::steady_clock::now() < deadline) {
+      auto bytes = receive(peer.fd(), 500ms);
+      ASSERT_TRUE(bytes) << "the node closed the connection";
+      tls.feed(*bytes);
+      ASSERT_TRUE(send_all(peer.fd(), tls.step()));
+    }
+    EXPECT_TRUE(tls.established());
+    EXPECT_FALSE(tls.app_data().empty())
+      << "no BASP message after the handshake";
+  }
+  if (auto gone = node.wait(0ms))
+    FAIL() << "the node died (exit " << gone->exit_code << "): " << gone->err;
+  // And a worker is served as ever.
+  client good{tls_of(dir, "worker", "ca")};
+  remote::node_door_actor door;
+  std::string error;
+  ASSERT_TRUE(eventually(
+    [&] {
+      std::tie(door, error) = good.connect(port);
+      return static_cast<bool>(door);
+    },
+    20s))
+    << error;
+  auto [pool, hello_error] = good.hello(door, "payments");
+  ASSERT_TRUE(pool) << hello_error;
+  EXPECT_EQ(good.run(pool, "payments").kind, outcome_kind::success);
+  auto r = node.stop(20s);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->exit_code, 0) << r->err;
 }

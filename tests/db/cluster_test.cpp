@@ -7,7 +7,10 @@
 // visibility timeout; a node restarted on its port is added back; a
 // connection cut through a TCP proxy releases its commands at once;
 // another protocol version is refused on both sides; and with TLS only a
-// certificate of the trusted CA gets in.
+// certificate of the trusted CA gets in. The kill -9 and freeze scenarios
+// run with TLS too, where one node's fault must not cost the other node's
+// link either, and a worker whose node is stopped with SIGSTOP waits for it
+// idle (with and without TLS).
 //
 // The nodes' demo `Test` handler says where it ran ("served_by": the
 // node's name, from CMDBUS_NODE_NAME) in its result, which the tests read
@@ -16,12 +19,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -109,6 +114,11 @@ public:
     proc_.reset(); // background_cmdbus's destructor sends SIGKILL
   }
 
+  /// Sends `sig` (SIGSTOP, SIGCONT).
+  void signal(int sig) {
+    proc_->signal(sig);
+  }
+
 private:
   std::string name_;
   std::string port_file_;
@@ -129,6 +139,51 @@ config::worker_config cluster_cfg(const std::string& domain,
   cfg.remote.reconnect_max = 500ms;
   return cfg;
 }
+
+// The TLS options of a process with the certificate `name` of `dir`,
+// trusting the CA `ca` of `dir`.
+std::vector<std::string> tls_args(const scratch_dir& dir,
+                                  const std::string& name,
+                                  const std::string& ca) {
+  return {"--tls-certificate", dir.file(name + ".pem"), "--tls-key",
+          dir.file(name + ".key"), "--tls-ca-file", dir.file(ca + ".pem")};
+}
+
+// A CA in `dir` and the certificates it signed for the nodes ("node") and
+// the worker ("worker"); or nothing at all (`enabled` false): the same
+// scenario with and without TLS.
+class tls_set {
+public:
+  tls_set(const scratch_dir& dir, bool enabled) : dir_(dir), enabled_(enabled) {
+    if (!enabled_)
+      return;
+    make_ca(dir.path.string(), "ca");
+    make_cert(dir.path.string(), "node", "ca");
+    make_cert(dir.path.string(), "worker", "ca");
+  }
+  /// A node's options.
+  std::vector<std::string> node_args() const {
+    return enabled_ ? tls_args(dir_, "node", "ca") : std::vector<std::string>{};
+  }
+  /// The options of `cmdbus worker`.
+  std::vector<std::string> worker_args() const {
+    return enabled_ ? tls_args(dir_, "worker", "ca")
+                    : std::vector<std::string>{};
+  }
+  /// The in-process worker's configuration `cfg`, with the worker's set.
+  config::worker_config worker_cfg(config::worker_config cfg) const {
+    if (enabled_) {
+      cfg.tls.certificate = dir_.file("worker.pem");
+      cfg.tls.key = dir_.file("worker.key");
+      cfg.tls.ca_file = dir_.file("ca.pem");
+    }
+    return cfg;
+  }
+
+private:
+  const scratch_dir& dir_;
+  bool enabled_;
+};
 
 // The registry of the in-process worker: "Local" only.
 handler_registry local_only(const std::string& domain) {
@@ -196,22 +251,48 @@ public:
     return proc_->stop(30s).has_value();
   }
 
+  /// Its process id.
+  pid_t pid() const {
+    return proc_->pid();
+  }
+
 private:
   std::string log_;
   std::unique_ptr<background_cmdbus> proc_;
 };
 
-// `cmdbus worker` for `domain` with the node at `address` as its pool and
-// no handlers of its own.
+// `cmdbus worker` for `domain` with the nodes at `addresses` as its pools
+// and no handlers of its own.
+std::vector<std::string> worker_args(const std::string& domain,
+                                     const std::vector<std::string>& addresses,
+                                     std::vector<std::string> extra = {}) {
+  std::vector<std::string> args{"worker", "--create", "--dsn", dsn(), "--domain", domain,
+                                "--remote-heartbeat-interval", heartbeat,
+                                "--remote-reconnect-max", "500ms"};
+  for (auto& address : addresses)
+    args.insert(args.end(), {"--remote-pool", address});
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// `cmdbus worker` for `domain` with the node at `address` as its pool.
 std::vector<std::string> worker_args(const std::string& domain,
                                      const std::string& address,
                                      std::vector<std::string> extra = {}) {
-  std::vector<std::string> args{"worker", "--create", "--dsn", dsn(), "--domain", domain,
-                                "--remote-pool", address,
-                                "--remote-heartbeat-interval", heartbeat,
-                                "--remote-reconnect-max", "500ms"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
+  return worker_args(domain, std::vector<std::string>{address},
+                     std::move(extra));
+}
+
+// How many lines of `log` hold all of `parts`.
+int lines_with(const std::string& log, const std::vector<std::string>& parts) {
+  int n = 0;
+  std::istringstream in{log};
+  for (std::string line; std::getline(in, line);)
+    n += std::all_of(parts.begin(), parts.end(),
+                     [&](auto& p) { return line.find(p) != std::string::npos; })
+           ? 1
+           : 0;
+  return n;
 }
 
 // Waits until `w` is connected to `n` remote pools.
@@ -270,14 +351,21 @@ TEST(ClusterRouting, TypesRunWhereTheyAreServedAndCreditsSpanAllSlots) {
 
 // -- failures ------------------------------------------------------------------
 
-TEST(ClusterFailover, KilledNodeCommandsRunElsewhereLongBeforeTheirLease) {
+namespace {
+
+// n1 and n2 busy with 60 commands; kill -9 of n2 mid-load, with or without
+// TLS.
+void killed_node_commands_run_elsewhere(bool tls) {
   bus_env e;
   scratch_dir dir;
+  tls_set certs{dir, tls};
   auto d = unique_name("cl");
-  node n1{dir, "n1", d, 3};
-  auto n2 = std::make_unique<node>(dir, "n2", d, 3);
+  node n1{dir, "n1", d, 3, "127.0.0.1:0", certs.node_args()};
+  auto n2 = std::make_unique<node>(dir, "n2", d, 3, "127.0.0.1:0",
+                                   certs.node_args());
   auto n2_port = n2->port();
-  worker w{cluster_cfg(d, {n1.address(), n2->address()}), local_only(d)};
+  worker w{certs.worker_cfg(cluster_cfg(d, {n1.address(), n2->address()})),
+           local_only(d)};
   finally stop{[&] { stop_worker(w); }};
   w.start();
   ASSERT_TRUE(connected(w, 2));
@@ -294,6 +382,8 @@ TEST(ClusterFailover, KilledNodeCommandsRunElsewhereLongBeforeTheirLease) {
   // Long before the 60 s visibility timeout (a generous bound: the machine
   // is shared).
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 40s);
+  // Only the killed node was lost: its fault cost the other node nothing.
+  EXPECT_EQ(w.metrics().at(0)->remote_disconnects.load(), 1);
   int rerun = 0;
   auto where = served_by(e, d);
   for (auto& id : ids)
@@ -306,7 +396,8 @@ TEST(ClusterFailover, KilledNodeCommandsRunElsewhereLongBeforeTheirLease) {
   // The node comes back on its port: the worker adds it back and it takes
   // work again.
   EXPECT_EQ(w.metrics().at(0)->remote_slots.load(), 3);
-  node back{dir, "n2b", d, 3, "127.0.0.1:" + std::to_string(n2_port)};
+  node back{dir, "n2b", d, 3, "127.0.0.1:" + std::to_string(n2_port),
+            certs.node_args()};
   ASSERT_EQ(back.port(), n2_port);
   ASSERT_TRUE(connected(w, 2));
   EXPECT_EQ(w.metrics().at(0)->remote_slots.load(), 6);
@@ -320,20 +411,28 @@ TEST(ClusterFailover, KilledNodeCommandsRunElsewhereLongBeforeTheirLease) {
   EXPECT_TRUE(nodes.count("n2b")) << "the restarted node took work again";
 }
 
+} // namespace
+
+TEST(ClusterFailover, KilledNodeCommandsRunElsewhereLongBeforeTheirLease) {
+  killed_node_commands_run_elsewhere(false);
+}
+
 namespace {
 
-// n1 behind a TCP proxy and n2 direct, each busy with three long commands
-// (3 s); `fault` breaks the proxy. n1's commands come back and run on n2
+// n1 behind a TCP proxy and n2 direct (with or without TLS), each busy
+// with three long commands (3 s); `fault` breaks the proxy. n1's commands come back and run on n2
 // after its own three (about 6 s), where a lease would hold them for 60 s.
-void proxied_node_fails(const std::function<void(tcp_proxy&)>& fault) {
+void proxied_node_fails(const std::function<void(tcp_proxy&)>& fault,
+                        bool tls = false) {
   bus_env e;
   scratch_dir dir;
+  tls_set certs{dir, tls};
   auto d = unique_name("cl");
-  node n1{dir, "n1", d, 3};
-  node n2{dir, "n2", d, 3};
+  node n1{dir, "n1", d, 3, "127.0.0.1:0", certs.node_args()};
+  node n2{dir, "n2", d, 3, "127.0.0.1:0", certs.node_args()};
   tcp_proxy proxy{n1.port()};
-  worker w{cluster_cfg(d, {"127.0.0.1:" + std::to_string(proxy.port()),
-                           n2.address()}),
+  worker w{certs.worker_cfg(cluster_cfg(
+             d, {"127.0.0.1:" + std::to_string(proxy.port()), n2.address()})),
            local_only(d)};
   finally stop{[&] { stop_worker(w); }};
   w.start();
@@ -356,6 +455,8 @@ void proxied_node_fails(const std::function<void(tcp_proxy&)>& fault) {
   // n1 may finish its runs after the fault, but their outcomes never
   // arrive.
   EXPECT_EQ(on_n2, 6);
+  // n2 was never lost meanwhile: n1's fault cost it nothing.
+  EXPECT_EQ(w.metrics().at(0)->remote_disconnects.load(), 1);
 }
 
 } // namespace
@@ -405,17 +506,6 @@ TEST(ClusterRefusal, AnotherProtocolVersionIsRefusedOnBothSides) {
 
 // -- TLS ---------------------------------------------------------------------------
 
-namespace {
-
-std::vector<std::string> tls_args(const scratch_dir& dir,
-                                  const std::string& name,
-                                  const std::string& ca) {
-  return {"--tls-certificate", dir.file(name + ".pem"), "--tls-key",
-          dir.file(name + ".key"), "--tls-ca-file", dir.file(ca + ".pem")};
-}
-
-} // namespace
-
 TEST(ClusterTls, OnlyACertificateOfTheTrustedCaGetsIn) {
   bus_env e;
   scratch_dir dir;
@@ -460,4 +550,169 @@ TEST(ClusterTls, OnlyACertificateOfTheTrustedCaGetsIn) {
   auto where = served_by(e, d);
   for (auto& id : ids)
     EXPECT_EQ(where[id.to_string()], "tls");
+}
+
+// -- TLS under faults ----------------------------------------------------------
+
+TEST(ClusterTls, KilledNodeCommandsRunElsewhereLongBeforeTheirLease) {
+  killed_node_commands_run_elsewhere(true);
+}
+
+TEST(ClusterTls, ConnectionCutThroughProxyReleasesItsCommandsAtOnce) {
+  proxied_node_fails([](tcp_proxy& proxy) { proxy.cut(); }, true);
+}
+
+TEST(ClusterTls, SilentConnectionIsDroppedAfterItsHeartbeatTimeout) {
+  proxied_node_fails([](tcp_proxy& proxy) { proxy.freeze(); }, true);
+}
+
+namespace {
+
+// How many names in the replies of `domain` are `name` ("served_by").
+int served_by_node(bus_env& e, const std::string& domain,
+                   const std::string& name) {
+  int n = 0;
+  for (auto& [id, where] : served_by(e, domain))
+    n += where == name ? 1 : 0;
+  return n;
+}
+
+} // namespace
+
+TEST(ClusterTls, KillingOneNodeNeverCostsAnotherNodesLink) {
+  // kill -9 of node a, three times (restarted on its port each time), while
+  // a and b run commands: the worker loses a each time and never b; b's
+  // commands are never given back and run again.
+  bus_env e;
+  scratch_dir dir;
+  tls_set certs{dir, true};
+  auto d = unique_name("cl");
+  auto a = std::make_unique<node>(dir, "a", d, 3, "127.0.0.1:0",
+                                  certs.node_args());
+  node b{dir, "b", d, 3, "127.0.0.1:0", certs.node_args()};
+  ASSERT_GT(a->port(), 0);
+  ASSERT_GT(b.port(), 0);
+  auto a_address = a->address();
+  logged_cmdbus wk{
+    dir, worker_args(d, std::vector<std::string>{a_address, b.address()},
+                     certs.worker_args())};
+  // The reply queue exists before the first reply is read.
+  e.conn.exec("SELECT pgmq.create($1)", {d + "__replies"});
+  auto pool_lines = [&](const std::string& address, const std::string& what) {
+    return lines_with(wk.log(), {"remote pool " + address + " " + what});
+  };
+  constexpr int kills = 3;
+  int sent = 0;
+  for (int i = 0; i < kills; ++i) {
+    ASSERT_TRUE(eventually(
+      [&] {
+        return pool_lines(a_address, "(a) connected") == i + 1
+               && pool_lines(b.address(), "(b) connected") == 1;
+      },
+      30s))
+      << wk.log();
+    // Both busy: 12 commands of 1 s for their 6 slots; a has finished one.
+    auto by_a = served_by_node(e, d, "a");
+    send_many(e, d, "Test", 12, behavior_ms(1000));
+    sent += 12;
+    ASSERT_TRUE(
+      eventually([&] { return served_by_node(e, d, "a") > by_a; }, 30s));
+    a->kill();
+    ASSERT_TRUE(
+      eventually([&] { return pool_lines(a_address, "lost") == i + 1; }, 20s))
+      << wk.log();
+    // b goes on answering the worker after a's loss, and is not lost.
+    auto by_b = served_by_node(e, d, "b");
+    ASSERT_TRUE(
+      eventually([&] { return served_by_node(e, d, "b") > by_b; }, 30s));
+    ASSERT_EQ(pool_lines(b.address(), "lost"), 0)
+      << "b was lost when a was killed:\n"
+      << wk.log();
+    a = std::make_unique<node>(dir, "a", d, 3, a_address, certs.node_args());
+    ASSERT_EQ(a->address(), a_address);
+  }
+  ASSERT_TRUE(eventually(
+    [&] { return count_status(e.conn, d, "COMPLETED") == sent; }, 60s))
+    << count_status(e.conn, d, "COMPLETED") << " of " << sent << " completed";
+  EXPECT_EQ(count_status(e.conn, d, "IN_TROUBLESHOOTING_QUEUE"), 0);
+  auto log = wk.log();
+  EXPECT_EQ(pool_lines(b.address(), "lost"), 0) << log;
+  EXPECT_EQ(pool_lines(b.address(), "disconnected"), 0) << log;
+  EXPECT_EQ(pool_lines(a_address, "lost"), kills) << log;
+  // One answer per command; only a's commands ran again, at most its three
+  // slots' worth per kill.
+  EXPECT_EQ(static_cast<int>(messages(e.conn, d + "__replies").size()), sent);
+  int rerun = 0;
+  for (auto& [id, where] : served_by(e, d))
+    if (auto u = uuid::parse(id))
+      rerun += attempts_of(e.conn, d, *u) >= 2 ? 1 : 0;
+  EXPECT_LE(rerun, 3 * kills);
+  EXPECT_TRUE(wk.stop());
+}
+
+namespace {
+
+// The lines of a worker's log that report a failed connection attempt to
+// `address`: the first of a kind is an error, the next ones are at debug
+// level.
+int failed_attempts(const std::string& log, const std::string& address) {
+  return lines_with(log, {"cannot use remote pool " + address + ":"})
+         + lines_with(log, {"remote pool " + address + " still unavailable"});
+}
+
+// A `cmdbus worker` whose only node is stopped with SIGSTOP keeps trying to
+// reconnect with its backoff and uses next to no CPU meanwhile. This bounds
+// what the worker consumes, not how long anything takes: over at least
+// four failed attempts (however long they take on a loaded machine) its
+// CPU time must stay under a tenth of the wall time that passed. An idle
+// worker stays far below that; a connection that spins takes a whole core.
+void worker_idles_while_its_node_is_frozen(bool tls) {
+  bus_env e;
+  scratch_dir dir;
+  tls_set certs{dir, tls};
+  auto d = unique_name("cl");
+  node n{dir, "frozen", d, 3, "127.0.0.1:0", certs.node_args()};
+  ASSERT_GT(n.port(), 0);
+  auto extra = certs.worker_args();
+  extra.insert(extra.end(), {"--log-level", "debug"});
+  logged_cmdbus wk{dir, worker_args(d, n.address(), extra)};
+  auto connections = [&] {
+    return lines_with(wk.log(),
+                      {"remote pool " + n.address() + " (frozen) connected"});
+  };
+  ASSERT_TRUE(eventually([&] { return connections() == 1; }, 30s)) << wk.log();
+  n.signal(SIGSTOP);
+  finally resume{[&] { n.signal(SIGCONT); }};
+  // Lost after three silent heartbeat intervals.
+  ASSERT_TRUE(wk.logs("remote pool " + n.address() + " lost")) << wk.log();
+  auto pid = wk.pid();
+  auto cpu_before = cpu_seconds(pid);
+  ASSERT_TRUE(cpu_before.has_value());
+  auto wall_before = std::chrono::steady_clock::now();
+  auto attempts = failed_attempts(wk.log(), n.address());
+  ASSERT_TRUE(eventually(
+    [&] { return failed_attempts(wk.log(), n.address()) >= attempts + 4; },
+    60s))
+    << wk.log();
+  auto cpu_after = cpu_seconds(pid);
+  ASSERT_TRUE(cpu_after.has_value());
+  std::chrono::duration<double> wall = std::chrono::steady_clock::now()
+                                       - wall_before;
+  auto cpu = *cpu_after - *cpu_before;
+  EXPECT_LT(cpu, 0.1 * wall.count())
+    << cpu << " s of CPU in " << wall.count() << " s with the node frozen";
+  // The node goes on: the worker connects to it again.
+  n.signal(SIGCONT);
+  EXPECT_TRUE(eventually([&] { return connections() == 2; }, 30s)) << wk.log();
+  EXPECT_TRUE(wk.stop());
+}
+
+} // namespace
+
+TEST(ClusterFailover, WorkerWaitsIdleWhileItsNodeIsFrozen) {
+  worker_idles_while_its_node_is_frozen(false);
+}
+
+TEST(ClusterTls, WorkerWaitsIdleWhileItsNodeIsFrozen) {
+  worker_idles_while_its_node_is_frozen(true);
 }

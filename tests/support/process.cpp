@@ -4,6 +4,9 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <stdexcept>
 
 #include <gtest/gtest.h>
@@ -205,6 +208,30 @@ std::string last_line(const std::string& text) {
   auto start = text.rfind('\n', end);
   start = start == std::string::npos ? 0 : start + 1;
   return text.substr(start, end + 1 - start);
+}
+
+std::optional<double> cpu_seconds(int pid) {
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
+  std::string stat{std::istreambuf_iterator<char>{in},
+                   std::istreambuf_iterator<char>{}};
+  // "pid (comm) state ppid ...": the name may hold spaces and parentheses,
+  // the fields after its closing parenthesis do not. utime and stime are
+  // the 14th and 15th fields, the 12th and 13th after the name.
+  auto close = stat.rfind(')');
+  if (close == std::string::npos)
+    return std::nullopt;
+  std::istringstream fields{stat.substr(close + 1)};
+  std::string skip;
+  for (int i = 0; i < 11; ++i)
+    fields >> skip;
+  long long utime = 0;
+  long long stime = 0;
+  if (!(fields >> utime >> stime))
+    return std::nullopt;
+  auto ticks = sysconf(_SC_CLK_TCK);
+  if (ticks <= 0)
+    return std::nullopt;
+  return static_cast<double>(utime + stime) / static_cast<double>(ticks);
 }
 
 } // namespace cmdbus::test

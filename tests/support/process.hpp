@@ -38,6 +38,11 @@ run_cmdbus(const std::vector<std::string>& args,
 /// exiting with one of its exit codes.
 bool crashed(const process_result& r);
 
+/// The CPU time (user plus system, in seconds) that process `pid` has used
+/// so far, from /proc/PID/stat; none when it cannot be read (no such
+/// process). For bounds on what a process consumes while it should idle.
+std::optional<double> cpu_seconds(int pid);
+
 /// Returns the number of lines (newline characters) of `text`.
 size_t line_count(const std::string& text);
 
