@@ -28,6 +28,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -113,11 +114,28 @@ void send_load(const std::string& dsn) {
 /// A worker process on the failover DSN with its HTTP endpoint on `port`.
 std::unique_ptr<background_cmdbus> start_worker(const std::string& dsn,
                                                 int port) {
-  return std::make_unique<background_cmdbus>(std::vector<std::string>{
-    "worker", "--demo", "--domain", domain, "--dsn", dsn, "--concurrency", "4",
-    "--prefetch", "32", "--visibility-timeout", "10s", "--statement-timeout",
-    "5s", "--poll-interval", "100ms", "--http",
-    "127.0.0.1:" + std::to_string(port), "--json", "--log-level", "warn"});
+  return std::make_unique<background_cmdbus>(
+    std::vector<std::string>{"worker",
+                             "--demo",
+                             "--domain",
+                             domain,
+                             "--dsn",
+                             dsn,
+                             "--concurrency",
+                             "4",
+                             "--prefetch",
+                             "32",
+                             "--visibility-timeout",
+                             "10s",
+                             "--statement-timeout",
+                             "5s",
+                             "--poll-interval",
+                             "100ms",
+                             "--http",
+                             "127.0.0.1:" + std::to_string(port),
+                             "--json",
+                             "--log-level",
+                             "warn"});
 }
 
 /// The commands a worker on `port` holds in handlers or waiting for one
@@ -160,8 +178,7 @@ TEST(Failover, EveryCommandIsFinalOnceAfterTheAsynchronousStandbyTakesOver) {
   };
   ASSERT_TRUE(eventually(fast_done, 60s)) << stop_all() << pg.logs();
   pg.freeze_replication();
-  auto frozen_at =
-    *scalar(primary, "SELECT clock_timestamp()::text");
+  auto frozen_at = *scalar(primary, "SELECT clock_timestamp()::text");
   // Claims the standby never receives.
   std::string lost;
   auto claimed_since = [&] {
@@ -212,6 +229,8 @@ TEST(Failover, EveryCommandIsFinalOnceAfterTheAsynchronousStandbyTakesOver) {
                         std::string{domain}, lost)
                  .int64(0, 0);
   EXPECT_GT(again, 0) << "no lost claim was made again";
+  std::cout << "failover: " << lost_claims << "+ claims lost, " << again
+            << " of them made again at attempt 1\n";
 
   // Every command final exactly once: nothing lost, one outcome, one reply.
   EXPECT_EQ(count(standby, "SELECT count(*) FROM commandbus.command WHERE "
@@ -241,4 +260,6 @@ TEST(Failover, EveryCommandIsFinalOnceAfterTheAsynchronousStandbyTakesOver) {
        at = outputs.find("\"completed\":", at + 1))
     completed += std::stoll(outputs.substr(at + 12));
   EXPECT_GE(completed, total) << outputs;
+  std::cout << "failover: the workers report " << completed
+            << " completions for " << total << " commands\n";
 }

@@ -60,8 +60,8 @@ void forget_claim(db::connection& c, const std::string& domain,
   c.exec("COMMIT");
 }
 
-/// Sends a command of `domain`, claims it through `first`, makes the database forget
-/// that claim and claims it again through `second`.
+/// Sends a command of `domain`, claims it through `first`, makes the database
+/// forget that claim and claims it again through `second`.
 lost_claim claim_twice(bus_env& e, const std::string& domain,
                        db::worker_store& first, db::worker_store& second) {
   lost_claim out;
@@ -133,8 +133,7 @@ int64_t replies(db::connection& c, const std::string& domain) {
 /// Expects exactly one final outcome of `kind` for the command of `l`.
 void expect_one_outcome(db::connection& c, const lost_claim& l,
                         outcome_kind kind) {
-  EXPECT_EQ(count_events(c, l.domain, l.sent.command_id, final_event(kind)),
-            1);
+  EXPECT_EQ(count_events(c, l.domain, l.sent.command_id, final_event(kind)), 1);
   EXPECT_EQ(replies(c, l.domain), replies_of(kind));
   EXPECT_EQ(status_of(c, l.domain, l.sent.command_id),
             opt_str{final_status(kind)});
@@ -152,9 +151,8 @@ void expect_no_outcome(db::connection& c, const lost_claim& l) {
   EXPECT_EQ(queue_rows(c, queue_of(l.domain)), 1);
 }
 
-const outcome_kind final_kinds[] = {outcome_kind::success,
-                                    outcome_kind::business_rule,
-                                    outcome_kind::permanent};
+const outcome_kind final_kinds[] = {
+  outcome_kind::success, outcome_kind::business_rule, outcome_kind::permanent};
 
 } // namespace
 
@@ -172,8 +170,9 @@ TEST(LostClaim, TheClaimIsForgottenAndMadeAgainAtTheSameAttempt) {
 TEST(LostClaim, BothOutcomesInOneWriteGiveOneOutcome) {
   for (auto kind : final_kinds) {
     for (bool forgotten_first : {true, false}) {
-      SCOPED_TRACE(std::string{final_event(kind)}
-                   + (forgotten_first ? ", forgotten first" : ", current first"));
+      SCOPED_TRACE(
+        std::string{final_event(kind)}
+        + (forgotten_first ? ", forgotten first" : ", current first"));
       bus_env e;
       auto domain = test::unique_name("lc");
       db::worker_store store{e.conn, domain};
@@ -183,6 +182,10 @@ TEST(LostClaim, BothOutcomesInOneWriteGiveOneOutcome) {
       auto res = forgotten_first ? store.finish({old_one, new_one})
                                  : store.finish({new_one, old_one});
       EXPECT_EQ(res.stale, (std::vector<int64_t>{l.forgotten.msg_id}));
+      using ws = db::write_state;
+      EXPECT_EQ(res.states, forgotten_first
+                              ? (std::vector<ws>{ws::stale, ws::written})
+                              : (std::vector<ws>{ws::written, ws::stale}));
       expect_one_outcome(e.conn, l, kind);
     }
   }
@@ -230,12 +233,10 @@ TEST(LostClaim, TwoWorkersWritingAtOnceGiveOneOutcome) {
   db::worker_store b{conn_b, domain};
   auto l = claim_twice(e, domain, a, b);
   db::finish_result res_a, res_b;
-  std::thread ta{[&] {
-    res_a = a.finish({finished(l.forgotten, outcome_kind::success)});
-  }};
-  std::thread tb{[&] {
-    res_b = b.finish({finished(l.current, outcome_kind::success)});
-  }};
+  std::thread ta{
+    [&] { res_a = a.finish({finished(l.forgotten, outcome_kind::success)}); }};
+  std::thread tb{
+    [&] { res_b = b.finish({finished(l.current, outcome_kind::success)}); }};
   ta.join();
   tb.join();
   EXPECT_EQ(res_a.stale, (std::vector<int64_t>{l.forgotten.msg_id}));
@@ -255,6 +256,8 @@ TEST(LostClaim, ADeliveryGivenTwiceInOneWriteIsWrittenOnce) {
   auto x = finished(got.commands[0], outcome_kind::success);
   auto res = store.finish({x, x});
   EXPECT_EQ(res.stale, (std::vector<int64_t>{x.rc.msg_id}));
+  EXPECT_EQ(res.states, (std::vector<db::write_state>{db::write_state::written,
+                                                      db::write_state::stale}));
   EXPECT_EQ(count_events(e.conn, domain, sent.command_id, "COMPLETED"), 1);
   EXPECT_EQ(replies(e.conn, domain), 1);
 }
@@ -265,12 +268,13 @@ TEST(LostClaim, TheRetryOfTheForgottenClaimIsNotWritten) {
   db::worker_store store{e.conn, domain};
   auto l = claim_twice(e, domain, store, store);
   // In one write: the current delivery's retry only.
-  auto stale = store.reschedule({retried(l.forgotten), retried(l.current)});
-  EXPECT_EQ(stale, (std::vector<int64_t>{l.forgotten.msg_id}));
+  auto res = store.reschedule({retried(l.forgotten), retried(l.current)});
+  EXPECT_EQ(res.states, (std::vector<db::write_state>{
+                          db::write_state::stale, db::write_state::written}));
   EXPECT_EQ(count_events(e.conn, l.domain, l.sent.command_id, "FAILED"), 1);
   // Alone: nothing.
-  stale = store.reschedule({retried(l.forgotten)});
-  EXPECT_EQ(stale, (std::vector<int64_t>{l.forgotten.msg_id}));
+  res = store.reschedule({retried(l.forgotten)});
+  EXPECT_EQ(res.stale, (std::vector<int64_t>{l.forgotten.msg_id}));
   EXPECT_EQ(count_events(e.conn, l.domain, l.sent.command_id, "FAILED"), 1);
 }
 
@@ -291,13 +295,16 @@ TEST(LostClaim, AWriteRepeatedAfterItCommittedIsItsOwn) {
                  ? got.commands[0]
                  : got.commands[1];
   auto& retry = &done == &got.commands[0] ? got.commands[1] : got.commands[0];
+  using ws = db::write_state;
   auto x = finished(done, outcome_kind::success);
-  EXPECT_TRUE(store.finish({x}).stale.empty());
-  EXPECT_TRUE(store.finish({x}).stale.empty());
+  EXPECT_EQ(store.finish({x}).states, (std::vector<ws>{ws::written}));
+  EXPECT_EQ(store.finish({x}).states, (std::vector<ws>{ws::already_written}));
   EXPECT_EQ(count_events(e.conn, domain, sent.command_id, "COMPLETED"), 1);
   EXPECT_EQ(replies(e.conn, domain), 1);
-  EXPECT_TRUE(store.reschedule({retried(retry)}).empty());
-  EXPECT_TRUE(store.reschedule({retried(retry)}).empty());
+  EXPECT_EQ(store.reschedule({retried(retry)}).states,
+            (std::vector<ws>{ws::written}));
+  EXPECT_EQ(store.reschedule({retried(retry)}).states,
+            (std::vector<ws>{ws::already_written}));
   EXPECT_EQ(count_events(e.conn, domain, other.command_id, "FAILED"), 1);
 }
 
@@ -310,8 +317,7 @@ TEST(LostClaim, ALeaseExtensionKeepsTheClaim) {
   ASSERT_EQ(got.commands.size(), 1u);
   EXPECT_EQ(store.extend_visibility({got.commands[0].msg_id}, 60), 1);
   EXPECT_EQ(store.extend_visibility({got.commands[0].msg_id}, 90, true), 1);
-  EXPECT_TRUE(
-    store.finish({finished(got.commands[0], outcome_kind::success)})
-      .stale.empty());
+  EXPECT_TRUE(store.finish({finished(got.commands[0], outcome_kind::success)})
+                .stale.empty());
   EXPECT_EQ(status_of(e.conn, domain, sent.command_id), opt_str{"COMPLETED"});
 }

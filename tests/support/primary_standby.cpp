@@ -118,7 +118,8 @@ std::vector<pid_t> children_of(pid_t pid) {
   std::vector<pid_t> out;
   for (auto& entry : fs::directory_iterator{"/proc"}) {
     auto name = entry.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos)
+    if (name.empty()
+        || name.find_first_not_of("0123456789") != std::string::npos)
       continue;
     auto child = static_cast<pid_t>(std::stol(name));
     if (parent_of(child) == pid)
@@ -153,9 +154,9 @@ primary_standby::primary_standby(std::string dbname)
     primary_port_ = free_port();
     standby_port_ = distinct_free_port(primary_port_);
 
-    run("initdb", {"-D", (dir / "primary").string(), "-U", "cmdbus",
-                   "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8",
-                   "--no-sync"});
+    run("initdb",
+        {"-D", (dir / "primary").string(), "-U", "cmdbus", "--auth=trust", "-E",
+         "UTF8", "--locale=C.UTF-8", "--no-sync"});
     append(dir / "primary" / "postgresql.conf",
            server_conf(primary_port_, dir / "run-primary"));
     run("pg_ctl", {"-D", (dir / "primary").string(), "-l",
@@ -234,8 +235,8 @@ std::string primary_standby::standby_dsn() const {
 }
 
 std::string primary_standby::failover_dsn() const {
-  return "host=127.0.0.1,127.0.0.1 port=" + std::to_string(primary_port_)
-         + "," + std::to_string(standby_port_) + " dbname=" + dbname_
+  return "host=127.0.0.1,127.0.0.1 port=" + std::to_string(primary_port_) + ","
+         + std::to_string(standby_port_) + " dbname=" + dbname_
          + " user=cmdbus target_session_attrs=read-write connect_timeout=2";
 }
 
@@ -246,8 +247,7 @@ void primary_standby::wait_caught_up(std::chrono::milliseconds deadline) {
                .value_or("");
   auto standby = db::connection::open(standby_dsn());
   auto replayed = [&] {
-    return standby
-      .query("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", lsn)
+    return standby.query("SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", lsn)
       .boolean(0, 0);
   };
   if (!eventually(replayed, deadline))
@@ -286,8 +286,8 @@ void primary_standby::kill_primary() {
 }
 
 void primary_standby::promote_standby() {
-  run("pg_ctl", {"-D", (fs::path{dir_} / "standby").string(), "-w", "-t",
-                 "60", "promote"});
+  run("pg_ctl", {"-D", (fs::path{dir_} / "standby").string(), "-w", "-t", "60",
+                 "promote"});
   auto standby = db::connection::open(standby_dsn());
   auto writable = [&] {
     return !standby.exec("SELECT pg_is_in_recovery()").boolean(0, 0);

@@ -57,8 +57,8 @@ public:
 
   /// Waits until the standby has replayed all the primary wrote so far;
   /// throws after `deadline`.
-  void wait_caught_up(
-    std::chrono::milliseconds deadline = std::chrono::seconds{30});
+  void
+  wait_caught_up(std::chrono::milliseconds deadline = std::chrono::seconds{30});
 
   /// Stops forwarding the replication connection without closing it: the
   /// standby receives nothing more and does not notice, while the primary
