@@ -45,7 +45,7 @@ using extend = caf::atom_constant<caf::atom("extend")>;
 /// Supervisor: return pending credits now (a timer; carries an epoch).
 using credit_due = caf::atom_constant<caf::atom("creditdue")>;
 /// Supervisor: `n` commands' side effects are committed (or dropped as
-/// stale: another delivery owns their message now).
+/// stale: their delivery no longer holds its message).
 using committed = caf::atom_constant<caf::atom("committed")>;
 /// The answer to atom::drain: the drain finished.
 using done = caf::atom_constant<caf::atom("done")>;

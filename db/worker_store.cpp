@@ -1,5 +1,8 @@
 #include "cmdbus/db/worker_store.hpp"
 
+#include <stdexcept>
+#include <string_view>
+
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/model/errors.hpp"
 #include "cmdbus/model/wire.hpp"
@@ -38,12 +41,15 @@ receive_result worker_store::receive(int vt_seconds, int qty) {
   receive_result out;
   if (qty <= 0)
     return out;
+  // A new token per read: a claim the database forgets cannot come back
+  // with it (docs/design.md, "Claim tokens").
+  auto claim = uuid::random();
   auto r = conn_.exec_prepared(
-    "cmdbus_receive",
+    "cmdbus_receive_claim",
     "SELECT msg_id, message, outcome, command_id, command_type, attempts, "
-    "max_attempts, batch_id FROM commandbus.cmdbus_receive($1, $2, $3::int, "
-    "$4::int)",
-    {domain_, queue_, to_param(vt_seconds), to_param(qty)});
+    "max_attempts, batch_id FROM commandbus.cmdbus_receive_claim($1, $2, "
+    "$3::int, $4::int, $5::uuid)",
+    {domain_, queue_, to_param(vt_seconds), to_param(qty), claim.to_string()});
   out.read = r.rows();
   for (int i = 0; i < r.rows(); ++i) {
     auto msg_id = r.int64(i, 0);
@@ -57,6 +63,7 @@ receive_result worker_store::receive(int vt_seconds, int qty) {
     rc.msg_id = msg_id;
     rc.attempt = static_cast<int>(r.int64(i, 5));
     rc.max_attempts = static_cast<int>(r.int64(i, 6));
+    rc.claim = claim;
     if (!r.is_null(i, 7))
       rc.batch_id = uuid::parse(r.text(i, 7));
     try {
@@ -103,41 +110,58 @@ std::optional<std::string> reply_for(const finished_command& x) {
 
 namespace {
 
-// The statement of one finish step: `call` (a V006 *_owned function)
-// returns (batch_id, batch_complete, stale_msg_ids) rows; with `record`,
-// the batches that just became complete are also recorded for callback
-// delivery (V005) in the same statement, so the record commits with the
-// transition.
+// The statement of one finish step: `call` (a V007 *_claimed function)
+// returns (batch_id, batch_complete, states) rows, the first with the
+// states; with `record`, the batches that just became complete are also
+// recorded for callback delivery (V005) in the same statement, so that the
+// record commits with the transition.
 std::string finish_sql(const char* call, bool record) {
   std::string sql;
   if (!record)
-    return sql.append("SELECT batch_id, batch_complete, stale_msg_ids FROM ")
+    return sql.append("SELECT batch_id, batch_complete, states FROM ")
       .append(call);
-  return sql
-    .append("WITH f AS (SELECT batch_id, batch_complete, stale_msg_ids FROM ")
+  return sql.append("WITH f AS (SELECT batch_id, batch_complete, states FROM ")
     .append(call)
     .append("), r AS (INSERT INTO commandbus.cmdbus_batch_delivery (domain, "
             "batch_id) SELECT $1, f.batch_id FROM f WHERE f.batch_complete "
             "ON CONFLICT DO NOTHING) SELECT batch_id, batch_complete, "
-            "stale_msg_ids FROM f");
+            "states FROM f");
 }
 
-// Appends the msg_ids of a PostgreSQL bigint[] literal ("{1,2}") to `out`.
-void append_ids(std::string_view literal, std::vector<int64_t>& out) {
-  int64_t value = 0;
-  bool digits = false;
-  for (char c : literal) {
-    if (c >= '0' && c <= '9') {
-      value = value * 10 + (c - '0');
-      digits = true;
-    } else if (digits) {
-      out.push_back(value);
-      value = 0;
-      digits = false;
-    }
+// Returns the states of a text[] literal of OWNED, WRITTEN and STALE
+// ("{OWNED,STALE}"), `n` of them; throws on anything else.
+std::vector<write_state> parse_states(std::string_view literal, size_t n) {
+  std::vector<write_state> out;
+  if (literal.size() < 2 || literal.front() != '{' || literal.back() != '}')
+    throw std::runtime_error("unexpected claim states from the database");
+  literal = literal.substr(1, literal.size() - 2);
+  while (!literal.empty()) {
+    auto comma = literal.find(',');
+    auto word = literal.substr(0, comma);
+    if (word == "OWNED")
+      out.push_back(write_state::written);
+    else if (word == "WRITTEN")
+      out.push_back(write_state::already_written);
+    else if (word == "STALE")
+      out.push_back(write_state::stale);
+    else
+      throw std::runtime_error("unexpected claim state from the database");
+    literal = comma == std::string_view::npos ? std::string_view{}
+                                              : literal.substr(comma + 1);
   }
-  if (digits)
-    out.push_back(value);
+  if (out.size() != n)
+    throw std::runtime_error("the database returned a claim state per "
+                             "outcome for a different number of outcomes");
+  return out;
+}
+
+// The claim tokens of `xs`, as a uuid[] literal.
+template <class Items>
+std::string claims_of(const Items& xs) {
+  std::vector<std::string> claims;
+  for (auto& x : xs)
+    claims.push_back(x->rc.claim.to_string());
+  return array_literal(claims);
 }
 
 } // namespace
@@ -146,25 +170,36 @@ finish_result worker_store::finish(const std::vector<finished_command>& items) {
   finish_result out;
   if (items.empty())
     return out;
-  // Split by kind: success, and the three final failure kinds.
-  std::vector<const finished_command*> ok, permanent, exhausted, business;
-  for (auto& x : items) {
+  // Split by kind: success, and the three final failure kinds; each group
+  // keeps the positions of its items in `items`.
+  struct group {
+    std::vector<const finished_command*> xs;
+    std::vector<size_t> at;
+    void add(const finished_command& x, size_t i) {
+      xs.push_back(&x);
+      at.push_back(i);
+    }
+  };
+  group ok, permanent, exhausted, business;
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto& x = items[i];
     if (x.out.kind == outcome_kind::success)
-      ok.push_back(&x);
+      ok.add(x, i);
     else if (x.out.kind == outcome_kind::business_rule)
-      business.push_back(&x);
+      business.add(x, i);
     else if (x.exhausted || x.out.kind == outcome_kind::transient)
-      exhausted.push_back(&x);
+      exhausted.add(x, i);
     else
-      permanent.push_back(&x);
+      permanent.add(x, i);
   }
   std::vector<connection::statement> sts;
+  std::vector<const group*> groups;
   sts.push_back({"BEGIN", {}});
-  if (!ok.empty()) {
+  if (!ok.xs.empty()) {
     std::vector<int64_t> msg_ids, attempts;
     std::vector<std::string> ids, has_result;
     std::vector<std::optional<std::string>> reply_tos, replies;
-    for (auto* x : ok) {
+    for (auto* x : ok.xs) {
       msg_ids.push_back(x->rc.msg_id);
       attempts.push_back(x->rc.attempt);
       ids.push_back(x->rc.cmd.command_id.to_string());
@@ -174,24 +209,24 @@ finish_result worker_store::finish(const std::vector<finished_command>& items) {
       replies.push_back(rep);
     }
     sts.push_back(
-      {finish_sql("commandbus.cmdbus_complete_owned($1, $2, $3::bigint[], "
-                  "$4::uuid[], $5::int[], $6::boolean[], $7::text[], "
-                  "$8::jsonb[])",
+      {finish_sql("commandbus.cmdbus_complete_claimed($1, $2, $3::bigint[], "
+                  "$4::uuid[], $5::int[], $6::uuid[], $7::boolean[], "
+                  "$8::text[], $9::jsonb[])",
                   record_batches_),
        {domain_, queue_, array_literal(msg_ids), array_literal(ids),
-        array_literal(attempts), array_literal(has_result),
+        array_literal(attempts), claims_of(ok.xs), array_literal(has_result),
         array_literal(reply_tos), array_literal(replies)},
-       record_batches_ ? "cmdbus_complete_owned_rec"
-                       : "cmdbus_complete_owned"});
+       record_batches_ ? "cmdbus_complete_claimed_rec"
+                       : "cmdbus_complete_claimed"});
+    groups.push_back(&ok);
   }
-  auto add_final = [&](const char* kind,
-                       const std::vector<const finished_command*>& xs) {
-    if (xs.empty())
+  auto add_final = [&](const char* kind, const group& g) {
+    if (g.xs.empty())
       return;
     std::vector<int64_t> msg_ids, attempts, max_attempts;
     std::vector<std::string> ids, error_types, codes, msgs, details;
     std::vector<std::optional<std::string>> reply_tos, replies;
-    for (auto* x : xs) {
+    for (auto* x : g.xs) {
       msg_ids.push_back(x->rc.msg_id);
       ids.push_back(x->rc.cmd.command_id.to_string());
       attempts.push_back(x->rc.attempt);
@@ -207,18 +242,19 @@ finish_result worker_store::finish(const std::vector<finished_command>& items) {
       replies.push_back(rep);
     }
     sts.push_back(
-      {finish_sql("commandbus.cmdbus_fail_final_owned($1, $2, $3, "
-                  "$4::bigint[], $5::uuid[], $6::int[], $7::int[], "
-                  "$8::text[], $9::text[], $10::text[], $11::jsonb[], "
-                  "$12::text[], $13::jsonb[])",
+      {finish_sql("commandbus.cmdbus_fail_final_claimed($1, $2, $3, "
+                  "$4::bigint[], $5::uuid[], $6::int[], $7::uuid[], "
+                  "$8::int[], $9::text[], $10::text[], $11::text[], "
+                  "$12::jsonb[], $13::text[], $14::jsonb[])",
                   record_batches_),
        {domain_, queue_, std::string{kind}, array_literal(msg_ids),
-        array_literal(ids), array_literal(attempts),
+        array_literal(ids), array_literal(attempts), claims_of(g.xs),
         array_literal(max_attempts), array_literal(error_types),
         array_literal(codes), array_literal(msgs), array_literal(details),
         array_literal(reply_tos), array_literal(replies)},
-       record_batches_ ? "cmdbus_fail_final_owned_rec"
-                       : "cmdbus_fail_final_owned"});
+       record_batches_ ? "cmdbus_fail_final_claimed_rec"
+                       : "cmdbus_fail_final_claimed"});
+    groups.push_back(&g);
   };
   add_final("PERMANENT", permanent);
   add_final("EXHAUSTED", exhausted);
@@ -231,43 +267,63 @@ finish_result worker_store::finish(const std::vector<finished_command>& items) {
     rollback_if_open(conn_);
     throw;
   }
-  for (size_t i = 1; i + 1 < results.size(); ++i) {
-    for (int row = 0; row < results[i].rows(); ++row) {
-      if (!results[i].is_null(row, 2))
-        append_ids(results[i].text(row, 2), out.stale);
-      else if (!results[i].is_null(row, 0) && results[i].boolean(row, 1))
-        if (auto id = uuid::parse(results[i].text(row, 0)))
+  // results: BEGIN, one per group in order, COMMIT.
+  out.states.assign(items.size(), write_state::stale);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    auto& res = results[i + 1];
+    auto& g = *groups[i];
+    bool have_states = false;
+    for (int row = 0; row < res.rows(); ++row) {
+      if (!res.is_null(row, 2)) {
+        auto states = parse_states(res.text(row, 2), g.xs.size());
+        for (size_t k = 0; k < states.size(); ++k)
+          out.states[g.at[k]] = states[k];
+        have_states = true;
+      } else if (!res.is_null(row, 0) && res.boolean(row, 1)) {
+        if (auto id = uuid::parse(res.text(row, 0)))
           out.completed_batches.push_back(*id);
+      }
     }
+    if (!have_states)
+      throw std::runtime_error("the database returned no claim states");
   }
+  for (size_t i = 0; i < items.size(); ++i)
+    if (out.states[i] == write_state::stale)
+      out.stale.push_back(items[i].rc.msg_id);
   return out;
 }
 
-std::vector<int64_t>
+reschedule_result
 worker_store::reschedule(const std::vector<retry_command>& items) {
-  std::vector<int64_t> stale;
+  reschedule_result out;
   if (items.empty())
-    return stale;
+    return out;
   std::vector<int64_t> msg_ids, attempts, max_attempts, backoffs;
-  std::vector<std::string> ids, codes, msgs;
+  std::vector<std::string> ids, claims, codes, msgs;
   for (auto& x : items) {
     msg_ids.push_back(x.rc.msg_id);
     ids.push_back(x.rc.cmd.command_id.to_string());
     attempts.push_back(x.rc.attempt);
+    claims.push_back(x.rc.claim.to_string());
     max_attempts.push_back(x.rc.max_attempts);
     codes.push_back(x.out.error_code);
     msgs.push_back(x.out.error_message);
     backoffs.push_back(x.backoff_seconds);
   }
   auto r = conn_.exec_prepared(
-    "cmdbus_fail_transient_owned",
-    "SELECT commandbus.cmdbus_fail_transient_owned($1, $2, $3::bigint[], "
-    "$4::uuid[], $5::int[], $6::int[], $7::text[], $8::text[], $9::int[])",
+    "cmdbus_fail_transient_claimed",
+    "SELECT commandbus.cmdbus_fail_transient_claimed($1, $2, $3::bigint[], "
+    "$4::uuid[], $5::int[], $6::uuid[], $7::int[], $8::text[], $9::text[], "
+    "$10::int[])",
     {domain_, queue_, array_literal(msg_ids), array_literal(ids),
-     array_literal(attempts), array_literal(max_attempts), array_literal(codes),
-     array_literal(msgs), array_literal(backoffs)});
-  append_ids(r.text(0, 0), stale);
-  return stale;
+     array_literal(attempts), array_literal(claims),
+     array_literal(max_attempts), array_literal(codes), array_literal(msgs),
+     array_literal(backoffs)});
+  out.states = parse_states(r.text(0, 0), items.size());
+  for (size_t i = 0; i < items.size(); ++i)
+    if (out.states[i] == write_state::stale)
+      out.stale.push_back(items[i].rc.msg_id);
+  return out;
 }
 
 int worker_store::extend_visibility(const std::vector<int64_t>& msg_ids,

@@ -48,41 +48,76 @@ struct retry_command {
   int backoff_seconds = 0;
 };
 
+/// What became of one outcome handed to `finish` or `reschedule`.
+enum class write_state {
+  /// Written by this call.
+  written,
+  /// Already in the database, written by an earlier attempt of the same
+  /// write that committed although its answer was lost: not written again,
+  /// and still the delivery's own outcome.
+  already_written,
+  /// Not written: its delivery no longer holds its message (read again
+  /// since, its claim forgotten by the database, or the message gone), or
+  /// another outcome of the same command in the call was written.
+  stale,
+};
+
 /// What one `finish` call wrote.
 struct finish_result {
   /// The batches that became complete.
   std::vector<uuid> completed_batches;
-  /// The msg_ids whose delivery no longer owned its message (read again by
-  /// another delivery since, or gone): nothing was written for them.
+  /// The state of each item, in the order given (see state_of).
+  std::vector<write_state> states;
+  /// The msg_ids of the stale items, in the order given: nothing was
+  /// written for them.
+  std::vector<int64_t> stale;
+};
+
+/// Returns states[i], or write_state::written when `states` does not reach
+/// that far (an empty list means every item was written).
+inline write_state state_of(const std::vector<write_state>& states,
+                            size_t i) noexcept {
+  return i < states.size() ? states[i] : write_state::written;
+}
+
+/// What one `reschedule` call wrote.
+struct reschedule_result {
+  /// The state of each item, in the order given (see state_of).
+  std::vector<write_state> states;
+  /// The msg_ids of the stale items, in the order given.
   std::vector<int64_t> stale;
 };
 
 /// The worker's database side for one domain: each call is one set-based
 /// statement (or one transaction of them) over a whole batch of commands,
 /// using the functions of sql/commandbus/V004__cmdbus_worker.sql with the
-/// reference's statuses, audit rows and batch counters.
+/// reference's statuses, audit rows and batch counters, in the forms fenced
+/// by the claim of V007__cmdbus_claim_fence.sql.
 class worker_store {
 public:
   /// Works on `conn` for `domain` (queue `{domain}__commands`).
   worker_store(connection& conn, std::string domain);
 
   /// Reads up to `qty` visible messages, hiding them for `vt_seconds`, and
-  /// claims their commands (attempts + 1, IN_PROGRESS, RECEIVED audit);
-  /// invalid messages and those of unknown or terminal commands are archived
-  /// and skipped, with an audit event. Claimed messages that
-  /// are not a usable command of this domain come back as "UNDECODABLE"
-  /// with the reason in `detail`.
+  /// claims their commands (attempts + 1, IN_PROGRESS, RECEIVED audit
+  /// carrying a new random claim token, which every received_command of the
+  /// read holds); invalid messages and those of unknown or terminal
+  /// commands are archived and skipped, with an audit event. Claimed
+  /// messages that are not a usable command of this domain come back as
+  /// "UNDECODABLE" with the reason in `detail`.
   receive_result receive(int vt_seconds, int qty);
 
   /// Applies the final side effects of `items` in ONE transaction: success
   /// (delete, COMPLETED, SUCCESS reply), permanent and exhausted failures
   /// (archive, IN_TROUBLESHOOTING_QUEUE), business-rule failures (archive,
   /// FAILED, FAILED reply), with their audit rows and batch counters. Only
-  /// deliveries that still own their message are written (V006: the message
-  /// is in the queue and the command is IN_PROGRESS at the delivery's
-  /// attempt); the others are returned as stale. Returns the batches that
-  /// became complete; with record_batch_completions(true) they are also
-  /// recorded for durable callback delivery in the same transaction (V005).
+  /// deliveries that still own their message are written (V007: the message
+  /// is in the queue, the command is IN_PROGRESS at the delivery's attempt,
+  /// the database knows the delivery's claim, and no other outcome of the
+  /// command in the same call was written); each item's state says what
+  /// became of it. Returns the batches that became complete; with
+  /// record_batch_completions(true) they are also recorded for durable
+  /// callback delivery in the same transaction (V005).
   finish_result finish(const std::vector<finished_command>& items);
 
   /// Whether `finish` records the batches it completes in
@@ -103,8 +138,9 @@ public:
 
   /// Records transient failures (error fields, FAILED audit) and hides
   /// each message for its backoff, in one statement, for the deliveries
-  /// that still own their message (as `finish`). Returns the stale msg_ids.
-  std::vector<int64_t> reschedule(const std::vector<retry_command>& items);
+  /// that still own their message (as `finish`; a retry already written is
+  /// not written again). Returns each item's state.
+  reschedule_result reschedule(const std::vector<retry_command>& items);
 
   /// Sets the visibility timeout of in-flight messages to `seconds` from
   /// now, like pgmq.set_vt; with `keep_longer` (the lease heartbeat) a

@@ -20,6 +20,10 @@ struct received_command {
   /// docs/design.md, "Retry exhaustion uses the command's max_attempts").
   int max_attempts = 0;
   std::optional<uuid> batch_id;
+  /// The token of the read that claimed it: its outcome is written only
+  /// while the database knows this claim (docs/design.md, "Claim tokens").
+  /// Nil when it was not claimed through db::worker_store::receive.
+  uuid claim;
 };
 
 /// How a handler run ended: the reference's exception kinds (transient,

@@ -24,8 +24,9 @@ struct worker_counters {
   std::atomic<int64_t> handler_restarts{0};
   /// Failed database round trips (each retried with backoff).
   std::atomic<int64_t> db_errors{0};
-  /// Outcomes not written because another delivery took their message
-  /// over meanwhile (its visibility timeout had expired).
+  /// Outcomes not written because their delivery no longer held its
+  /// message: read again meanwhile (its visibility timeout had expired),
+  /// or its claim was lost by the database (a failover).
   std::atomic<int64_t> stale{0};
 };
 

@@ -1,7 +1,5 @@
 #include "cmdbus/actors/worker/completion.hpp"
 
-#include <algorithm>
-
 #include <caf/all.hpp>
 
 #include "cmdbus/actors/worker/fault.hpp"
@@ -13,10 +11,18 @@ void completion_state::commit(pointer self, size_t n) {
   std::vector<db::finished_command> items;
   auto res = write_prefix(st, n, items);
   maybe_crash(fault_point::after_commit);
-  std::sort(res.stale.begin(), res.stale.end());
-  for (auto& x : items) {
-    if (std::binary_search(res.stale.begin(), res.stale.end(), x.rc.msg_id))
+  // Written now or by an earlier attempt of this write: the worker's own.
+  size_t stale = 0;
+  size_t already_written = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto state = db::state_of(res.states, i);
+    if (state == db::write_state::stale) {
+      ++stale;
       continue;
+    }
+    if (state == db::write_state::already_written)
+      ++already_written;
+    auto& x = items[i];
     auto* m = st.settings.metrics
                 ? &st.settings.metrics->of(x.rc.cmd.command_type)
                 : nullptr;
@@ -38,7 +44,7 @@ void completion_state::commit(pointer self, size_t n) {
         break;
     }
   }
-  count_stale(st.name, st.settings, res.stale.size());
+  count_unwritten(st.name, st.settings, stale, already_written);
   if (!res.completed_batches.empty())
     self->send(st.parent, atom::batches::value, st.settings.domain,
                std::move(res.completed_batches));

@@ -15,8 +15,8 @@
 namespace cmdbus::actors {
 
 /// How the completion writer writes one buffer: one transaction, throwing
-/// on failure; returns the batches that became complete and the stale
-/// deliveries.
+/// on failure; returns the batches that became complete and what became
+/// of each outcome.
 using finish_fn
   = std::function<db::finish_result(const std::vector<db::finished_command>&)>;
 

@@ -2,14 +2,19 @@
 
 namespace cmdbus::actors {
 
-void count_stale(const std::string& who, const domain_settings& settings,
-                 size_t stale) {
+void count_unwritten(const std::string& who, const domain_settings& settings,
+                     size_t stale, size_t already_written) {
+  if (already_written > 0)
+    log::from(who).info(
+      "{}: {} outcome(s) were in the database already: an earlier attempt "
+      "of this write committed although its answer was lost",
+      who, already_written);
   if (stale == 0)
     return;
   settings.counters->stale += static_cast<int64_t>(stale);
   log::from(who).info(
-    "{}: {} outcome(s) not written: another delivery owns their "
-    "message now",
+    "{}: {} outcome(s) not written: their delivery no longer holds its "
+    "message (read again since, or its claim was lost)",
     who, stale);
 }
 

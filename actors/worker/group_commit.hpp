@@ -97,9 +97,10 @@ using writer_pointer =
 template <class State>
 using writer_behavior_type = typename State::handle_type::behavior_type;
 
-/// Counts and logs the stale deliveries of one write.
-void count_stale(const std::string& who, const domain_settings& settings,
-                 size_t stale);
+/// Counts the stale outcomes of one write and logs them and those written
+/// already by an earlier attempt of the same write.
+void count_unwritten(const std::string& who, const domain_settings& settings,
+                     size_t stale, size_t already_written);
 
 /// Returns whether the database refused a write because of what one of its
 /// items holds (bad data, a broken constraint; or the item could not even be

@@ -1,7 +1,5 @@
 #include "cmdbus/actors/worker/retry_scheduler.hpp"
 
-#include <algorithm>
-
 #include <caf/all.hpp>
 
 #include "cmdbus/actors/errors.hpp"
@@ -12,17 +10,24 @@ namespace cmdbus::actors {
 void retry_scheduler_state::commit(pointer self, size_t n) {
   auto& st = self->state;
   std::vector<db::retry_command> items;
-  auto stale = write_prefix(st, n, items);
+  auto res = write_prefix(st, n, items);
   maybe_crash(fault_point::after_commit);
-  st.settings.counters->retried += static_cast<int64_t>(n)
-                                   - static_cast<int64_t>(stale.size());
-  if (st.settings.metrics) {
-    std::sort(stale.begin(), stale.end());
-    for (auto& x : items)
-      if (!std::binary_search(stale.begin(), stale.end(), x.rc.msg_id))
-        st.settings.metrics->of(x.rc.cmd.command_type).retried += 1;
+  // Written now or by an earlier attempt of this write: the worker's own.
+  size_t stale = 0;
+  size_t already_written = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto state = db::state_of(res.states, i);
+    if (state == db::write_state::stale) {
+      ++stale;
+      continue;
+    }
+    if (state == db::write_state::already_written)
+      ++already_written;
+    st.settings.counters->retried += 1;
+    if (st.settings.metrics)
+      st.settings.metrics->of(items[i].rc.cmd.command_type).retried += 1;
   }
-  count_stale(st.name, st.settings, stale.size());
+  count_unwritten(st.name, st.settings, stale, already_written);
   self->send(st.parent, atom::committed::value, static_cast<int64_t>(n));
 }
 

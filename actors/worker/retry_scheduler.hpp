@@ -15,9 +15,9 @@
 namespace cmdbus::actors {
 
 /// How the retry scheduler writes one buffer (one transaction, throws);
-/// returns the msg_ids of stale deliveries.
+/// returns what became of each retry.
 using reschedule_fn
-  = std::function<std::vector<int64_t>(const std::vector<db::retry_command>&)>;
+  = std::function<db::reschedule_result(const std::vector<db::retry_command>&)>;
 
 /// How the retry scheduler extends visibility timeouts (msg_ids, seconds,
 /// keep_longer) -> messages that still exist; throws on failure.

@@ -11,7 +11,9 @@
 
 #include <caf/test/dsl.hpp>
 
+#include <algorithm>
 #include <stdexcept>
+#include <utility>
 
 using namespace cmdbus;
 using namespace cmdbus::actors;
@@ -66,6 +68,11 @@ struct writes {
   std::vector<uuid> completed_batches;
   /// msg_ids the next write reports as stale.
   std::vector<int64_t> stale;
+  /// msg_ids the next write reports as written by an earlier attempt.
+  std::vector<int64_t> already;
+  /// The states the next write reports, item by item (when not empty:
+  /// instead of `stale` and `already`).
+  std::vector<db::write_state> states;
   /// A write holding a successful outcome of this msg_id is refused for its
   /// content (-1: none).
   int64_t poison = -1;
@@ -86,6 +93,31 @@ struct writes {
         throw db::error{db::errc::connection, "", "connection lost"};
       throw std::runtime_error("database refused the statement");
     }
+  }
+
+  /// What the next write reports for `xs` (consumed).
+  template <class Item>
+  std::pair<std::vector<db::write_state>, std::vector<int64_t>>
+  report(const std::vector<Item>& xs) {
+    auto given = std::exchange(states, {});
+    auto s = std::exchange(stale, {});
+    auto a = std::exchange(already, {});
+    std::vector<db::write_state> out;
+    std::vector<int64_t> stale_ids;
+    auto has = [](const std::vector<int64_t>& ids, int64_t id) {
+      return std::find(ids.begin(), ids.end(), id) != ids.end();
+    };
+    for (size_t i = 0; i < xs.size(); ++i) {
+      auto id = xs[i].rc.msg_id;
+      auto state = i < given.size() ? given[i]
+                   : has(s, id)     ? db::write_state::stale
+                   : has(a, id)     ? db::write_state::already_written
+                                    : db::write_state::written;
+      if (state == db::write_state::stale)
+        stale_ids.push_back(id);
+      out.push_back(state);
+    }
+    return {std::move(out), std::move(stale_ids)};
   }
 };
 
@@ -119,8 +151,9 @@ struct fixture : test_coordinator_fixture<> {
       sys, settings, parent,
       [l](const std::vector<db::finished_command>& xs) {
         l->record(xs);
-        return db::finish_result{l->completed_batches,
-                                 std::exchange(l->stale, {})};
+        auto [states, stale] = l->report(xs);
+        return db::finish_result{l->completed_batches, std::move(states),
+                                 std::move(stale)};
       },
       false));
     sched.run();
@@ -146,7 +179,8 @@ struct fixture : test_coordinator_fixture<> {
       sys, settings, parent,
       [l](const std::vector<db::retry_command>& xs) {
         l->record(xs);
-        return std::exchange(l->stale, {});
+        auto [states, stale] = l->report(xs);
+        return db::reschedule_result{std::move(states), std::move(stale)};
       },
       [](const std::vector<int64_t>& ids, int, bool) {
         return static_cast<int>(ids.size());
@@ -194,6 +228,48 @@ CAF_TEST(stale outcomes count as done but not as completed) {
   sched.run();
   CAF_CHECK_EQUAL(*done_total, 2);
   CAF_CHECK_EQUAL(settings.counters->completed.load(), 1);
+  CAF_CHECK_EQUAL(settings.counters->stale.load(), 1);
+}
+
+CAF_TEST(outcomes written by an earlier attempt count as completed) {
+  // A write that committed although its answer was lost is written again:
+  // what the database already holds is the worker's own, not stale.
+  cfg.flush_interval = std::chrono::milliseconds{0};
+  log->already = {1};
+  spawn_completion();
+  self->send(writer, atom::finish::value, finished(1));
+  self->send(writer, atom::finish::value, finished(2));
+  sched.run();
+  CAF_CHECK_EQUAL(*done_total, 2);
+  CAF_CHECK_EQUAL(settings.counters->completed.load(), 2);
+  CAF_CHECK_EQUAL(settings.counters->stale.load(), 0);
+}
+
+CAF_TEST(two deliveries of one message are counted item by item) {
+  // The database forgot the first claim: its delivery is stale, the
+  // second one (same msg_id) is written.
+  cfg.flush_interval = std::chrono::milliseconds{0};
+  log->states = {db::write_state::stale, db::write_state::written};
+  spawn_completion();
+  self->send(writer, atom::finish::value, finished(7));
+  self->send(writer, atom::finish::value, finished(7));
+  sched.run();
+  CAF_CHECK_EQUAL(*done_total, 2);
+  CAF_CHECK_EQUAL(settings.counters->completed.load(), 1);
+  CAF_CHECK_EQUAL(settings.counters->stale.load(), 1);
+}
+
+CAF_TEST(retries written by an earlier attempt count as retried) {
+  cfg.flush_interval = std::chrono::milliseconds{0};
+  log->already = {1};
+  log->stale = {3};
+  spawn_retry();
+  self->send(writer, atom::retry::value, retried(1));
+  self->send(writer, atom::retry::value, retried(2));
+  self->send(writer, atom::retry::value, retried(3));
+  sched.run();
+  CAF_CHECK_EQUAL(*done_total, 3);
+  CAF_CHECK_EQUAL(settings.counters->retried.load(), 2);
   CAF_CHECK_EQUAL(settings.counters->stale.load(), 1);
 }
 

@@ -1,8 +1,10 @@
-// Fenced side effects (sql/commandbus/V006): an outcome is written only
-// while its delivery still owns its message. A delivery whose message was
-// read again since (its visibility timeout expired, e.g. during an outage)
-// or is gone writes nothing: no status change, no audit row, no reply, the
-// message left alone, and the msg_id reported as stale.
+// Fenced side effects (sql/commandbus/V006, in the form of V007 that the
+// worker calls): an outcome is written only while its delivery still owns
+// its message. A delivery whose message was read again since (its
+// visibility timeout expired, e.g. during an outage) or is gone writes
+// nothing: no status change, no audit row, no reply, the message left
+// alone, and the msg_id reported as stale. (A claim the database forgot:
+// tests/db/lost_claim_test.cpp.)
 
 #include <gtest/gtest.h>
 
@@ -80,9 +82,13 @@ TEST(FencedFinish, OnlyTheDeliveryOwningTheMessageCompletes) {
   EXPECT_EQ(queue_rows(e.conn, queue_of(t.domain)), 0);
   EXPECT_EQ(count_events(e.conn, t.domain, t.sent.command_id, "COMPLETED"), 1);
   EXPECT_EQ(replies(e.conn, t.domain), 1);
-  // Written once: the same outcome again is stale (the message is gone).
+  // Written once: the same outcome again (a write repeated after its
+  // answer was lost) is reported as written already, not as stale, and
+  // writes nothing.
   auto again = store.finish({finished(t.second, outcome_kind::success)});
-  EXPECT_EQ(again.stale, (std::vector<int64_t>{t.second.msg_id}));
+  EXPECT_TRUE(again.stale.empty());
+  EXPECT_EQ(again.states,
+            (std::vector<db::write_state>{db::write_state::already_written}));
   EXPECT_EQ(count_events(e.conn, t.domain, t.sent.command_id, "COMPLETED"), 1);
   EXPECT_EQ(replies(e.conn, t.domain), 1);
 }
@@ -105,14 +111,14 @@ TEST(FencedFinish, StaleFailuresAndRetriesWriteNothing) {
   retry.rc = t.first;
   retry.out = finished(t.first, outcome_kind::transient).out;
   retry.backoff_seconds = 600;
-  EXPECT_EQ(store.reschedule({retry}),
+  EXPECT_EQ(store.reschedule({retry}).stale,
             (std::vector<int64_t>{t.first.msg_id}));
   EXPECT_EQ(count_events(e.conn, t.domain, t.sent.command_id, "FAILED"), 0);
   EXPECT_EQ(column(e.conn, t.domain, t.sent.command_id, "last_error_code"),
             std::nullopt);
   // The owner's retry is written.
   retry.rc = t.second;
-  EXPECT_TRUE(store.reschedule({retry}).empty());
+  EXPECT_TRUE(store.reschedule({retry}).stale.empty());
   EXPECT_EQ(count_events(e.conn, t.domain, t.sent.command_id, "FAILED"), 1);
   EXPECT_TRUE(vt_beyond(e.conn, queue_of(t.domain), t.second.msg_id,
                         "500 seconds"));

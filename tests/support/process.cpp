@@ -63,8 +63,13 @@ process_result run_process(const std::vector<std::string>& argv,
   int out_pipe[2];
   int err_pipe[2];
   int in_pipe[2] = {-1, -1};
-  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0
-      || (input && pipe(in_pipe) != 0))
+  // Close-on-exec: the child gets them as 0, 1 and 2 only (dup2 clears the
+  // flag). Otherwise it would keep the write ends under their own numbers
+  // too, and so would whatever it leaves running (a server that pg_ctl
+  // starts), or a child spawned meanwhile on another thread: the output
+  // would never reach its end of file.
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0
+      || (input && pipe2(in_pipe, O_CLOEXEC) != 0))
     throw std::runtime_error("pipe failed");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);

@@ -1,0 +1,265 @@
+// A real failover to an asynchronous standby: a primary and its standby
+// (tests/support/primary_standby.hpp), two `cmdbus worker` processes on a
+// DSN that names both hosts (target_session_attrs=read-write), and a load
+// of commands with a reply queue; then, with the standby behind, the
+// primary is killed with kill -9 and the standby promoted. The claims the
+// old primary acknowledged after the standby fell behind are lost: their
+// messages are visible again on the new primary, and the workers claim
+// them again AT THE SAME ATTEMPT while the outcomes of the lost claims'
+// deliveries still wait in the workers' writers. Every command must still
+// be final exactly once: one outcome audit row and one reply per command,
+// none lost.
+//
+// The order of events that makes a lost claim dangerous is made certain
+// rather than left to luck:
+// - the standby is held back (its replication connection frozen) when only
+//   slow commands remain, and the primary is killed once the workers have
+//   claimed more since: those claims are lost, and the commands they took
+//   are running or waiting in the workers;
+// - on the promoted standby, the outcome writes of the workers are held
+//   back until the workers have claimed every visible message again and
+//   run it, so that the outcomes of both claims of a message meet in one
+//   writer. A trigger (created before the load, so the standby has it)
+//   refuses the queue DELETE of the outcome writers' sessions
+//   (application_name cmdbus-worker) on the standby's port while the gate
+//   row names that port, with SQLSTATE 57014, which a writer takes for an
+//   unavailable database: it keeps its buffer and tries again.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/model/json.hpp"
+#include "cmdbus/model/uuid.hpp"
+#include "tests/db/background_cmdbus.hpp"
+#include "tests/support/eventually.hpp"
+#include "tests/support/http_env.hpp"
+#include "tests/support/primary_standby.hpp"
+#include "tests/support/sql_checks.hpp"
+#include "tests/support/tcp_proxy.hpp"
+
+using namespace cmdbus;
+using namespace cmdbus::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* domain = "failover";
+/// Commands in all; the last `slow` of them take 20-30 ms each.
+constexpr int total = 2000;
+constexpr int slow = 120;
+/// Claims made on the old primary after the freeze before it is killed.
+constexpr int lost_claims = 20;
+
+int64_t count(db::connection& c, const std::string& sql) {
+  return c.query(sql, std::string{domain}).int64(0, 0);
+}
+
+/// Creates the gate of the outcome writes (see the top of the file): held
+/// back on `port` while failover_gate.port names it.
+void create_gate(db::connection& c, int port) {
+  auto table = db::queue_table(db::command_queue(domain));
+  c.exec("CREATE TABLE public.failover_gate (port INT)");
+  c.query("INSERT INTO public.failover_gate VALUES ($1::int)",
+          std::to_string(port));
+  c.exec(R"(CREATE FUNCTION public.hold_outcomes() RETURNS trigger
+            LANGUAGE plpgsql AS $$
+            BEGIN
+              IF current_setting('application_name') = 'cmdbus-worker'
+                 AND inet_server_port() = (SELECT port FROM public.failover_gate)
+              THEN
+                RAISE EXCEPTION 'outcome writes held back by the failover test'
+                  USING ERRCODE = '57014';
+              END IF;
+              RETURN NULL;
+            END $$)");
+  c.exec("CREATE TRIGGER hold_outcomes BEFORE DELETE ON pgmq.\"" + table
+         + "\" FOR EACH STATEMENT EXECUTE FUNCTION public.hold_outcomes()");
+}
+
+/// The load: `total` Test commands with a reply queue, the last `slow` of
+/// them taking 20-30 ms, sent in order (so that the slow ones come last).
+void send_load(const std::string& dsn) {
+  db::pool_options opts;
+  opts.dsn = dsn;
+  opts.max_size = 2;
+  db::pool pool{opts};
+  command_bus bus{pool};
+  std::vector<send_request> reqs;
+  for (int i = 0; i < total; ++i) {
+    send_request req;
+    req.domain = domain;
+    req.command_type = "Test";
+    req.command_id = uuid::random();
+    req.reply_to = std::string{domain} + "__replies";
+    req.data = json::parse(
+      i < total - slow
+        ? R"({"behavior": {"result": {"ok": true}}})"
+        : R"({"behavior": {"result": {"ok": true}, "min_duration_ms": 20,
+              "max_duration_ms": 30}})");
+    reqs.push_back(std::move(req));
+  }
+  bus.ensure_queue(std::string{domain} + "__replies");
+  bus.send_batch(reqs);
+}
+
+/// A worker process on the failover DSN with its HTTP endpoint on `port`.
+std::unique_ptr<background_cmdbus> start_worker(const std::string& dsn,
+                                                int port) {
+  return std::make_unique<background_cmdbus>(
+    std::vector<std::string>{"worker",
+                             "--demo",
+                             "--domain",
+                             domain,
+                             "--dsn",
+                             dsn,
+                             "--concurrency",
+                             "4",
+                             "--prefetch",
+                             "32",
+                             "--visibility-timeout",
+                             "10s",
+                             "--statement-timeout",
+                             "5s",
+                             "--poll-interval",
+                             "100ms",
+                             "--http",
+                             "127.0.0.1:" + std::to_string(port),
+                             "--json",
+                             "--log-level",
+                             "warn"});
+}
+
+/// The commands a worker on `port` holds in handlers or waiting for one
+/// (-1 when it does not answer).
+double in_flight(int port) {
+  auto m = scrape(port);
+  return m.value("cmdbus_in_flight", {{"domain", domain}});
+}
+
+} // namespace
+
+TEST(Failover, EveryCommandIsFinalOnceAfterTheAsynchronousStandbyTakesOver) {
+  primary_standby pg;
+  auto migrate = run_cmdbus({"migrate", "--dsn", pg.primary_dsn()});
+  ASSERT_EQ(migrate.exit_code, 0) << migrate.err;
+  auto primary = db::connection::open(pg.primary_dsn());
+  primary.query("SELECT pgmq.create($1)", db::command_queue(domain));
+  create_gate(primary, pg.standby_port());
+  send_load(pg.primary_dsn());
+  pg.wait_caught_up();
+
+  auto dsn = pg.failover_dsn();
+  int ports[] = {free_port(), free_port()};
+  auto a = start_worker(dsn, ports[0]);
+  auto b = start_worker(dsn, ports[1]);
+  auto stop_all = [&] {
+    std::string out;
+    for (auto* w : {&a, &b}) {
+      auto r = (*w)->stop(30s);
+      out += r ? r->out + r->err : "(did not stop)\n";
+    }
+    return out;
+  };
+
+  // Only slow commands left: the standby falls behind from here.
+  auto fast_done = [&] {
+    return count(primary, "SELECT count(*) FROM commandbus.command WHERE "
+                          "domain = $1 AND status = 'COMPLETED'")
+           >= total - slow;
+  };
+  ASSERT_TRUE(eventually(fast_done, 60s)) << stop_all() << pg.logs();
+  pg.freeze_replication();
+  auto frozen_at = *scalar(primary, "SELECT clock_timestamp()::text");
+  // Claims the standby never receives.
+  std::string lost;
+  auto claimed_since = [&] {
+    auto r = primary.query(
+      "SELECT count(*), array_agg(DISTINCT command_id)::text FROM "
+      "commandbus.audit WHERE domain = $1 AND event_type = 'RECEIVED' AND "
+      "ts > $2::timestamptz",
+      std::string{domain}, frozen_at);
+    if (r.int64(0, 0) < lost_claims)
+      return false;
+    lost = r.opt_text(0, 1).value_or("{}");
+    return true;
+  };
+  ASSERT_TRUE(eventually(claimed_since, 30s)) << stop_all() << pg.logs();
+  pg.kill_primary();
+  pg.promote_standby();
+
+  // The workers claim every visible message again and run it, while their
+  // outcome writes are held back; then the gate opens.
+  auto standby = db::connection::open(pg.standby_dsn());
+  auto queue = db::queue_table(db::command_queue(domain));
+  auto reclaimed = [&] {
+    return standby
+               .exec("SELECT count(*) FROM pgmq.\"" + queue
+                     + "\" WHERE vt <= clock_timestamp()")
+               .int64(0, 0)
+             == 0
+           && in_flight(ports[0]) == 0 && in_flight(ports[1]) == 0;
+  };
+  ASSERT_TRUE(eventually(reclaimed, 30s)) << stop_all() << pg.logs();
+  standby.exec("UPDATE public.failover_gate SET port = NULL");
+
+  auto all_final = [&] {
+    return count(standby, "SELECT count(*) FROM commandbus.command WHERE "
+                          "domain = $1 AND status = 'COMPLETED'")
+           == total;
+  };
+  auto settled = eventually(all_final, 60s);
+  auto outputs = stop_all();
+  ASSERT_TRUE(settled) << outputs << pg.logs();
+
+  // The lost claims were made again, at the same attempt.
+  auto again = standby
+                 .query("SELECT count(DISTINCT command_id) FROM "
+                        "commandbus.audit WHERE domain = $1 AND event_type = "
+                        "'RECEIVED' AND details_json ->> 'attempt' = '1' AND "
+                        "command_id = ANY($2::uuid[])",
+                        std::string{domain}, lost)
+                 .int64(0, 0);
+  EXPECT_GT(again, 0) << "no lost claim was made again";
+  std::cout << "failover: " << lost_claims << "+ claims lost, " << again
+            << " of them made again at attempt 1\n";
+
+  // Every command final exactly once: nothing lost, one outcome, one reply.
+  EXPECT_EQ(count(standby, "SELECT count(*) FROM commandbus.command WHERE "
+                           "domain = $1"),
+            total);
+  auto twice = count(standby,
+                     "SELECT count(*) FROM (SELECT command_id FROM "
+                     "commandbus.audit WHERE domain = $1 AND event_type IN "
+                     "('COMPLETED', 'MOVED_TO_TSQ', 'BUSINESS_RULE_FAILED') "
+                     "GROUP BY command_id HAVING count(*) > 1) d");
+  EXPECT_EQ(twice, 0) << twice << " command(s) have more than one outcome";
+  EXPECT_EQ(count(standby, "SELECT count(*) FROM commandbus.audit WHERE "
+                           "domain = $1 AND event_type = 'COMPLETED'"),
+            total);
+  auto replies = db::queue_table(std::string{domain} + "__replies");
+  auto r = standby.exec("SELECT count(*), count(DISTINCT message ->> "
+                        "'command_id') FROM pgmq.\""
+                        + replies + "\"");
+  EXPECT_EQ(r.int64(0, 0), total) << "replies";
+  EXPECT_EQ(r.int64(0, 1), total) << "commands with a reply";
+
+  // The workers never report fewer completions than the database holds
+  // (those the old primary acknowledged and lost were run again, so they
+  // may report more).
+  int64_t completed = 0;
+  for (auto at = outputs.find("\"completed\":"); at != std::string::npos;
+       at = outputs.find("\"completed\":", at + 1))
+    completed += std::stoll(outputs.substr(at + 12));
+  EXPECT_GE(completed, total) << outputs;
+  std::cout << "failover: the workers report " << completed
+            << " completions for " << total << " commands\n";
+}
