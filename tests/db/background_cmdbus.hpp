@@ -75,7 +75,8 @@ public:
     return wait(deadline);
   }
 
-private:
+  /// Sends `sig` to the child (SIGSTOP, SIGCONT, SIGKILL, ...) unless it
+  /// has exited.
   void signal(int sig) {
     if (result_.wait_for(std::chrono::seconds{0}) == std::future_status::ready)
       return;
@@ -90,6 +91,7 @@ private:
       ::kill(pid, sig);
   }
 
+private:
   std::string pid_file_;
   std::future<process_result> result_;
 };

@@ -10,13 +10,18 @@
 //    first with the foreign router stopped (its replies wait in the queue
 //    with read_ct 0 while DemoOrder processes run to completion), then
 //    with both routing (every foreign reply is read once, by its manager).
-// 2. A process type with a reply queue of its own runs to completion while
+// 2. The same while our workers are frozen (SIGSTOP), cut from the
+//    database and killed (kill -9) as the foreign manager routes: every
+//    foreign reply still reaches it at its first read.
+// 3. A process type with a reply queue of its own runs to completion while
 //    a reference-like manager, which deletes the replies of types it does
 //    not know, routes the domain's shared queue: the way to run the two
 //    side by side (docs/processes.md).
 
 #include <gtest/gtest.h>
 
+#include <csignal>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -26,6 +31,7 @@
 #include "cmdbus/process/registry.hpp"
 #include "tests/db/background_cmdbus.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/tcp_proxy.hpp"
 #include "tests/support/worker_env.hpp"
 #include "tests/unit/process_workflow_fixture.hpp"
 
@@ -95,13 +101,14 @@ int64_t foreign_messages(db::connection& c, const std::string& table,
                domain);
 }
 
-std::vector<std::string> worker_args(const std::string& domain) {
+std::vector<std::string> worker_args(const std::string& domain,
+                                     const std::string& dsn = test::dsn()) {
   return {"worker",
           "--demo",
           "--domain",
           domain,
           "--dsn",
-          test::dsn(),
+          dsn,
           "--concurrency",
           "8",
           "--visibility-timeout",
@@ -199,6 +206,73 @@ TEST(ProcessInterop, AWorkerNeverTouchesTheRepliesOfAManagerItDoesNotRun) {
   // Ours are untouched by all this, and the worker stops cleanly.
   EXPECT_TRUE(ours_done());
   auto stopped = worker.stop();
+  ASSERT_TRUE(stopped) << "the worker did not stop on SIGTERM";
+  EXPECT_EQ(stopped->exit_code, 0) << stopped->err;
+}
+
+TEST(ProcessInterop, ForeignRepliesStayUntouchedWhileOurWorkersFail) {
+  bus_env env;
+  auto& c = env.conn;
+  auto d = unique_name("pff");
+  auto queue = process_reply_queue(d);
+  auto a_table = "a_" + db::queue_table(queue).substr(2);
+  env.bus.ensure_queue(db::command_queue(d));
+  env.bus.ensure_queue(queue);
+  auto ids = start_foreign(c, d, queue);
+  ASSERT_EQ(ids.size(), size_t{foreign_processes});
+
+  // Worker A reaches the database through a proxy (to cut it), B directly;
+  // both serve DemoOrder, so their routers read the shared queue throughout.
+  tcp_proxy proxy{std::stoi(*scalar(c, "SELECT current_setting('port')"))};
+  auto proxied = test::dsn() + " port=" + std::to_string(proxy.port());
+  auto a = std::make_unique<background_cmdbus>(worker_args(d, proxied));
+  background_cmdbus b{worker_args(d)};
+  auto routed = std::async(std::launch::async, [&] {
+    return foreign("run", d, queue, {"--deadline", "60", "--vt", "30"});
+  });
+  auto applied = [&] {
+    return count(c,
+                 "SELECT count(*) FROM commandbus.process_audit a JOIN "
+                 "commandbus.process p USING (domain, process_id) WHERE "
+                 "a.domain = $1 AND p.process_type = 'ForeignOrder' AND "
+                 "a.reply_outcome IS NOT NULL",
+                 d);
+  };
+  auto reaches = [&](int64_t n) {
+    return eventually([&] { return applied() >= n; }, 30s);
+  };
+  EXPECT_TRUE(reaches(10));
+  a->signal(SIGSTOP);
+  EXPECT_TRUE(reaches(25));
+  proxy.cut();
+  a->signal(SIGCONT);
+  proxy.restore();
+  EXPECT_TRUE(reaches(40));
+  a->signal(SIGKILL);
+  EXPECT_TRUE(a->wait(10s));
+  a.reset();
+
+  auto r = routed.get();
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_TRUE(jeq(c, r.out, "{max_read_ct}", "1")) << r.out;
+  EXPECT_TRUE(jeq(c, r.out, "{applied}",
+                  std::to_string(foreign_processes * foreign_steps)))
+    << r.out;
+  EXPECT_TRUE(jeq(c, r.out, "{deleted_unknown}", "0")) << r.out;
+  EXPECT_EQ(foreign_messages(c, a_table, d), 0);
+
+  // Our own processes still run on the survivor.
+  auto id = start_demo_order(d, "o-after");
+  EXPECT_TRUE(eventually(
+    [&] {
+      return scalar(c,
+                    "SELECT status FROM commandbus.process WHERE domain = $1 "
+                    "AND process_id = $2::uuid",
+                    d, id)
+             == opt_str{"COMPLETED"};
+    },
+    30s));
+  auto stopped = b.stop();
   ASSERT_TRUE(stopped) << "the worker did not stop on SIGTERM";
   EXPECT_EQ(stopped->exit_code, 0) << stopped->err;
 }

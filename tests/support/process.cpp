@@ -60,8 +60,12 @@ process_result run_process(const std::vector<std::string>& argv,
   int out_pipe[2];
   int err_pipe[2];
   int in_pipe[2] = {-1, -1};
-  if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0
-      || (input && pipe(in_pipe) != 0))
+  // Close-on-exec: children spawned meanwhile by other threads (another
+  // background child, a proxy) must not inherit these ends, or this child's
+  // output would never reach end of file. The child's own copies (dup2 onto
+  // 0, 1, 2) are not close-on-exec.
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0
+      || (input && pipe2(in_pipe, O_CLOEXEC) != 0))
     throw std::runtime_error("pipe failed");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
