@@ -94,11 +94,14 @@ struct worker::impl {
   }
 
   actors::process_settings process_settings_for(
-    const std::string& domain,
+    const std::string& domain, const std::string& queue,
     std::shared_ptr<const config::worker_config> shared) const {
     actors::process_settings s;
     s.domain = domain;
-    s.queue = process_reply_queue(domain);
+    s.queue = queue;
+    s.types = processes->types(domain);
+    // One router per domain sweeps for processes waiting for the TSQ.
+    s.sweep_tsq = queue == process_reply_queue(domain);
     s.cfg = std::move(shared);
     s.registry = processes;
     s.counters = counters;
@@ -138,7 +141,8 @@ struct worker::impl {
       for (auto& group : config::group_by_dsn(cfg, processes->domains())) {
         auto conn = db::connection::open(group.dsn, opts);
         for (auto& d : group.domains)
-          conn.query("SELECT pgmq.create($1)", process_reply_queue(d));
+          for (auto& q : processes->reply_queues(d))
+            conn.query("SELECT pgmq.create($1)", q);
       }
     }
     cancelled->store(false);
@@ -153,7 +157,8 @@ struct worker::impl {
       domains.push_back(settings_for(d, tick, shared));
     std::vector<actors::process_settings> routers;
     for (auto& d : processes->domains())
-      routers.push_back(process_settings_for(d, shared));
+      for (auto& q : processes->reply_queues(d))
+        routers.push_back(process_settings_for(d, q, shared));
     rt = actors::runtime::start(std::move(domains), callbacks,
                                 std::move(delivery), counters,
                                 std::move(routers));

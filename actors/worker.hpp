@@ -52,6 +52,8 @@ public:
 
   /// Prepares a worker that also drives the processes of `processes`: per
   /// domain with workflows a reply router on `{domain}__process_replies`
+  /// and one on each reply queue of its own of a process type, each reading
+  /// only the replies to processes of the types registered here
   /// (docs/processes.md). Their commands are handled like any other (by
   /// this worker's handlers when it serves the domain).
   worker(config::worker_config cfg, handler_registry registry,

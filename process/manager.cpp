@@ -23,37 +23,37 @@ process_manager::workflow_of(const std::string& domain,
 }
 
 void process_manager::ensure_reply_queue(db::connection& conn,
-                                         const std::string& domain) {
+                                         const std::string& queue) {
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    if (queues_.count(domain) > 0)
+    if (queues_.count(queue) > 0)
       return;
   }
-  conn.query("SELECT pgmq.create($1)", process_reply_queue(domain));
+  conn.query("SELECT pgmq.create($1)", queue);
   std::lock_guard<std::mutex> guard{mtx_};
-  queues_.insert(domain);
+  queues_.insert(queue);
 }
 
 uuid process_manager::start(const std::string& domain,
                             const std::string& process_type, const json& input,
                             const std::optional<uuid>& batch_id) {
   auto& w = workflow_of(domain, process_type);
+  auto& queue = registry_->reply_queue(domain, process_type);
   auto lease = pool_.acquire();
-  ensure_reply_queue(*lease, domain);
-  return store_.start(*lease, w, domain, input, process_reply_queue(domain),
-                      batch_id);
+  ensure_reply_queue(*lease, queue);
+  return store_.start(*lease, w, domain, input, queue, batch_id);
 }
 
 uuid process_manager::start(db::connection& conn, const std::string& domain,
                             const std::string& process_type, const json& input,
                             const std::optional<uuid>& batch_id) {
   auto& w = workflow_of(domain, process_type);
+  auto& queue = registry_->reply_queue(domain, process_type);
   // Created outside the caller's transaction would be better, but PGMQ's
   // create is idempotent and transactional: inside it, a rollback only
   // undoes a creation nobody else relied on.
-  ensure_reply_queue(conn, domain);
-  return store_.start(conn, w, domain, input, process_reply_queue(domain),
-                      batch_id);
+  ensure_reply_queue(conn, queue);
+  return store_.start(conn, w, domain, input, queue, batch_id);
 }
 
 std::optional<process_metadata> process_manager::get(const std::string& domain,

@@ -36,7 +36,8 @@ public:
 
   /// Starts a process of `process_type` in `domain` in one transaction: the
   /// process row and its first command (correlation_id = the process id,
-  /// reply_to = the domain's process reply queue, created the first time).
+  /// reply_to = the type's reply queue, by default the domain's shared
+  /// process reply queue; created the first time).
   /// With `batch_id` it joins that PROCESS batch. Returns the process id.
   /// Throws unknown_process_type_error, what the workflow throws for bad
   /// input, and what process_store::start throws.
@@ -70,13 +71,13 @@ public:
 private:
   const workflow& workflow_of(const std::string& domain,
                               const std::string& process_type) const;
-  void ensure_reply_queue(db::connection& conn, const std::string& domain);
+  void ensure_reply_queue(db::connection& conn, const std::string& queue);
 
   db::pool& pool_;
   std::shared_ptr<const process_registry> registry_;
   process_store store_;
   std::mutex mtx_;
-  /// Domains whose reply queue this manager created (or found).
+  /// Reply queues this manager created (or found).
   std::set<std::string> queues_;
 };
 

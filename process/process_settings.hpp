@@ -1,13 +1,15 @@
 #pragma once
 
-// What the process manager's actors of one domain need to know: the
-// domain, its reply queue, the worker's configuration and the workflows
-// (values), and the links of the running worker (counters, health).
+// What the process manager's actors of one reply queue of a domain need to
+// know: the domain, the queue, the process types they serve, the worker's
+// configuration and the workflows (values), and the links of the running
+// worker (counters, health).
 
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cmdbus/actors/ops/counters.hpp"
 #include "cmdbus/actors/worker/db_session.hpp"
@@ -20,8 +22,16 @@ namespace cmdbus::actors {
 
 struct process_settings {
   std::string domain;
-  /// `{domain}__process_replies`.
+  /// The reply queue read: `{domain}__process_replies`, or a queue of its
+  /// own of some of the domain's process types.
   std::string queue;
+  /// The process types of the domain this worker serves: only replies to
+  /// their processes (and messages no process manager can apply) are read
+  /// from the queue; every other message is left untouched.
+  std::vector<std::string> types;
+  /// Whether this router sweeps for the domain's processes whose step is in
+  /// the troubleshooting queue (one router per domain does).
+  bool sweep_tsq = true;
   std::shared_ptr<const config::worker_config> cfg;
   std::shared_ptr<const process_registry> registry;
   /// The worker's counters (database errors); may be null in tests.
@@ -33,9 +43,8 @@ struct process_settings {
   int writers = 2;
   /// Replies read and not yet dealt with, at most.
   int max_in_flight = 64;
-  /// A reply that fails this many reads (its workflow throws, or no
-  /// workflow of its type is registered here) is archived with a log line
-  /// instead of being read again.
+  /// A reply that fails this many reads (its workflow throws) is archived
+  /// with a log line instead of being read again.
   int max_reads = 5;
   /// A process actor with nothing to do for this long is stopped.
   std::chrono::milliseconds idle_after{2000};

@@ -125,6 +125,16 @@ apply_outcome apply_reply(process_writer_state& st,
     return retry_later(st);
   try {
     return apply_together(st, {m}).front();
+  } catch (const unknown_workflow_error& e) {
+    // Not ours: the router reads only the replies of the types served here,
+    // so this cannot come from the queue; whatever brought it, it is left
+    // to the manager that serves its type and never archived.
+    st.session->succeeded();
+    log::from(st.name).error("{}: reply msg_id {} for process {} not applied: "
+                             "{}; left for the process manager of its type",
+                             st.name, m.msg_id, m.process_id.to_string(),
+                             log::one_line(e.what()));
+    return {apply_kind::left, std::nullopt, log::one_line(e.what()), {}};
   } catch (const std::exception& e) {
     if (is_unavailable(e)) {
       auto delay = st.session->failed(e);
@@ -180,8 +190,8 @@ process_writer(self_ptr self, process_settings settings, apply_fn apply,
     if (st.session->outage().backing_off())
       return 0;
     try {
-      auto ids = st.store.mark_waiting_for_tsq(st.session->get(),
-                                               st.settings.domain);
+      auto ids = st.store.mark_waiting_for_tsq(
+        st.session->get(), st.settings.domain, st.settings.types);
       st.session->succeeded();
       for (auto& id : ids)
         log::from(st.name).warn("{}: process {} waits for an operator: the "

@@ -4,6 +4,7 @@
 
 #include "cmdbus/actors/worker/poller.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/text_format.hpp"
 #include "cmdbus/model/log.hpp"
 #include "cmdbus/model/wire.hpp"
 #include "cmdbus/process/process_actor.hpp"
@@ -83,7 +84,7 @@ void reject(self_ptr self, const raw_reply& raw, const std::string& why) {
 void sweep_if_due(self_ptr self) {
   auto& st = self->state;
   auto now = clock::now();
-  if (now < st.next_sweep || st.writers.empty())
+  if (!st.settings.sweep_tsq || now < st.next_sweep || st.writers.empty())
     return;
   st.next_sweep = now + st.settings.sweep_every;
   self->request(st.writers.front(), caf::infinite, atom::sweep::value)
@@ -229,10 +230,15 @@ process_router(self_ptr self, process_settings settings, router_io io,
     st.io = std::move(io);
   } else {
     auto queue = st.settings.queue;
-    st.io.read = [self, queue](int vt, int qty) {
+    // Only the replies this worker may apply (and messages nobody can):
+    // every other message is left as it is, for the process manager that
+    // serves it (sql/commandbus/V008).
+    auto types = db::array_literal(st.settings.types);
+    st.io.read = [self, queue, types](int vt, int qty) {
       auto r = self->state.session->get().query(
-        "SELECT msg_id, read_ct, message::text FROM pgmq.read($1, $2, $3)",
-        queue, vt, qty);
+        "SELECT msg_id, read_ct, message::text FROM "
+        "commandbus.cmdbus_claim_process_replies($1, $2, $3::text[], $4, $5)",
+        queue, self->state.settings.domain, types, vt, qty);
       std::vector<raw_reply> out;
       for (int i = 0; i < r.rows(); ++i)
         out.push_back({r.int64(i, 0), static_cast<int>(r.int64(i, 1)),

@@ -1,13 +1,18 @@
 #pragma once
 
-// The reply router of one domain's process reply queue
-// (`{domain}__process_replies`): reads it (at most max_in_flight replies
-// not yet dealt with; woken by LISTEN/NOTIFY, polling as a fallback, with
-// the poller's recovery rules), and routes each reply by its correlation id
-// to the process actor of that process, spawning one when none runs. A
-// message that is not a reply, or has no correlation id, is archived with a
-// log line at once: it can never apply. It also sweeps for processes whose
-// step's command went to the troubleshooting queue (WAITING_FOR_TSQ).
+// The reply router of one process reply queue of a domain (the shared
+// `{domain}__process_replies`, or a queue of its own of some process
+// types): reads it (at most max_in_flight replies not yet dealt with; woken
+// by LISTEN/NOTIFY, polling as a fallback, with the poller's recovery
+// rules), and routes each reply by its correlation id to the process actor
+// of that process, spawning one when none runs. It reads only the replies to
+// processes of the types it serves (process_settings::types) and messages
+// that no process manager can apply; every other message stays untouched
+// for the manager that serves it (docs/processes.md). A message that is
+// not a reply, or has no correlation id, is archived with a log line at
+// once: it can never apply. One router per domain also sweeps for the
+// processes of its types whose step's command went to the troubleshooting
+// queue (WAITING_FOR_TSQ).
 //
 // It runs under the worker's root beside the domain supervisors: restarted
 // with backoff when it dies, drained before the worker stops (no more

@@ -33,10 +33,11 @@ enum class apply_kind {
   /// the note); the message is deleted.
   ignored,
   /// The message was archived: it can never apply (no such process), or it
-  /// failed too often (see process_writer_settings::max_reads).
+  /// failed too often (see process_settings::max_reads).
   archived,
   /// It failed this time (its workflow threw, or the process type has no
-  /// workflow here); the message reappears after its visibility timeout.
+  /// workflow here, which the router's read rules out); the message
+  /// reappears after its visibility timeout.
   left,
   /// The database is unavailable: try again after `retry_after`.
   retry,

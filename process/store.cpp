@@ -337,9 +337,9 @@ transition process_store::apply(db::connection& conn, const std::string& domain,
   });
 }
 
-std::vector<uuid>
-process_store::mark_waiting_for_tsq(db::connection& conn,
-                                    const std::string& domain) const {
+std::vector<uuid> process_store::mark_waiting_for_tsq(
+  db::connection& conn, const std::string& domain,
+  const std::optional<std::vector<std::string>>& types) const {
   return in_transaction(conn, [&] {
     // The current command of a WAITING process: its audit row of the
     // current step that has no reply yet. Found from the TSQ's commands
@@ -353,9 +353,10 @@ process_store::mark_waiting_for_tsq(db::connection& conn,
       "c.command_id WHERE c.status = 'IN_TROUBLESHOOTING_QUEUE' AND "
       "c.domain = $1 AND p.domain = a.domain AND p.process_id = "
       "a.process_id AND p.status = 'WAITING' AND a.step_name = "
-      "p.current_step AND a.reply_outcome IS NULL RETURNING p.process_id, "
+      "p.current_step AND a.reply_outcome IS NULL AND ($2::text[] IS NULL "
+      "OR p.process_type = ANY($2::text[])) RETURNING p.process_id, "
       "p.batch_id",
-      domain);
+      domain, types ? db::param{db::array_literal(*types)} : db::param{});
     std::vector<uuid> out;
     std::vector<std::pair<uuid, batch_delta>> deltas;
     auto d = batch_delta_for(process_status::waiting,

@@ -117,9 +117,12 @@ public:
 
   /// Moves the WAITING processes of `domain` whose current step's command
   /// is IN_TROUBLESHOOTING_QUEUE to WAITING_FOR_TSQ (one statement) and
-  /// counts them in their batches; returns their ids.
-  std::vector<uuid> mark_waiting_for_tsq(db::connection& conn,
-                                         const std::string& domain) const;
+  /// counts them in their batches; returns their ids. With `types`, only
+  /// processes of these types (a worker changes only the processes it
+  /// drives).
+  std::vector<uuid> mark_waiting_for_tsq(
+    db::connection& conn, const std::string& domain,
+    const std::optional<std::vector<std::string>>& types = std::nullopt) const;
 
   /// Creates a PROCESS batch (PENDING) for `total_count` processes and
   /// returns its id (`batch_id`, or a generated one); processes join it

@@ -1,12 +1,12 @@
 // Deterministic tests of the process reply router and its process actors
 // (CAF test coordinator): replies are routed by correlation id, one at a
 // time per process and in parallel across processes; messages that are not
-// replies are archived; credits bound the replies in flight; an idle
-// process actor is stopped unless a reply for it is on the way (and one
-// arriving afterwards gets a new actor); a database outage makes the
-// process actor try the same reply again; a drain waits for the replies in
-// flight. The database is replaced by a fake queue and fake writers that
-// answer when the test says so.
+// replies are archived; only the router that sweeps asks for TSQ sweeps;
+// credits bound the replies in flight; an idle process actor is stopped
+// unless a reply for it is on the way (and one arriving afterwards gets a
+// new actor); a database outage makes the process actor try the same reply
+// again; a drain waits for the replies in flight. The database is replaced
+// by a fake queue and fake writers that answer when the test says so.
 
 #define CAF_SUITE actors.process_router
 #include "cmdbus/process/router.hpp"
@@ -203,6 +203,17 @@ CAF_TEST(replies go to their process one at a time) {
   CAF_CHECK(writers->applies.empty());
   // The initial sweep went to the writer.
   CAF_CHECK_EQUAL(writers->sweeps, 1);
+}
+
+CAF_TEST(only the router that sweeps asks its writer for sweeps) {
+  // A router of a type's own reply queue leaves the sweep to the domain's
+  // shared queue's router.
+  settings.sweep_tsq = false;
+  auto p = uuid::random();
+  queue->add(reply_body(p));
+  start();
+  CAF_CHECK_EQUAL(writers->open_for(p), 1u);
+  CAF_CHECK_EQUAL(writers->sweeps, 0);
 }
 
 CAF_TEST(messages that are no replies are archived) {

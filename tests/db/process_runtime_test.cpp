@@ -417,3 +417,125 @@ TEST(ProcessRuntime, MetricsCountTheProcessesInProgress) {
             std::string::npos)
     << page.body;
 }
+
+namespace {
+
+// The example's handlers (no-ops) in `d`.
+handler_registry order_handlers(const std::string& d) {
+  handler_registry reg;
+  for (auto* t : {"ReserveStock", "DebitAccount", "SendNotification",
+                  "ReleaseStock", "RefundAccount"})
+    reg.add(d, t, null_result);
+  return reg;
+}
+
+std::shared_ptr<const workflow> order_type() {
+  return {std::shared_ptr<void>{}, &order_workflow()};
+}
+
+} // namespace
+
+TEST(ProcessRuntime, AReplyOfATypeNotServedHereWaitsForAWorkerThatServesIt) {
+  // A type registered on some workers only (a rolling deploy): a worker
+  // without it runs its commands but never reads, delays or archives its
+  // replies; a worker with it applies them later.
+  bus_env e;
+  auto d = unique_name("prn");
+  auto queue = process_reply_queue(d);
+  e.bus.ensure_queue(db::command_queue(d));
+  auto all = std::make_shared<process_registry>();
+  all->add(d, order_type());
+  all->add(d, ping_workflow());
+  process_manager pm{e.pool, all};
+  auto ping = pm.start(d, "Ping", json::object());
+  auto q_table = "pgmq." + db::queue_table(queue);
+  auto ping_reply = [&](const std::string& where) {
+    return e.conn
+      .query("SELECT count(*) FROM " + q_table
+               + " WHERE message->>'correlation_id' = $1 AND " + where,
+             ping.to_string())
+      .int64(0, 0);
+  };
+  {
+    process_registry orders_only;
+    orders_only.add(d, order_type());
+    worker w{make_cfg({d}), order_handlers(d), std::move(orders_only)};
+    finally stop{[&] { stop_worker(w); }};
+    w.start();
+    // The Ping step's command runs here (ReleaseStock): its reply waits.
+    ASSERT_TRUE(eventually([&] { return ping_reply("TRUE") == 1; }));
+    // Processes of the type served here pass through the same queue.
+    for (int i = 0; i < 3; ++i) {
+      auto id = pm.start(d, "OrderFulfilment",
+                         order_input("o-" + std::to_string(i)));
+      ASSERT_TRUE(eventually([&] {
+        auto p = pm.get(d, id);
+        return p && p->status == process_status::completed;
+      }));
+    }
+    EXPECT_EQ(ping_reply("read_ct = 0 AND vt <= clock_timestamp()"), 1);
+    EXPECT_EQ(archive_rows(e.conn, queue), 0);
+    EXPECT_EQ(pm.get(d, ping)->status, process_status::waiting);
+  }
+  process_registry with_ping;
+  with_ping.add(d, ping_workflow());
+  worker w{make_cfg({d}), order_handlers(d), std::move(with_ping)};
+  finally stop{[&] { stop_worker(w); }};
+  w.start();
+  EXPECT_TRUE(eventually([&] {
+    auto p = pm.get(d, ping);
+    return p && p->status == process_status::completed;
+  }));
+  EXPECT_EQ(archive_rows(e.conn, queue), 0);
+}
+
+TEST(ProcessRuntime, ATypeOnAReplyQueueOfItsOwnRunsOnIt) {
+  // The type's commands name its own queue; the worker reads it, and the
+  // shared queue too, where processes started before the type moved still
+  // answer.
+  bus_env e;
+  auto d = unique_name("prq");
+  auto own = d + "__fulfilment";
+  e.bus.ensure_queue(db::command_queue(d));
+  auto before = std::make_shared<process_registry>();
+  before->add(d, order_type());
+  auto moved = std::make_shared<process_registry>();
+  moved->add(d, order_type(), {own});
+  process_manager old_pm{e.pool, before};
+  process_manager pm{e.pool, moved};
+  auto old_id = old_pm.start(d, "OrderFulfilment", order_input("o-old"));
+  std::vector<uuid> ids;
+  for (int i = 0; i < 5; ++i)
+    ids.push_back(
+      pm.start(d, "OrderFulfilment", order_input("o-" + std::to_string(i))));
+  EXPECT_EQ(e.conn
+              .query("SELECT count(*) FROM commandbus.command WHERE domain = "
+                     "$1 AND reply_queue = $2",
+                     d, own)
+              .int64(0, 0),
+            5);
+  process_registry copy = *moved;
+  worker w{make_cfg({d}), order_handlers(d), std::move(copy)};
+  finally stop{[&] { stop_worker(w); }};
+  w.start();
+  ids.push_back(old_id);
+  for (auto& id : ids)
+    EXPECT_TRUE(eventually([&] {
+      auto p = pm.get(d, id);
+      return p && p->status == process_status::completed;
+    }))
+      << id.to_string();
+  // Each process kept its queue: the old one's three replies came through
+  // the shared queue, the others' through their own.
+  auto replies_to = [&](const std::string& queue) {
+    return e.conn
+      .query("SELECT count(*) FROM commandbus.command WHERE domain = $1 AND "
+             "reply_queue = $2",
+             d, queue)
+      .int64(0, 0);
+  };
+  EXPECT_EQ(replies_to(own), 15);
+  EXPECT_EQ(replies_to(process_reply_queue(d)), 3);
+  EXPECT_EQ(archive_rows(e.conn, own), 0);
+  EXPECT_EQ(archive_rows(e.conn, process_reply_queue(d)), 0);
+}
