@@ -75,10 +75,9 @@ public:
     return wait(deadline);
   }
 
-private:
-  void signal(int sig) {
-    if (result_.wait_for(std::chrono::seconds{0}) == std::future_status::ready)
-      return;
+  /// The child's process id (waits up to 10 s for the shell to write
+  /// it); 0 when it never did.
+  pid_t pid() const {
     pid_t pid = 0;
     eventually(
       [&] {
@@ -86,8 +85,15 @@ private:
         return static_cast<bool>(in >> pid) && pid > 0;
       },
       std::chrono::seconds{10});
-    if (pid > 0)
-      ::kill(pid, sig);
+    return pid;
+  }
+
+private:
+  void signal(int sig) {
+    if (result_.wait_for(std::chrono::seconds{0}) == std::future_status::ready)
+      return;
+    if (auto p = pid(); p > 0)
+      ::kill(p, sig);
   }
 
   std::string pid_file_;
