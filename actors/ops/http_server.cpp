@@ -272,6 +272,7 @@ struct http_server::impl {
 
   // Logging of the front's interventions (its thread only): one line when
   // they begin, one a minute while they go on, one when they stop.
+  bool poll_failing = false;
   bool shedding = false;
   uint64_t shed_seen = 0;
   clock::time_point last_shed;
@@ -306,10 +307,19 @@ struct http_server::impl {
       // waiting 0 ms.
       auto n = ::poll(fds.data(), fds.size(), millis_until(next, now) + 1);
       if (n < 0 && errno != EINTR) {
-        log::from("http").error("{}: poll failed ({}); it stops serving", name,
-                                std::strerror(errno));
-        break;
+        // Out of memory in the kernel: nothing to do but wait and try
+        // again (the deadlines are kept on the next turn).
+        if (!poll_failing)
+          log::from("http").error("{}: poll failed ({}); trying again "
+                                  "every 100 ms",
+                                  name, std::strerror(errno));
+        poll_failing = true;
+        std::this_thread::sleep_for(milliseconds{100});
+        continue;
       }
+      if (poll_failing)
+        log::from("http").info("{}: poll works again", name);
+      poll_failing = false;
       now = clock::now();
       if (n > 0) {
         if (fds[0].revents != 0) {
@@ -668,6 +678,10 @@ struct http_server::impl {
     } catch (const std::exception& e) {
       log::from("http").error("{}: a request failed: {}", name,
                               log::one_line(e.what()));
+    } catch (...) {
+      log::from("http").error("{}: a request failed with an exception "
+                              "that is not a std::exception",
+                              name);
     }
     // A request the router did not read to its end leaves the connection
     // where nobody knows what comes next.
