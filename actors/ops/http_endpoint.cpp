@@ -11,6 +11,7 @@
 #include <httplib.h>
 
 #include "cmdbus/actors/ops/exposition.hpp"
+#include "cmdbus/actors/ops/http_server.hpp"
 #include "cmdbus/actors/ops/status_page.hpp"
 #include "cmdbus/db/connection.hpp"
 #include "cmdbus/model/log.hpp"
@@ -206,9 +207,9 @@ struct http_endpoint::impl {
   status_source source;
   throughput_window throughput;
   queue_readers queues;
-  httplib::Server server;
-  int port = 0;
-  std::thread serve;
+  http_server listener{http_endpoint::limits(), "HTTP endpoint"};
+  /// Where the routes go.
+  httplib::Server& server = listener.routes();
   std::thread sampler;
   std::mutex mtx;
   std::condition_variable cv;
@@ -266,34 +267,12 @@ struct http_endpoint::impl {
 http_endpoint::http_endpoint(const config::http_address& where,
                              status_source source)
   : impl_(std::make_unique<impl>(std::move(source))) {
-  auto& s = impl_->server;
-  // Two threads answer; a scrape never needs more.
-  s.new_task_queue = [] { return new httplib::ThreadPool(2); };
-  s.set_read_timeout(std::chrono::seconds{5});
-  s.set_write_timeout(std::chrono::seconds{5});
-  s.set_keep_alive_max_count(100);
   impl_->routes();
-  auto where_text = where.host + ":" + std::to_string(where.port);
-  if (where.port == 0) {
-    impl_->port = s.bind_to_any_port(where.host);
-    if (impl_->port <= 0)
-      impl_->port = 0;
-  } else if (s.bind_to_port(where.host, where.port)) {
-    impl_->port = where.port;
-  }
-  if (impl_->port == 0)
-    throw std::runtime_error("cannot listen on " + where_text
-                             + " for the HTTP endpoint: the port is taken or "
-                               "the address is not one of this machine's");
-  impl_->serve = std::thread{[this] { impl_->server.listen_after_bind(); }};
-  // A stop() before the server runs would be lost: wait until it runs.
-  auto deadline = clock::now() + std::chrono::seconds{5};
-  while (!s.is_running() && clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds{1});
+  impl_->listener.listen(where);
   impl_->sampler = std::thread{[this] { impl_->sample_until_stopped(); }};
   log::from("http").info(
     "HTTP endpoint on http://{}:{}/ (/healthz, /readyz, /metrics)", where.host,
-    impl_->port);
+    impl_->listener.port());
 }
 
 http_endpoint::~http_endpoint() {
@@ -302,15 +281,36 @@ http_endpoint::~http_endpoint() {
     impl_->stopping = true;
   }
   impl_->cv.notify_all();
-  impl_->server.stop();
-  if (impl_->serve.joinable())
-    impl_->serve.join();
+  impl_->listener.stop();
   if (impl_->sampler.joinable())
     impl_->sampler.join();
 }
 
+http_limits http_endpoint::limits() {
+  // Health and readiness are answered on a thread of their own, ahead of
+  // the rest, and a new connection makes room by closing an idle or slow
+  // one (actors/ops/http_server.hpp): a probe is answered while scrapers,
+  // browsers or slow clients hold every other connection. Two threads for
+  // the rest: /metrics reads its queue figures at most once a second
+  // whatever the number of scrapers.
+  http_limits l;
+  // Each connection reading a request costs a descriptor and a buffer,
+  // not a thread: the limit can be generous, which makes room-making
+  // rarer and gives a probe more time to send its request before it
+  // could be chosen.
+  l.max_connections = 256;
+  l.request_timeout = std::chrono::seconds{2};
+  l.idle_timeout = std::chrono::seconds{5};
+  l.write_timeout = std::chrono::seconds{5};
+  l.max_body_bytes = 0;
+  l.threads = 2;
+  l.max_waiting = 16;
+  l.reserved_paths = {"/healthz", "/readyz"};
+  return l;
+}
+
 int http_endpoint::port() const noexcept {
-  return impl_->port;
+  return impl_->listener.port();
 }
 
 status_snapshot http_endpoint::snapshot() {

@@ -1,7 +1,8 @@
 #pragma once
 
-// The worker's HTTP endpoint (opt-in: [worker] http / --http), served with
-// cpp-httplib on its own threads:
+// The worker's HTTP endpoint (opt-in: [worker] http / --http), served by an
+// http_server (actors/ops/http_server.hpp: cpp-httplib's routing behind a
+// front that bounds connections and their read time) on its own threads:
 //   GET /healthz  200 while HEALTHY or DEGRADED, 503 when CRITICAL (JSON)
 //   GET /readyz   200 once every domain polls, 503 while starting or
 //                 draining (JSON)
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "cmdbus/actors/ops/http_server.hpp"
 #include "cmdbus/actors/ops/status_snapshot.hpp"
 #include "cmdbus/config/worker_config.hpp"
 
@@ -52,6 +54,12 @@ public:
 
   /// The port it listens on (the one the system picked for port 0).
   int port() const noexcept;
+
+  /// What its clients may take: 256 connections, 2 s to send a request,
+  /// 5 s idle between requests, 5 s to write an answer, no bodies, 2
+  /// threads with 16 requests waiting, and a thread of their own for
+  /// /healthz and /readyz.
+  static http_limits limits();
 
   /// The full snapshot, as a request sees it.
   status_snapshot snapshot();

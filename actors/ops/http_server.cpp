@@ -1,0 +1,842 @@
+#include "cmdbus/actors/ops/http_server.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <mutex>
+#include <stdexcept>
+#include <string_view>
+#include <thread>
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <httplib.h>
+
+#include "cmdbus/model/log.hpp"
+
+namespace cmdbus {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+/// cpp-httplib's server, used for what it does well: parsing a request
+/// from a stream, routing it and writing the answer (its protected
+/// process_request, which its own listener calls per request). It never
+/// listens.
+class router : public httplib::Server {
+public:
+  using httplib::Server::process_request;
+};
+
+/// A client connection, owned by the front while it reads (or waits idle)
+/// and by a queue or an answering thread once a whole request is in.
+struct connection {
+  int fd = -1;
+  /// Bytes read and not yet answered: the request being read, or a whole
+  /// one and whatever the client sent after it.
+  std::string in;
+  /// Where the search for the end of the head resumes.
+  size_t scanned = 0;
+  /// Size of the request at the front of `in` (head and body) once its
+  /// head is read; 0 before.
+  size_t request_size = 0;
+  /// Its path is one of the reserved ones.
+  bool reserved = false;
+  /// The client closed its side (after what `in` holds).
+  bool peer_done = false;
+  /// Waiting for the next request on a keep-alive connection (nothing of
+  /// it read yet).
+  bool idle = false;
+  /// Since when it reads (or waits idle): the oldest goes first.
+  clock::time_point since;
+  /// When it is closed if it has not sent a whole request (idle: any
+  /// byte) by then.
+  clock::time_point deadline;
+  /// Requests answered.
+  size_t served = 0;
+  /// Set by the answering thread: close instead of reading on.
+  bool close = false;
+};
+
+using conn_ptr = std::unique_ptr<connection>;
+using conn_list = std::list<conn_ptr>;
+
+int millis_until(clock::time_point t, clock::time_point now) {
+  auto ms = std::chrono::duration_cast<milliseconds>(t - now).count();
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, 1000));
+}
+
+std::string lowercase(std::string_view s) {
+  std::string out{s};
+  for (auto& c : out)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::string_view trimmed(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
+    s.remove_suffix(1);
+  return s;
+}
+
+const char* reason_of(int status) {
+  switch (status) {
+    case 400: return "Bad Request";
+    case 408: return "Request Timeout";
+    case 411: return "Length Required";
+    case 413: return "Payload Too Large";
+    case 431: return "Request Header Fields Too Large";
+    default: return "Service Unavailable";
+  }
+}
+
+/// Writes a short answer of the front's own, without waiting (a fresh
+/// socket's buffer takes it; if not, the close says enough).
+void send_answer(int fd, int status) {
+  std::string body = std::string{reason_of(status)} + "\n";
+  std::string text = "HTTP/1.1 " + std::to_string(status) + " "
+                     + reason_of(status)
+                     + "\r\nContent-Type: text/plain\r\nContent-Length: "
+                     + std::to_string(body.size()) + "\r\nConnection: close\r\n"
+                     + (status == 503 ? "Retry-After: 1\r\n" : "") + "\r\n"
+                     + body;
+  ::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/// Closes `fd` after reading what the client already sent (a close with
+/// unread bytes would reset the connection and could lose an answer just
+/// written).
+void close_socket(int fd) {
+  char buf[4096];
+  for (size_t total = 0; total < 65536;) {
+    auto n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n <= 0)
+      break;
+    total += static_cast<size_t>(n);
+  }
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+}
+
+void address_of(const sockaddr_storage& addr, socklen_t len, std::string& ip,
+                int& port) {
+  char host[NI_MAXHOST];
+  char serv[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, host,
+                    sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV)
+      == 0) {
+    ip = host;
+    port = std::atoi(serv);
+  }
+}
+
+/// The request the front has read, as the router sees it: read from
+/// memory (it never waits for the client), written to the socket until
+/// the answer's deadline.
+class request_stream final : public httplib::Stream {
+public:
+  request_stream(const connection& c, clock::time_point write_deadline)
+    : fd_(c.fd), in_(c.in), size_(c.request_size), deadline_(write_deadline) {
+    // nop
+  }
+
+  bool is_readable() const override {
+    return pos_ < size_;
+  }
+
+  bool is_writable() const override {
+    return wait_writable();
+  }
+
+  ssize_t read(char* ptr, size_t size) override {
+    auto n = std::min(size, size_ - pos_);
+    std::memcpy(ptr, in_.data() + pos_, n);
+    pos_ += n;
+    return static_cast<ssize_t>(n);
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    size_t done = 0;
+    while (done < size) {
+      auto n = ::send(fd_, ptr + done, size - done,
+                      MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_writable())
+        continue;
+      return -1;
+    }
+    return static_cast<ssize_t>(size);
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (::getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+      address_of(addr, len, ip, port);
+  }
+
+  void get_local_ip_and_port(std::string& ip, int& port) const override {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+      address_of(addr, len, ip, port);
+  }
+
+  int socket() const override {
+    return fd_;
+  }
+
+  /// Bytes of the request the router read.
+  size_t consumed() const noexcept {
+    return pos_;
+  }
+
+private:
+  bool wait_writable() const {
+    for (;;) {
+      auto left = std::chrono::duration_cast<milliseconds>(deadline_
+                                                           - clock::now())
+                    .count();
+      if (left <= 0)
+        return false;
+      pollfd p{fd_, POLLOUT, 0};
+      auto n = ::poll(&p, 1, static_cast<int>(left));
+      if (n < 0 && errno == EINTR)
+        continue;
+      return n > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0;
+    }
+  }
+
+  int fd_;
+  const std::string& in_;
+  size_t size_;
+  size_t pos_ = 0;
+  clock::time_point deadline_;
+};
+
+} // namespace
+
+struct http_server::impl {
+  http_limits limits;
+  std::string name;
+  router routes;
+  int listen_fd = -1;
+  int wake_fd = -1;
+  int port = 0;
+  std::thread front;
+  std::vector<std::thread> answerers;
+  std::atomic<bool> stopping{false};
+  std::mutex stop_mtx;
+  bool stopped = false;
+
+  // The front's own (its thread only): connections reading or idle.
+  conn_list reading;
+  clock::time_point accept_paused_until;
+
+  // Shared with the answering threads.
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::deque<conn_ptr> reserved_queue;
+  std::deque<conn_ptr> queue;
+  std::vector<conn_ptr> returned;
+  bool quit = false;
+
+  std::atomic<size_t> open{0};
+  /// Three quarters of the connections in use: answers close theirs.
+  std::atomic<bool> crowded{false};
+  std::atomic<uint64_t> accepted{0};
+  std::atomic<uint64_t> refused{0};
+  std::atomic<uint64_t> evicted{0};
+  std::atomic<uint64_t> timed_out{0};
+  std::atomic<uint64_t> rejected{0};
+
+  // Logging of the front's interventions (its thread only): one line when
+  // they begin, one a minute while they go on, one when they stop.
+  bool poll_failing = false;
+  bool shedding = false;
+  uint64_t shed_seen = 0;
+  clock::time_point last_shed;
+  clock::time_point last_shed_line;
+
+  impl(http_limits l, std::string n)
+    : limits(std::move(l)), name(std::move(n)) {
+    // nop
+  }
+
+  // -- the front ------------------------------------------------------------
+
+  void run_front() {
+    std::vector<pollfd> fds;
+    std::vector<conn_list::iterator> polled;
+    while (!stopping) {
+      auto now = clock::now();
+      fds.clear();
+      polled.clear();
+      fds.push_back({wake_fd, POLLIN, 0});
+      bool accepting = now >= accept_paused_until;
+      fds.push_back({accepting ? listen_fd : -1, POLLIN, 0});
+      auto next = now + std::chrono::seconds{1};
+      if (!accepting)
+        next = std::min(next, accept_paused_until);
+      for (auto it = reading.begin(); it != reading.end(); ++it) {
+        fds.push_back({(*it)->fd, POLLIN, 0});
+        polled.push_back(it);
+        next = std::min(next, (*it)->deadline);
+      }
+      // +1: a deadline less than a millisecond away is not passed by
+      // waiting 0 ms.
+      auto n = ::poll(fds.data(), fds.size(), millis_until(next, now) + 1);
+      if (n < 0 && errno != EINTR) {
+        // Out of memory in the kernel: nothing to do but wait and try
+        // again (the deadlines are kept on the next turn).
+        if (!poll_failing)
+          log::from("http").error("{}: poll failed ({}); trying again "
+                                  "every 100 ms",
+                                  name, std::strerror(errno));
+        poll_failing = true;
+        std::this_thread::sleep_for(milliseconds{100});
+        continue;
+      }
+      if (poll_failing)
+        log::from("http").info("{}: poll works again", name);
+      poll_failing = false;
+      now = clock::now();
+      if (n > 0) {
+        if (fds[0].revents != 0) {
+          uint64_t count;
+          while (::read(wake_fd, &count, sizeof count) > 0) {
+            // drained
+          }
+        }
+        for (size_t i = 0; i < polled.size(); ++i)
+          if (fds[i + 2].revents != 0)
+            on_readable(polled[i], now);
+        if (fds[1].revents != 0)
+          accept_some(now);
+      }
+      take_returned(now);
+      expire(now);
+      crowded = open.load() * 4 >= limits.max_connections * 3;
+      log_shedding(now);
+    }
+    for (auto& c : reading)
+      close_socket(c->fd);
+    open -= reading.size();
+    reading.clear();
+  }
+
+  void accept_some(clock::time_point now) {
+    auto budget = std::max<size_t>(8, limits.max_connections / 4);
+    while (budget-- > 0) {
+      int fd = ::accept4(listen_fd, nullptr, nullptr,
+                         SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED)
+          continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+          return;
+        // Out of descriptors or memory elsewhere in the process: leave the
+        // connections in the backlog a moment instead of spinning on them.
+        log::from("http").warn("{}: cannot accept a connection ({}); "
+                               "trying again in 100 ms",
+                               name, std::strerror(errno));
+        accept_paused_until = now + milliseconds{100};
+        return;
+      }
+      ++accepted;
+      if (open.load() >= limits.max_connections && !make_room(now)) {
+        ++refused;
+        send_answer(fd, 503);
+        close_socket(fd);
+        continue;
+      }
+      ++open;
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      auto c = std::make_unique<connection>();
+      c->fd = fd;
+      c->since = now;
+      c->deadline = now + limits.request_timeout;
+      reading.push_back(std::move(c));
+      // Its request is often there already.
+      on_readable(std::prev(reading.end()), now);
+    }
+  }
+
+  /// Closes the oldest idle connection, else the oldest still reading its
+  /// request; false when every connection waits for or gets an answer. A
+  /// candidate is read once more first: one whose whole request has come
+  /// since the last turn (a probe, typically) is not slow, and is handed
+  /// to a thread instead.
+  bool make_room(clock::time_point now) {
+    for (int tries = 0; tries < 16; ++tries) {
+      auto victim = reading.end();
+      for (int pass = 0; pass < 2 && victim == reading.end(); ++pass)
+        for (auto it = reading.begin(); it != reading.end(); ++it)
+          if ((*it)->idle == (pass == 0)
+              && (victim == reading.end() || (*it)->since < (*victim)->since))
+            victim = it;
+      if (victim == reading.end())
+        return false;
+      auto before = open.load();
+      if (!on_readable(victim, now)) {
+        // Handed over (still open: look again), or closed by the client.
+        if (open.load() < before)
+          return true;
+        continue;
+      }
+      ++evicted;
+      close_reading(victim);
+      return true;
+    }
+    return false;
+  }
+
+  conn_list::iterator close_reading(conn_list::iterator it) {
+    close_socket((*it)->fd);
+    --open;
+    return reading.erase(it);
+  }
+
+  /// Reads what `it` sent and acts on it; false when it left `reading`
+  /// (handed over, answered or closed).
+  bool on_readable(conn_list::iterator it, clock::time_point now) {
+    auto& c = **it;
+    char buf[16384];
+    // Enough to decide on any request: a head and a body at their limits.
+    auto enough = limits.max_head_bytes + limits.max_body_bytes + sizeof buf;
+    while (c.in.size() < enough) {
+      auto n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (n > 0) {
+        if (c.idle) {
+          c.idle = false;
+          c.since = now;
+          c.deadline = now + limits.request_timeout;
+        }
+        c.in.append(buf, static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) {
+        c.peer_done = true;
+        break;
+      }
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        break;
+      close_reading(it);
+      return false;
+    }
+    return examine(it, now);
+  }
+
+  /// Hands a whole request to a thread, answers a bad one, or goes on
+  /// reading (true: it stays in `reading`).
+  bool examine(conn_list::iterator it, clock::time_point) {
+    auto& c = **it;
+    if (c.request_size == 0 && !c.in.empty()) {
+      if (auto status = read_head(c); status != 0) {
+        ++rejected;
+        send_answer(c.fd, status);
+        close_reading(it);
+        return false;
+      }
+    }
+    if (c.request_size > 0 && c.in.size() >= c.request_size) {
+      dispatch(it);
+      return false;
+    }
+    if (c.peer_done) {
+      close_reading(it);
+      return false;
+    }
+    return true;
+  }
+
+  /// Looks for the end of the head of the request `c` is reading; once it
+  /// is there, sets request_size and whether the path is reserved. Returns
+  /// the status to refuse the request with, or 0.
+  int read_head(connection& c) {
+    auto from = c.scanned >= 3 ? c.scanned - 3 : 0;
+    auto end = c.in.find("\r\n\r\n", from);
+    if (end == std::string::npos) {
+      c.scanned = c.in.size();
+      return c.in.size() > limits.max_head_bytes ? 431 : 0;
+    }
+    auto head_size = end + 4;
+    if (head_size > limits.max_head_bytes)
+      return 431;
+    std::string_view head{c.in.data(), end + 2};
+    auto line_end = head.find("\r\n");
+    auto line = head.substr(0, line_end);
+    auto sp = line.find(' ');
+    auto method = line.substr(0, sp);
+    auto target = sp == std::string_view::npos ? std::string_view{}
+                                               : line.substr(sp + 1);
+    target = target.substr(0, target.find(' '));
+    auto path = target.substr(0, target.find('?'));
+    c.reserved = (method == "GET" || method == "HEAD")
+                 && std::find(limits.reserved_paths.begin(),
+                              limits.reserved_paths.end(), path)
+                      != limits.reserved_paths.end();
+    size_t body = 0;
+    bool has_length = false;
+    bool chunked = false;
+    size_t expect_begin = 0;
+    size_t expect_end = 0;
+    for (auto pos = line_end + 2; pos < head.size();) {
+      auto eol = head.find("\r\n", pos);
+      auto field = head.substr(pos, eol - pos);
+      auto colon = field.find(':');
+      if (colon != std::string_view::npos) {
+        auto key = lowercase(trimmed(field.substr(0, colon)));
+        auto value = trimmed(field.substr(colon + 1));
+        if (key == "content-length") {
+          if (value.empty() || value.size() > 18
+              || value.find_first_not_of("0123456789")
+                   != std::string_view::npos)
+            return 400;
+          auto length = static_cast<size_t>(std::stoull(std::string{value}));
+          if (has_length && length != body)
+            return 400;
+          has_length = true;
+          body = length;
+        } else if (key == "transfer-encoding") {
+          chunked = true;
+        } else if (key == "expect" && lowercase(value) == "100-continue") {
+          expect_begin = pos;
+          expect_end = eol + 2;
+        }
+      }
+      pos = eol + 2;
+    }
+    if (chunked)
+      return 411;
+    if (body > limits.max_body_bytes)
+      return 413;
+    if (expect_end > 0) {
+      // The front reads the body, so it says "go on" itself; the router
+      // must not say it again.
+      c.in.erase(expect_begin, expect_end - expect_begin);
+      head_size -= expect_end - expect_begin;
+      if (body > 0 && c.in.size() < head_size + body) {
+        static constexpr std::string_view go_on
+          = "HTTP/1.1 100 Continue\r\n\r\n";
+        ::send(c.fd, go_on.data(), go_on.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      }
+    }
+    c.request_size = head_size + body;
+    return 0;
+  }
+
+  void dispatch(conn_list::iterator it) {
+    auto c = std::move(*it);
+    reading.erase(it);
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      auto& q = c->reserved ? reserved_queue : queue;
+      if (q.size() < limits.max_waiting) {
+        q.push_back(std::move(c));
+      }
+    }
+    if (c) {
+      // Too many wait already: say so at once rather than queue it.
+      ++rejected;
+      send_answer(c->fd, 503);
+      close_socket(c->fd);
+      --open;
+      return;
+    }
+    cv.notify_all();
+  }
+
+  /// Takes back the connections answered since the last turn: closed, or
+  /// reading (or idle) again.
+  void take_returned(clock::time_point now) {
+    std::vector<conn_ptr> back;
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      back.swap(returned);
+    }
+    for (auto& c : back) {
+      if (c->close) {
+        close_socket(c->fd);
+        --open;
+        continue;
+      }
+      c->since = now;
+      c->idle = c->in.empty();
+      c->deadline = now
+                    + (c->idle ? limits.idle_timeout : limits.request_timeout);
+      reading.push_back(std::move(c));
+      // A client that sent its next request already (pipelining).
+      if (!reading.back()->idle)
+        examine(std::prev(reading.end()), now);
+    }
+  }
+
+  void expire(clock::time_point now) {
+    for (auto it = reading.begin(); it != reading.end();) {
+      auto& c = **it;
+      if (c.deadline > now) {
+        ++it;
+        continue;
+      }
+      if (!c.idle) {
+        ++timed_out;
+        // A client that sent part of a request is told why it is closed.
+        if (!c.in.empty())
+          send_answer(c.fd, 408);
+      }
+      it = close_reading(it);
+    }
+  }
+
+  void log_shedding(clock::time_point now) {
+    auto total = refused.load() + evicted.load() + timed_out.load()
+                 + rejected.load();
+    if (total != shed_seen) {
+      shed_seen = total;
+      last_shed = now;
+      if (!shedding || now - last_shed_line >= std::chrono::minutes{1}) {
+        log::from("http").warn(
+          "{}: closing connections that exceed its limits ({} open of {}; "
+          "so far {} refused with 503, {} closed to make room, {} too slow "
+          "to send a request, {} requests refused)",
+          name, open.load(), limits.max_connections, refused.load(),
+          evicted.load(), timed_out.load(), rejected.load());
+        shedding = true;
+        last_shed_line = now;
+      }
+    } else if (shedding && now - last_shed >= std::chrono::seconds{10}) {
+      log::from("http").info("{}: no connection exceeded its limits for 10 "
+                             "s ({} open)",
+                             name, open.load());
+      shedding = false;
+    }
+  }
+
+  void wake() {
+    uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd, &one, sizeof one);
+  }
+
+  // -- the answering threads -----------------------------------------------
+
+  void run_answers(bool reserved_only) {
+    for (;;) {
+      conn_ptr c;
+      {
+        std::unique_lock<std::mutex> lock{mtx};
+        cv.wait(lock, [&] {
+          return quit || !reserved_queue.empty()
+                 || (!reserved_only && !queue.empty());
+        });
+        if (quit)
+          return;
+        auto& q = reserved_queue.empty() ? queue : reserved_queue;
+        c = std::move(q.front());
+        q.pop_front();
+      }
+      answer(*c);
+      {
+        std::lock_guard<std::mutex> guard{mtx};
+        returned.push_back(std::move(c));
+      }
+      wake();
+    }
+  }
+
+  void answer(connection& c) {
+    request_stream strm{c, clock::now() + limits.write_timeout};
+    bool last = c.served + 1 >= limits.max_requests_per_connection
+                || c.peer_done || crowded.load() || stopping.load();
+    bool closed = false;
+    bool ok = false;
+    try {
+      ok = routes.process_request(strm, last, closed, nullptr);
+    } catch (const std::exception& e) {
+      log::from("http").error("{}: a request failed: {}", name,
+                              log::one_line(e.what()));
+    } catch (...) {
+      log::from("http").error("{}: a request failed with an exception "
+                              "that is not a std::exception",
+                              name);
+    }
+    // A request the router did not read to its end leaves the connection
+    // where nobody knows what comes next.
+    c.close = !ok || closed || last || strm.consumed() != c.request_size;
+    c.in.erase(0, c.request_size);
+    c.request_size = 0;
+    c.scanned = 0;
+    ++c.served;
+  }
+};
+
+http_server::http_server(http_limits limits, std::string name)
+  : impl_(std::make_unique<impl>(std::move(limits), std::move(name))) {
+  auto& l = impl_->limits;
+  auto reserved = l.reserved_paths.empty() ? 0 : 1;
+  if (l.threads == 0 || l.max_waiting == 0 || l.max_requests_per_connection == 0
+      || l.max_head_bytes == 0 || l.request_timeout.count() <= 0
+      || l.idle_timeout.count() <= 0 || l.write_timeout.count() <= 0)
+    throw std::invalid_argument("HTTP limits: threads, max_waiting, "
+                                "max_requests_per_connection, max_head_bytes "
+                                "and the timeouts must be positive");
+  if (l.max_connections <= l.threads + reserved + 2 * l.max_waiting)
+    throw std::invalid_argument(
+      "HTTP limits: max_connections must exceed the threads and both queues "
+      "("
+      + std::to_string(l.threads + reserved + 2 * l.max_waiting) + ")");
+  // What the router writes in its Keep-Alive header.
+  impl_->routes.set_keep_alive_max_count(l.max_requests_per_connection);
+  impl_->routes.set_keep_alive_timeout(std::max<time_t>(
+    1,
+    std::chrono::duration_cast<std::chrono::seconds>(l.idle_timeout).count()));
+}
+
+http_server::~http_server() {
+  stop();
+}
+
+httplib::Server& http_server::routes() {
+  return impl_->routes;
+}
+
+void http_server::listen(const config::http_address& where) {
+  auto& d = *impl_;
+  if (d.listen_fd >= 0 || d.stopped)
+    throw std::logic_error("http_server::listen called twice");
+  auto where_text = where.host + ":" + std::to_string(where.port);
+  auto fail = [&](const std::string& why) {
+    return std::runtime_error("cannot listen on " + where_text + " for the "
+                              + d.name + ": " + why);
+  };
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  auto service = std::to_string(where.port);
+  if (auto rc = ::getaddrinfo(where.host.c_str(), service.c_str(), &hints,
+                              &found);
+      rc != 0)
+    throw fail(::gai_strerror(rc));
+  std::string why = "no address";
+  for (auto* a = found; a != nullptr && d.listen_fd < 0; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                      0);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    // A long backlog: bursts of connections wait in the kernel (costing
+    // no descriptor) until the front takes or refuses them.
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0
+        || ::listen(fd, SOMAXCONN) != 0) {
+      why = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    d.listen_fd = fd;
+  }
+  ::freeaddrinfo(found);
+  if (d.listen_fd < 0)
+    throw fail(why);
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  std::string ip;
+  if (::getsockname(d.listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    address_of(addr, len, ip, d.port);
+  d.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (d.wake_fd < 0 || d.port <= 0) {
+    why = std::strerror(errno);
+    ::close(d.listen_fd);
+    d.listen_fd = -1;
+    d.port = 0;
+    throw fail(why);
+  }
+  for (size_t i = 0; i < d.limits.threads; ++i)
+    d.answerers.emplace_back([&d] { d.run_answers(false); });
+  if (!d.limits.reserved_paths.empty())
+    d.answerers.emplace_back([&d] { d.run_answers(true); });
+  d.front = std::thread{[&d] { d.run_front(); }};
+}
+
+int http_server::port() const noexcept {
+  return impl_->port;
+}
+
+void http_server::stop() {
+  auto& d = *impl_;
+  {
+    std::lock_guard<std::mutex> guard{d.stop_mtx};
+    if (d.stopped)
+      return;
+    d.stopped = true;
+  }
+  d.stopping = true;
+  if (d.wake_fd >= 0)
+    d.wake();
+  if (d.front.joinable())
+    d.front.join();
+  if (d.listen_fd >= 0)
+    ::close(d.listen_fd);
+  {
+    std::lock_guard<std::mutex> guard{d.mtx};
+    d.quit = true;
+  }
+  d.cv.notify_all();
+  for (auto& t : d.answerers)
+    t.join();
+  // What waited for an answer, or came back after the front ended.
+  for (auto* q : {&d.reserved_queue, &d.queue})
+    for (auto& c : *q)
+      close_socket(c->fd);
+  for (auto& c : d.returned)
+    close_socket(c->fd);
+  d.open = 0;
+  if (d.wake_fd >= 0)
+    ::close(d.wake_fd);
+  d.port = 0;
+}
+
+http_server_stats http_server::stats() const {
+  auto& d = *impl_;
+  http_server_stats s;
+  s.open = d.open.load();
+  s.accepted = d.accepted.load();
+  s.refused = d.refused.load();
+  s.evicted = d.evicted.load();
+  s.timed_out = d.timed_out.load();
+  s.rejected = d.rejected.load();
+  return s;
+}
+
+const http_limits& http_server::limits() const noexcept {
+  return impl_->limits;
+}
+
+} // namespace cmdbus
