@@ -68,6 +68,8 @@ using stop = caf::atom_constant<caf::atom("stop")>;
 using retry_due = caf::atom_constant<caf::atom("retrydue")>;
 /// Root: start a domain's supervisor again.
 using restart = caf::atom_constant<caf::atom("restart")>;
+/// Admin drain: its bound passed without the root's answer (a timer).
+using overdue = caf::atom_constant<caf::atom("overdue")>;
 /// Supervisor, root, batch counter: batches that just became complete
 /// (the completion writer's report travels up to the batch counter).
 using batches = caf::atom_constant<caf::atom("batches")>;
@@ -92,8 +94,6 @@ using pool_down = caf::atom_constant<caf::atom("pooldown")>;
 using connect = caf::atom_constant<caf::atom("linkconn")>;
 /// Admin: the status of a process, as JSON text.
 using status = caf::atom_constant<caf::atom("status")>;
-/// Admin: sample the handled counts (its throughput timer).
-using sample = caf::atom_constant<caf::atom("sample")>;
 
 } // namespace cmdbus::atom
 

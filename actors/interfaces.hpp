@@ -8,6 +8,7 @@
 // Worker (actors/worker/, process/):
 //
 //   root ──────────────── batch_counter
+//    │                    admin drain (a cmdbus cluster drain under way)
 //    │ (one per domain)
 //   supervisor ─┬─ poller       (reads the queue, woken by LISTEN/NOTIFY)
 //               ├─ handler × N  (runs the application's handlers)
@@ -298,11 +299,21 @@ using batch_counter_actor = caf::typed_actor<
 
 /// The root: one supervisor per domain, and the batch counter.
 using root_actor = caf::typed_actor<
-  /// From the runtime (worker::stop, run_tick): drain every domain, then the
-  /// batch counter; the answer is atom::done.
+  /// From the runtime (worker::stop, run_tick) or an admin drain: drain
+  /// every domain and process router (intake stops for good: nothing is
+  /// restarted afterwards), then the batch counter; the answer is
+  /// atom::done once nothing is held any more. Repeatable: a stop after an
+  /// admin drain asks again.
   caf::replies_to<atom::drain>::with<atom::done>,
   /// Internal (timer): start domain number `i` again after its backoff.
   caf::reacts_to<atom::restart, size_t>>::extend_with<batch_listener_actor>;
+
+/// An admin drain of a running worker (actors/worker/admin_drain.hpp): asks
+/// the root to drain and tells the worker facade when it answered.
+using admin_drain_actor = caf::typed_actor<
+  /// Internal (timer): the drain's bound (the shutdown timeout) passed
+  /// without the root's answer.
+  caf::reacts_to<atom::overdue>>;
 
 // -- handler node (actors/node/) ----------------------------------------------
 
@@ -345,10 +356,5 @@ using admin_actor = caf::typed_actor<
   caf::replies_to<atom::drain, int32_t>::with<std::string>>;
 
 static_assert(actors::carries_only_wire_types<admin_actor>::value);
-
-/// The admin actor with its own timer (not published).
-using admin_impl_actor = admin_actor::extend<
-  /// Internal (timer): sample the handled counts for the throughput.
-  caf::reacts_to<atom::sample>>;
 
 } // namespace cmdbus::admin

@@ -17,6 +17,7 @@
 #include "cmdbus/actors/node/door.hpp"
 #include "cmdbus/actors/node/pool.hpp"
 #include "cmdbus/actors/ops/admin.hpp"
+#include "cmdbus/actors/ops/throughput.hpp"
 #include "cmdbus/actors/system_host.hpp"
 #include "cmdbus/model/log.hpp"
 
@@ -44,8 +45,9 @@ struct handler_node::impl {
   remote::node_door_actor door;
   std::map<std::string, actors::node_pool_actor> pools;
   actors::node_settings settings;
-  /// The admin actor, when configured.
+  /// The admin actor, when configured, and the throughput it shows.
   std::unique_ptr<admin::server> admin_port;
+  std::shared_ptr<throughput_sampler> throughput;
   uint16_t port = 0;
   bool started = false;
   bool stopped = false;
@@ -59,18 +61,22 @@ struct handler_node::impl {
   }
 
   /// What the node's admin actor shows: its domains with their slots, the
-  /// handlers running and queued, the connected worker sessions; a node
-  /// refuses drain (no drain function).
+  /// handlers running and queued, the connected worker sessions, and the
+  /// commands its handlers ran per second over the last minute (over all
+  /// domains); a node refuses drain (no drain function).
   admin::source admin_source() const {
     admin::source src;
     src.kind = "node";
     src.name = [name = settings.name] { return name->get(); };
     src.read = [counters = settings.counters, cancelled = settings.cancelled,
-                domains = cfg.domains, concurrency = cfg.concurrency] {
+                domains = cfg.domains, concurrency = cfg.concurrency,
+                sampler = throughput] {
       admin::view v;
       v.readiness = cancelled->load() ? "stopped" : "ready";
       v.in_flight = counters->busy.load() + counters->queued.load();
       v.finished = counters->completed.load();
+      if (auto rates = sampler->rates(); !rates.empty())
+        v.throughput_1m = rates.front();
       v.sessions = counters->sessions.load();
       for (auto& domain : domains) {
         admin::domain_view dv;
@@ -140,10 +146,15 @@ uint16_t handler_node::start() {
                          : d.cfg.name);
   if (!d.cfg.admin.empty()) {
     try {
+      d.throughput = std::make_shared<throughput_sampler>(
+        [counters = d.settings.counters] {
+          return std::vector<int64_t>{counters->completed.load()};
+        });
       d.admin_port = std::make_unique<admin::server>(
         d.admin_source(), d.cfg.admin,
         actors::network_settings{d.cfg.heartbeat_interval, d.cfg.tls});
     } catch (const std::exception&) {
+      d.throughput.reset();
       caf::anon_send(actors::connector(sys), caf::close_atom::value, d.port);
       caf::anon_send_exit(d.door, caf::exit_reason::user_shutdown);
       d.stopped = true;
@@ -175,6 +186,7 @@ void handler_node::stop(std::chrono::milliseconds timeout) {
     return;
   d.stopped = true;
   d.admin_port.reset();
+  d.throughput.reset();
   auto& sys = d.host->system();
   auto deadline = std::chrono::steady_clock::now() + timeout;
   // No new workers; handlers are told to finish early.

@@ -1,15 +1,14 @@
 #include "cmdbus/actors/worker.hpp"
 
-#include <cctype>
 #include <map>
 #include <mutex>
 #include <stdexcept>
-#include <thread>
 
 #include "cmdbus/actors/ops/admin.hpp"
-#include "cmdbus/actors/worker/batch_counter.hpp"
-#include "cmdbus/actors/ops/counters.hpp"
 #include "cmdbus/actors/ops/http_endpoint.hpp"
+#include "cmdbus/actors/ops/status_snapshot.hpp"
+#include "cmdbus/actors/ops/throughput.hpp"
+#include "cmdbus/actors/worker/batch_counter.hpp"
 #include "cmdbus/actors/worker/remote_link.hpp"
 #include "cmdbus/actors/worker/runtime.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
@@ -27,11 +26,19 @@ namespace {
 /// before leaving the rest to a background thread.
 constexpr auto stop_now_grace = std::chrono::seconds{1};
 
-// "HEALTHY" -> "healthy" (the admin JSON's spelling).
-std::string lowercase(std::string s) {
-  for (auto& c : s)
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
+// Adds the counts of `m` to `s`.
+void add_to(worker_stats& s, const domain_metrics& m) {
+  auto t = m.totals();
+  s.in_flight += m.in_flight.load();
+  s.received += m.received.load();
+  s.completed += t.completed;
+  s.retried += t.retried;
+  s.moved_to_tsq += t.moved_to_tsq;
+  s.failed += t.failed;
+  s.rejected += m.rejected.load();
+  s.handler_restarts += m.handler_restarts.load();
+  s.db_errors += m.all_db_errors();
+  s.stale += m.stale.load();
 }
 
 } // namespace
@@ -43,8 +50,6 @@ struct worker::impl {
   std::shared_ptr<const handler_registry> registry;
   std::shared_ptr<const process_registry> processes
     = std::make_shared<const process_registry>();
-  std::shared_ptr<worker_counters> counters
-    = std::make_shared<worker_counters>();
   std::shared_ptr<std::atomic<bool>> cancelled
     = std::make_shared<std::atomic<bool>>(false);
   std::vector<batch_callback> callbacks;
@@ -52,8 +57,12 @@ struct worker::impl {
   /// Per configured domain (same order) its health inputs, kept across
   /// restarts of the worker.
   std::vector<std::shared_ptr<domain_health_counters>> health;
-  /// Per configured domain its metrics, kept across restarts.
+  /// Per configured domain its metrics, kept across restarts: the one
+  /// store of the worker's counts (stats() adds them up).
   std::vector<std::shared_ptr<domain_metrics>> metrics;
+  /// The metrics of the domains whose processes the worker drives without
+  /// serving their commands (their process actors' database errors).
+  std::vector<std::shared_ptr<domain_metrics>> process_only_metrics;
   std::chrono::steady_clock::time_point started_at;
 
   /// Guards `rt`: the one place where the running actors are handed from
@@ -64,11 +73,25 @@ struct worker::impl {
   std::unique_ptr<http_endpoint> http;
   /// The admin actor while the worker runs (and drains), when configured.
   std::unique_ptr<admin::server> admin_port;
+  /// The throughput of the status views (HTTP and admin) while either
+  /// runs: commands finished per domain, sampled every second. Guarded by
+  /// its own mutex: the views read it while start() holds `mtx`.
+  std::shared_ptr<throughput_sampler> throughput;
+  mutable std::mutex throughput_mtx;
   /// A drain asked through the admin actor: 0 none, 1 draining, 2 drained
   /// (the worker takes no new work until it is stopped and started again).
   std::atomic<int> admin_drain{0};
-  /// This object, for the admin's drain thread (set by the constructor).
+  /// This object, for the admin drain's answer (set by the constructor).
   std::weak_ptr<impl> self_ref;
+
+  /// The metrics of `domain` (served, or with processes only).
+  std::shared_ptr<domain_metrics> metrics_of(const std::string& domain) const {
+    for (auto* all : {&metrics, &process_only_metrics})
+      for (auto& m : *all)
+        if (m->domain() == domain)
+          return m;
+    return nullptr;
+  }
 
   actors::domain_settings
   settings_for(const std::string& domain, bool tick,
@@ -78,7 +101,6 @@ struct worker::impl {
     s.cfg = std::move(shared);
     s.tick = tick;
     s.record_batches = !callbacks.empty();
-    s.counters = counters;
     s.registry = registry;
     s.cancelled = cancelled;
     for (size_t i = 0; i < cfg.domains.size(); ++i)
@@ -86,10 +108,8 @@ struct worker::impl {
         s.health = health[i];
         s.metrics = metrics[i];
       }
-    // The domain's in-flight figure is its metric (shared ownership).
+    // Nothing is in flight before the actors start.
     s.metrics->in_flight.store(0);
-    s.domain_in_flight = std::shared_ptr<std::atomic<int64_t>>(
-      s.metrics, &s.metrics->in_flight);
     return s;
   }
 
@@ -104,7 +124,7 @@ struct worker::impl {
     s.sweep_tsq = queue == process_reply_queue(domain);
     s.cfg = std::move(shared);
     s.registry = processes;
-    s.counters = counters;
+    s.metrics = metrics_of(domain);
     for (size_t i = 0; i < cfg.domains.size(); ++i)
       if (cfg.domains[i] == domain)
         s.health = health[i];
@@ -119,6 +139,17 @@ struct worker::impl {
     // The endpoint listens first: a port that is taken starts nothing.
     // (Its threads read started_at: set before they run.)
     started_at = std::chrono::steady_clock::now();
+    // One sampler for every status view (they show it once start()
+    // succeeded).
+    std::shared_ptr<throughput_sampler> sampler;
+    if ((!cfg.http.empty() || !cfg.admin.empty()) && !tick)
+      sampler = std::make_shared<throughput_sampler>(
+        [all = metrics] {
+          std::vector<int64_t> finished;
+          for (auto& m : all)
+            finished.push_back(m->finished());
+          return finished;
+        });
     std::unique_ptr<http_endpoint> endpoint;
     if (!cfg.http.empty() && !tick)
       endpoint = std::make_unique<http_endpoint>(
@@ -152,6 +183,8 @@ struct worker::impl {
     auto shared = std::make_shared<const config::worker_config>(cfg);
     actors::batch_delivery_settings delivery;
     delivery.cfg = shared;
+    for (auto& m : metrics)
+      delivery.metrics.emplace(m->domain(), m);
     std::vector<actors::domain_settings> domains;
     for (auto& d : cfg.domains)
       domains.push_back(settings_for(d, tick, shared));
@@ -160,11 +193,14 @@ struct worker::impl {
       for (auto& q : processes->reply_queues(d))
         routers.push_back(process_settings_for(d, q, shared));
     rt = actors::runtime::start(std::move(domains), callbacks,
-                                std::move(delivery), counters,
-                                std::move(routers));
+                                std::move(delivery), std::move(routers));
     running = true;
     http = std::move(endpoint);
     admin_port = std::move(admin_server);
+    {
+      std::lock_guard<std::mutex> tguard{throughput_mtx};
+      throughput = std::move(sampler);
+    }
     log::info("worker started for {} domain(s), concurrency {}",
               cfg.domains.size(), cfg.concurrency);
   }
@@ -191,9 +227,8 @@ struct worker::impl {
     src.dsn = cfg.dsn;
     src.domain_dsn = cfg.domain_dsn;
     src.process_domains = processes->domains();
-    for (auto& m : metrics)
-      src.metrics.push_back(m);
-    src.snapshot = [this] { return snapshot(); };
+    src.domains = cfg.domains;
+    src.snapshot = [this] { return status(); };
     return src;
   }
 
@@ -217,51 +252,60 @@ struct worker::impl {
                                                          : "starting";
   }
 
-  status_snapshot snapshot() const {
-    status_snapshot s;
-    s.version = version();
-    s.ready = ready();
-    s.readiness = readiness();
-    if (running)
-      s.uptime_seconds = std::chrono::duration<double>(
-                           std::chrono::steady_clock::now() - started_at)
-                           .count();
-    std::vector<domain_health> hs;
-    for (size_t i = 0; i < cfg.domains.size(); ++i) {
-      auto& m = *metrics[i];
-      domain_status d;
-      d.health = evaluate_and_log(cfg.domains[i], *health[i]);
-      hs.push_back(d.health);
-      d.polling = health[i]->polling();
-      d.received = m.received.load();
-      d.in_flight = m.in_flight.load();
-      d.slots = m.slots();
-      d.handler_restarts = m.handler_restarts.load();
-      d.remote_slots = m.remote_slots.load();
-      d.remote_pools = m.remote_pools.load();
-      d.remote_disconnects = m.remote_disconnects.load();
-      for (size_t a = 0; a < all_db_actors.size(); ++a)
-        d.db_errors[a] = m.db_errors(all_db_actors[a]);
-      m.for_each_type([&d](const std::string& name, const type_metrics& t) {
-        d.types.push_back({name, t.completed.load(), t.failed.load(),
-                           t.retried.load(), t.moved_to_tsq.load(),
-                           t.duration.read()});
-      });
-      s.domains.push_back(std::move(d));
+  // The throughput per domain (unknown while no status view runs).
+  std::vector<std::optional<double>> throughput_rates() const {
+    std::shared_ptr<throughput_sampler> sampler;
+    {
+      std::lock_guard<std::mutex> guard{throughput_mtx};
+      sampler = throughput;
     }
-    s.state = combine(std::move(hs)).state;
-    return s;
+    if (!sampler)
+      return {};
+    return sampler->rates();
   }
 
-  // Stops the HTTP endpoint and the admin actor (once the actors ended).
+  // The status view (without queue figures): what HTTP and admin render.
+  status_snapshot status() const {
+    status_inputs in;
+    in.version = version();
+    in.ready = ready();
+    in.readiness = readiness();
+    if (running)
+      in.uptime_seconds = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - started_at)
+                            .count();
+    auto rates = throughput_rates();
+    for (size_t i = 0; i < cfg.domains.size(); ++i) {
+      domain_source d;
+      d.metrics = metrics[i].get();
+      d.health = evaluate_and_log(cfg.domains[i], *health[i]);
+      d.polling = health[i]->polling();
+      if (i < rates.size())
+        d.finished_per_second = rates[i];
+      d.configured_pools = cfg.remote.pools;
+      in.domains.push_back(std::move(d));
+    }
+    return build_status(in);
+  }
+
+  // Stops the HTTP endpoint, the admin actor and their sampler (once the
+  // actors ended).
   void stop_http() {
     std::unique_ptr<http_endpoint> mine;
     std::unique_ptr<admin::server> mine_admin;
+    std::shared_ptr<throughput_sampler> mine_sampler;
     {
       std::lock_guard<std::mutex> guard{mtx};
       mine = std::move(http);
       mine_admin = std::move(admin_port);
     }
+    {
+      std::lock_guard<std::mutex> guard{throughput_mtx};
+      mine_sampler = std::move(throughput);
+    }
+    // The views first: they read the sampler.
+    mine.reset();
+    mine_admin.reset();
   }
 
   // What the admin actor shows and does.
@@ -269,43 +313,16 @@ struct worker::impl {
     admin::source src;
     src.kind = "worker";
     src.name = [] { return actors::worker_identity(); };
-    src.read = [this] { return admin_view(); };
+    src.read = [this] { return admin::view_of(status()); };
     src.drain = [this] { begin_admin_drain(); };
     return src;
   }
 
-  admin::view admin_view() const {
-    admin::view v;
-    v.readiness = readiness();
-    std::vector<domain_health> hs;
-    for (size_t i = 0; i < cfg.domains.size(); ++i) {
-      auto& m = *metrics[i];
-      admin::domain_view d;
-      d.domain = cfg.domains[i];
-      auto h = evaluate_and_log(cfg.domains[i], *health[i]);
-      d.health = lowercase(to_string(h.state));
-      hs.push_back(std::move(h));
-      d.local_slots = m.slots();
-      d.remote_slots = m.remote_slots.load();
-      d.in_flight = m.in_flight.load();
-      d.finished = 0;
-      m.for_each_type([&d](const std::string&, const type_metrics& t) {
-        d.finished += t.completed.load() + t.failed.load() + t.retried.load()
-                      + t.moved_to_tsq.load();
-      });
-      d.remote_pools_connected = m.remote_pools.load();
-      d.remote_pools = cfg.remote.pools;
-      v.in_flight += d.in_flight;
-      v.finished += d.finished;
-      v.domains.push_back(std::move(d));
-    }
-    v.health = lowercase(to_string(combine(std::move(hs)).state));
-    return v;
-  }
-
-  // The admin's drain: stops intake (the pollers) and lets running
-  // commands finish, on a thread of its own (the admin actor answers at
-  // once); the worker stays up, not ready, until it is stopped.
+  // The admin's drain: a request to the root, which stops intake (the
+  // pollers and process routers) and answers once nothing is held; the
+  // admin actor answers at once ("draining"). The answer makes the worker
+  // "drained"; it stays up, taking no new work, until it is stopped. A
+  // drain slower than the shutdown timeout is logged and keeps going.
   void begin_admin_drain() {
     auto mine = current();
     if (!mine)
@@ -313,28 +330,14 @@ struct worker::impl {
     int none = 0;
     if (!admin_drain.compare_exchange_strong(none, 1))
       return;
-    auto self = self_ref.lock();
-    if (!self)
-      return;
     log::info("worker drain requested: taking no new work");
-    std::thread([self, mine]() mutable {
-      // The drain stops every poller at once; it is bounded like a stop.
-      // Past that bound the pollers stay stopped and the worker is idle
-      // once its last running command finished.
-      auto idle = mine->drain(self->cfg.shutdown_timeout);
-      mine.reset();
-      actors::release_thread_logger();
-      while (!idle && self->admin_drain.load() == 1 && !self->cancelled->load()
-             && self->running.load()) {
-        idle = self->counters->in_flight.load() <= 0;
-        if (!idle)
-          std::this_thread::sleep_for(std::chrono::milliseconds{100});
-      }
+    mine->drain_then(cfg.shutdown_timeout, [weak = self_ref] {
+      auto self = weak.lock();
       int draining = 1;
-      if (idle && self->admin_drain.compare_exchange_strong(draining, 2))
+      if (self && self->admin_drain.compare_exchange_strong(draining, 2))
         log::info("worker drained: idle, taking no new work; stop it when "
                   "convenient");
-    }).detach();
+    });
   }
 
   // Returns the running actors, if any, leaving them in place.
@@ -417,6 +420,10 @@ worker::worker(config::worker_config cfg, handler_registry registry,
   : worker(std::move(cfg), std::move(registry)) {
   impl_->processes = std::make_shared<const process_registry>(
     std::move(processes));
+  for (auto& d : impl_->processes->domains())
+    if (!impl_->metrics_of(d))
+      impl_->process_only_metrics.push_back(
+        std::make_shared<domain_metrics>(d, 0, std::vector<std::string>{}));
 }
 
 worker::~worker() {
@@ -442,7 +449,9 @@ bool worker::is_running() const noexcept {
 }
 
 size_t worker::in_flight_count() const noexcept {
-  auto n = impl_->counters->in_flight.load();
+  int64_t n = 0;
+  for (auto& m : impl_->metrics)
+    n += m->in_flight.load();
   return n > 0 ? static_cast<size_t>(n) : 0;
 }
 
@@ -451,11 +460,11 @@ const std::string& worker::domain() const noexcept {
 }
 
 worker_stats worker::stats() const noexcept {
-  auto& c = *impl_->counters;
-  return {c.in_flight.load(), c.received.load(),         c.completed.load(),
-          c.retried.load(),   c.moved_to_tsq.load(),     c.failed.load(),
-          c.rejected.load(),  c.handler_restarts.load(), c.db_errors.load(),
-          c.stale.load()};
+  worker_stats s;
+  for (auto* all : {&impl_->metrics, &impl_->process_only_metrics})
+    for (auto& m : *all)
+      add_to(s, *m);
+  return s;
 }
 
 worker_health worker::health() const {

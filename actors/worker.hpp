@@ -20,7 +20,8 @@
 
 namespace cmdbus {
 
-/// A snapshot of the worker's counters (actors/ops/counters.hpp).
+/// The worker's counts: the sums of its domains' metrics
+/// (actors/ops/metrics.hpp) at one moment.
 struct worker_stats {
   int64_t in_flight = 0;
   int64_t received = 0;

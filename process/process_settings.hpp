@@ -3,7 +3,7 @@
 // What the process manager's actors of one reply queue of a domain need to
 // know: the domain, the queue, the process types they serve, the worker's
 // configuration and the workflows (values), and the links of the running
-// worker (counters, health).
+// worker (metrics, health).
 
 #include <atomic>
 #include <chrono>
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "cmdbus/actors/ops/counters.hpp"
-#include "cmdbus/actors/worker/db_session.hpp"
 #include "cmdbus/actors/ops/health.hpp"
+#include "cmdbus/actors/ops/metrics.hpp"
+#include "cmdbus/actors/worker/db_session.hpp"
 #include "cmdbus/config/worker_config.hpp"
 #include "cmdbus/process/registry.hpp"
 #include "cmdbus/process/runtime_types.hpp"
@@ -34,8 +34,9 @@ struct process_settings {
   bool sweep_tsq = true;
   std::shared_ptr<const config::worker_config> cfg;
   std::shared_ptr<const process_registry> registry;
-  /// The worker's counters (database errors); may be null in tests.
-  std::shared_ptr<worker_counters> counters;
+  /// The domain's metrics (the router's and writers' database errors, in
+  /// other_db_errors); may be null in tests.
+  std::shared_ptr<domain_metrics> metrics;
   /// The domain's health inputs (the router's and writers' outages); may
   /// be null in tests.
   std::shared_ptr<domain_health_counters> health;
@@ -51,6 +52,16 @@ struct process_settings {
   /// How often the router looks for processes whose step is in the TSQ.
   std::chrono::milliseconds sweep_every{5000};
 };
+
+/// Where a process router or writer of `s` counts its failed database
+/// round trips (null without metrics).
+inline std::shared_ptr<std::atomic<int64_t>>
+process_db_errors(const process_settings& s) {
+  if (!s.metrics)
+    return nullptr;
+  // Shares the ownership of the metrics it points into.
+  return {s.metrics, &s.metrics->other_db_errors};
+}
 
 /// The database session of a process router or writer of `s`.
 inline session_options process_session_options(const process_settings& s) {

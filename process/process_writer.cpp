@@ -178,7 +178,8 @@ process_writer(self_ptr self, process_settings settings, apply_fn apply,
   st.settings = std::move(settings);
   st.name = "process-writer/" + st.settings.domain;
   st.session = std::make_unique<db_session>(
-    st.name, process_session_options(st.settings), st.settings.counters);
+    st.name, process_session_options(st.settings),
+    process_db_errors(st.settings));
   st.session->report_outages_to(st.settings.health);
   st.apply = apply
                ? std::move(apply)

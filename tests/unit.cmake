@@ -5,15 +5,19 @@ include(GoogleTest)
 
 file(GLOB unit_test_sources CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/*.cpp)
-# The health evaluation, the metrics and their renderers and the credit
-# ledger (plain C++, no CAF) are tested without the actors; the demo workflow (apps/) alone. It links
+# The health evaluation, the metrics, the status view with its renderers,
+# the throughput window and the credit ledger (plain C++, no CAF) are
+# tested without the actors; the demo workflow (apps/) alone. It links
 # only libcmdbus-client: these sources must not also come from
 # libcmdbus-worker.
 add_executable(cmdbus-unit-test ${unit_test_sources}
+  ${PROJECT_SOURCE_DIR}/actors/ops/admin_view.cpp
   ${PROJECT_SOURCE_DIR}/actors/ops/exposition.cpp
   ${PROJECT_SOURCE_DIR}/actors/ops/health.cpp
   ${PROJECT_SOURCE_DIR}/actors/ops/metrics.cpp
   ${PROJECT_SOURCE_DIR}/actors/ops/status_page.cpp
+  ${PROJECT_SOURCE_DIR}/actors/ops/status_snapshot.cpp
+  ${PROJECT_SOURCE_DIR}/actors/ops/throughput.cpp
   ${PROJECT_SOURCE_DIR}/actors/worker/credit_ledger.cpp
   ${PROJECT_SOURCE_DIR}/apps/demo_workflows.cpp)
 target_link_libraries(cmdbus-unit-test PRIVATE

@@ -6,120 +6,20 @@
 #include <caf/all.hpp>
 #include <caf/io/middleman.hpp>
 
-#include <rapidjson/stringbuffer.h>
-#include <rapidjson/writer.h>
-
 #include "cmdbus/actors/errors.hpp"
 #include "cmdbus/actors/ops/admin_actor.hpp"
 #include "cmdbus/actors/system_host.hpp"
 #include "cmdbus/model/log.hpp"
-#include "cmdbus/model/version.hpp"
 
 namespace cmdbus::admin {
 
 namespace {
-
-using json_writer = rapidjson::Writer<rapidjson::StringBuffer>;
-
-void write_string(json_writer& w, const std::string& s) {
-  w.String(s.c_str(), static_cast<rapidjson::SizeType>(s.size()));
-}
-
-void write_rate(json_writer& w, bool known, double rate) {
-  if (known && rate >= 0)
-    w.Double(rate);
-  else
-    w.Null();
-}
 
 std::string text_of(const caf::error& err) {
   return actors::describe(err);
 }
 
 } // namespace
-
-std::string status_json(const source& src, const view& v,
-                        const std::vector<double>& domain_throughput,
-                        double total_throughput, bool throughput_known) {
-  rapidjson::StringBuffer buf;
-  json_writer w{buf};
-  w.StartObject();
-  w.Key("protocol");
-  w.Int(protocol_version);
-  w.Key("name");
-  write_string(w, src.name ? src.name() : std::string{});
-  w.Key("kind");
-  write_string(w, src.kind);
-  w.Key("version");
-  write_string(w, version());
-  w.Key("readiness");
-  write_string(w, v.readiness);
-  w.Key("health");
-  if (v.health.empty())
-    w.Null();
-  else
-    write_string(w, v.health);
-  int64_t local = 0;
-  int64_t remote = 0;
-  for (auto& d : v.domains) {
-    local += d.local_slots;
-    remote += d.remote_slots;
-  }
-  w.Key("slots");
-  w.StartObject();
-  w.Key("local");
-  w.Int64(local);
-  w.Key("remote");
-  w.Int64(remote);
-  w.EndObject();
-  w.Key("in_flight");
-  w.Int64(v.in_flight);
-  w.Key("throughput_1m");
-  write_rate(w, throughput_known, total_throughput);
-  if (v.sessions >= 0) {
-    w.Key("sessions");
-    w.Int64(v.sessions);
-  }
-  w.Key("domains");
-  w.StartArray();
-  for (size_t i = 0; i < v.domains.size(); ++i) {
-    auto& d = v.domains[i];
-    w.StartObject();
-    w.Key("domain");
-    write_string(w, d.domain);
-    w.Key("health");
-    if (d.health.empty())
-      w.Null();
-    else
-      write_string(w, d.health);
-    w.Key("slots");
-    w.StartObject();
-    w.Key("local");
-    w.Int64(d.local_slots);
-    w.Key("remote");
-    w.Int64(d.remote_slots);
-    w.EndObject();
-    w.Key("in_flight");
-    w.Int64(d.in_flight);
-    w.Key("throughput_1m");
-    write_rate(w, throughput_known && i < domain_throughput.size(),
-               i < domain_throughput.size() ? domain_throughput[i] : -1);
-    w.Key("remote_pools");
-    w.StartObject();
-    w.Key("connected");
-    w.Int64(d.remote_pools_connected);
-    w.Key("configured");
-    w.StartArray();
-    for (auto& p : d.remote_pools)
-      write_string(w, p);
-    w.EndArray();
-    w.EndObject();
-    w.EndObject();
-  }
-  w.EndArray();
-  w.EndObject();
-  return {buf.GetString(), buf.GetSize()};
-}
 
 // -- server ------------------------------------------------------------------
 
@@ -158,7 +58,7 @@ server::server(source src, const std::string& listen,
   }
   auto& sys = d.host->system();
   auto shared = std::make_shared<const source>(std::move(src));
-  d.actor = caf::actor_cast<admin_actor>(sys.spawn(admin, shared));
+  d.actor = sys.spawn(admin, shared);
   auto bound = actors::publish(sys, d.actor, listen);
   if (!bound) {
     auto text = actors::describe(bound.error());

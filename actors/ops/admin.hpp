@@ -10,8 +10,9 @@
 //
 // The interface (admin::admin_actor in actors/interfaces.hpp) is frozen:
 // every request carries the admin protocol version, and the answer is a
-// JSON document whose fields only ever grow (docs/cli.md lists them). A
-// process of another admin version answers ec::protocol_mismatch.
+// JSON document whose fields only ever grow (docs/cli.md lists them;
+// admin_view.hpp writes it). A process of another admin version answers
+// ec::protocol_mismatch.
 //
 // Only actor code and the cluster command include this (CAF headers).
 
@@ -24,61 +25,9 @@
 
 #include "cmdbus/actors/interfaces.hpp"
 #include "cmdbus/actors/network.hpp"
+#include "cmdbus/actors/ops/admin_view.hpp"
 
 namespace cmdbus::admin {
-
-/// The version of the admin requests and of their JSON answer.
-inline constexpr int32_t protocol_version = 1;
-
-/// One domain of a worker or node, at one moment.
-struct domain_view {
-  std::string domain;
-  /// "healthy", "degraded" or "critical" ("" when not known: a node).
-  std::string health;
-  int64_t local_slots = 0;
-  int64_t remote_slots = 0;
-  int64_t in_flight = 0;
-  /// Commands handled so far (the throughput's source); -1: not counted per
-  /// domain (a node counts over all its domains).
-  int64_t finished = -1;
-  /// Remote pools connected now, and the configured addresses.
-  int64_t remote_pools_connected = 0;
-  std::vector<std::string> remote_pools;
-};
-
-/// A worker or node, at one moment.
-struct view {
-  /// "ready", "starting", "draining", "drained" or "stopped".
-  std::string readiness;
-  /// The worst domain health ("" when not known).
-  std::string health;
-  int64_t in_flight = 0;
-  /// Commands handled so far, over all domains.
-  int64_t finished = 0;
-  /// A node: its connected worker sessions; -1 for a worker.
-  int64_t sessions = -1;
-  std::vector<domain_view> domains;
-};
-
-/// What the admin actor reads from its process. Every function is called
-/// from the admin's own threads and must be thread-safe.
-struct source {
-  /// "worker" or "node".
-  std::string kind;
-  /// The process's name (a node's name; a worker's host/pid).
-  std::function<std::string()> name;
-  std::function<view()> read;
-  /// Starts a drain (returns at once; repeated calls do nothing more);
-  /// empty: drain is refused (ec::unsupported).
-  std::function<void()> drain;
-};
-
-/// The status JSON of `v` (see docs/cli.md, "cmdbus cluster"), with the
-/// throughput over the last minute per domain and in total (null when
-/// unknown).
-std::string status_json(const source& src, const view& v,
-                        const std::vector<double>& domain_throughput,
-                        double total_throughput, bool throughput_known);
 
 /// A published admin actor, until destroyed.
 class server {

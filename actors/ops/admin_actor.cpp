@@ -9,15 +9,6 @@ namespace cmdbus::admin {
 
 namespace {
 
-admin_state::sample take_sample(const view& v) {
-  admin_state::sample s;
-  s.at = std::chrono::steady_clock::now();
-  s.total = v.finished;
-  for (auto& d : v.domains)
-    s.domains.push_back(d.finished);
-  return s;
-}
-
 caf::error version_refusal(int32_t version) {
   return caf::make_error(
     actors::ec::protocol_mismatch,
@@ -27,42 +18,14 @@ caf::error version_refusal(int32_t version) {
 
 } // namespace
 
-void admin_state::remember(sample s) {
-  samples.push_back(std::move(s));
-  while (samples.size() > 2
-         && samples.back().at - samples.front().at > throughput_window)
-    samples.pop_front();
+std::string admin_state::status() const {
+  return status_json(*src, src->read());
 }
 
-std::string admin_state::status() {
-  auto v = src->read();
-  auto now = take_sample(v);
-  std::vector<double> per_domain(v.domains.size(), -1);
-  double total = 0;
-  bool known = false;
-  if (!samples.empty()) {
-    auto& first = samples.front();
-    auto seconds = std::chrono::duration<double>(now.at - first.at).count();
-    if (seconds > 0.5) {
-      known = true;
-      total = static_cast<double>(now.total - first.total) / seconds;
-      for (size_t i = 0; i < v.domains.size() && i < first.domains.size();
-           ++i)
-        if (now.domains[i] >= 0 && first.domains[i] >= 0)
-          per_domain[i]
-            = static_cast<double>(now.domains[i] - first.domains[i]) / seconds;
-    }
-  }
-  return status_json(*src, v, per_domain, total, known);
-}
-
-admin_impl_actor::behavior_type
-admin(admin_impl_actor::stateful_pointer<admin_state> self,
+admin_actor::behavior_type
+admin(admin_actor::stateful_pointer<admin_state> self,
       std::shared_ptr<const source> src) {
-  auto& st = self->state;
-  st.src = std::move(src);
-  st.remember(take_sample(st.src->read()));
-  self->delayed_send(self, admin_state::sample_every, atom::sample::value);
+  self->state.src = std::move(src);
   return {
     [self](atom::status, int32_t version) -> caf::result<std::string> {
       if (version != protocol_version)
@@ -81,11 +44,6 @@ admin(admin_impl_actor::stateful_pointer<admin_state> self,
         .info("drain requested through the admin port");
       st.src->drain();
       return st.status();
-    },
-    [self](atom::sample) {
-      self->delayed_send(self, admin_state::sample_every, atom::sample::value);
-      auto& st = self->state;
-      st.remember(take_sample(st.src->read()));
     },
   };
 }

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -25,44 +23,6 @@ using clock = std::chrono::steady_clock;
 double seconds_between(clock::time_point a, clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-/// Commands finished per domain, sampled once a second for a minute: the
-/// throughput figures of the status page.
-class throughput_window {
-public:
-  explicit throughput_window(
-    std::vector<std::shared_ptr<const domain_metrics>> metrics)
-    : metrics_(std::move(metrics)), samples_(metrics_.size()) {
-    // nop
-  }
-
-  void sample(clock::time_point now) {
-    std::lock_guard<std::mutex> guard{mtx_};
-    for (size_t i = 0; i < metrics_.size(); ++i) {
-      auto& s = samples_[i];
-      s.emplace_back(now, metrics_[i]->finished());
-      while (s.size() > 2 && now - s[1].first >= std::chrono::seconds{60})
-        s.pop_front();
-    }
-  }
-
-  /// Per second over the window of domain `i`; unset before two samples.
-  std::optional<double> rate(size_t i) const {
-    std::lock_guard<std::mutex> guard{mtx_};
-    auto& s = samples_.at(i);
-    if (s.size() < 2)
-      return std::nullopt;
-    auto secs = seconds_between(s.front().first, s.back().first);
-    if (secs <= 0)
-      return std::nullopt;
-    return static_cast<double>(s.back().second - s.front().second) / secs;
-  }
-
-private:
-  std::vector<std::shared_ptr<const domain_metrics>> metrics_;
-  mutable std::mutex mtx_;
-  std::vector<std::deque<std::pair<clock::time_point, int64_t>>> samples_;
-};
 
 /// The queue figures of the domains on one database, read at most once per
 /// `min_interval` on a connection of its own (kept between reads); after a
@@ -159,9 +119,7 @@ public:
     config::worker_config where;
     where.dsn = source.dsn;
     where.domain_dsn = source.domain_dsn;
-    std::vector<std::string> domains;
-    for (auto& m : source.metrics)
-      domains.push_back(m->domain());
+    const auto& domains = source.domains;
     has_processes_ = !source.process_domains.empty();
     std::vector<std::string> all = domains;
     for (auto& d : source.process_domains)
@@ -205,26 +163,19 @@ private:
 
 struct http_endpoint::impl {
   status_source source;
-  throughput_window throughput;
   queue_readers queues;
   http_server listener{http_endpoint::limits(), "HTTP endpoint"};
   /// Where the routes go.
   httplib::Server& server = listener.routes();
-  std::thread sampler;
-  std::mutex mtx;
-  std::condition_variable cv;
-  bool stopping = false;
 
-  explicit impl(status_source src)
-    : source(std::move(src)), throughput(source.metrics),
-      queues(source) {
+  explicit impl(status_source src) : source(std::move(src)), queues(source) {
     // nop
   }
 
+  /// The status view with its queue figures.
   status_snapshot snapshot() {
     auto s = source.snapshot();
-    for (size_t i = 0; i < s.domains.size(); ++i)
-      s.domains[i].finished_per_second = throughput.rate(i);
+    queues.fill(s);
     return s;
   }
 
@@ -243,24 +194,14 @@ struct http_endpoint::impl {
                });
     server.Get("/metrics",
                [this](const httplib::Request&, httplib::Response& res) {
-                 auto s = snapshot();
-                 queues.fill(s);
-                 res.set_content(render_metrics(s), exposition_content_type);
+                 res.set_content(render_metrics(snapshot()),
+                                 exposition_content_type);
                });
     server.Get("/", [this](const httplib::Request&, httplib::Response& res) {
-      auto s = snapshot();
-      queues.fill(s);
       res.set_header("Cache-Control", "no-store");
-      res.set_content(render_status_page(s), "text/html; charset=utf-8");
+      res.set_content(render_status_page(snapshot()),
+                      "text/html; charset=utf-8");
     });
-  }
-
-  void sample_until_stopped() {
-    std::unique_lock<std::mutex> lock{mtx};
-    while (!stopping) {
-      throughput.sample(clock::now());
-      cv.wait_for(lock, std::chrono::seconds{1});
-    }
   }
 };
 
@@ -269,21 +210,13 @@ http_endpoint::http_endpoint(const config::http_address& where,
   : impl_(std::make_unique<impl>(std::move(source))) {
   impl_->routes();
   impl_->listener.listen(where);
-  impl_->sampler = std::thread{[this] { impl_->sample_until_stopped(); }};
   log::from("http").info(
     "HTTP endpoint on http://{}:{}/ (/healthz, /readyz, /metrics)", where.host,
     impl_->listener.port());
 }
 
 http_endpoint::~http_endpoint() {
-  {
-    std::lock_guard<std::mutex> guard{impl_->mtx};
-    impl_->stopping = true;
-  }
-  impl_->cv.notify_all();
   impl_->listener.stop();
-  if (impl_->sampler.joinable())
-    impl_->sampler.join();
 }
 
 http_limits http_endpoint::limits() {
@@ -314,9 +247,7 @@ int http_endpoint::port() const noexcept {
 }
 
 status_snapshot http_endpoint::snapshot() {
-  auto s = impl_->snapshot();
-  impl_->queues.fill(s);
-  return s;
+  return impl_->snapshot();
 }
 
 } // namespace cmdbus

@@ -8,10 +8,10 @@
 //                 draining (JSON)
 //   GET /metrics  the Prometheus text format (actors/ops/exposition.hpp)
 //   GET /         a status page that refreshes itself
-// Counters are read from the actors' atomics at each request; the queue
-// figures cost one statement, at most once per second whatever the number
-// of scrapers, on the endpoint's own connection. No httplib or CAF in this
-// header.
+// Every page renders the worker's status view (status_snapshot.hpp, read
+// from the actors' atomics at each request); the queue figures cost one
+// statement, at most once per second whatever the number of scrapers, on
+// the endpoint's own connection. No httplib or CAF in this header.
 
 #include <functional>
 #include <map>
@@ -27,11 +27,11 @@ namespace cmdbus {
 
 /// What the endpoint shows; the worker provides it.
 struct status_source {
-  /// The snapshot without queue figures and throughput (health, metrics,
-  /// readiness); called on the endpoint's threads.
+  /// The worker's status view without queue figures (build_status);
+  /// called on the endpoint's threads.
   std::function<status_snapshot()> snapshot;
-  /// The domains' metrics, for the throughput samples.
-  std::vector<std::shared_ptr<const domain_metrics>> metrics;
+  /// The worker's domains, in the order of the status view's.
+  std::vector<std::string> domains;
   /// Where the queue figures are read: `dsn`, or the domain's own
   /// (config::dsn_for).
   std::string dsn;

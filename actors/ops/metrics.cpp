@@ -63,13 +63,26 @@ type_metrics& domain_metrics::of(std::string_view command_type) {
   return *slot;
 }
 
-int64_t domain_metrics::finished() const {
-  int64_t n = 0;
-  for_each_type([&n](const std::string&, const type_metrics& m) {
-    n += m.completed.load(relaxed) + m.failed.load(relaxed)
-         + m.moved_to_tsq.load(relaxed);
-  });
+int64_t domain_metrics::all_db_errors() const noexcept {
+  int64_t n = other_db_errors.load(relaxed);
+  for (auto& e : db_errors_)
+    n += e.load(relaxed);
   return n;
+}
+
+outcome_totals domain_metrics::totals() const {
+  outcome_totals t;
+  for_each_type([&t](const std::string&, const type_metrics& m) {
+    t.completed += m.completed.load(relaxed);
+    t.failed += m.failed.load(relaxed);
+    t.retried += m.retried.load(relaxed);
+    t.moved_to_tsq += m.moved_to_tsq.load(relaxed);
+  });
+  return t;
+}
+
+int64_t domain_metrics::finished() const {
+  return totals().finished();
 }
 
 } // namespace cmdbus

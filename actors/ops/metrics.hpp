@@ -3,7 +3,10 @@
 // The worker's metrics: per domain and per command type the tallies the
 // actors keep in atomics (updated where the work happens: one relaxed
 // increment per event, never a query), read only when somebody asks (a
-// scrape of the HTTP endpoint, worker::metrics()). Plain C++ (no CAF).
+// scrape of the HTTP endpoint, worker::metrics()). They are the worker's one
+// store of counts: the worker-wide figures (worker::stats()) are their sums
+// over the domains, and every status view (status page, /metrics, the admin
+// actor) is built from them (status_snapshot.hpp). Plain C++ (no CAF).
 
 #include <array>
 #include <atomic>
@@ -57,6 +60,21 @@ struct type_metrics {
   duration_histogram duration;
 };
 
+/// The outcome tallies of some command types added up.
+struct outcome_totals {
+  int64_t completed = 0;
+  int64_t failed = 0;
+  int64_t retried = 0;
+  int64_t moved_to_tsq = 0;
+
+  /// Commands finished: those with a final outcome (completed, failed or
+  /// moved to the TSQ). A retry is not one: the command runs again. The
+  /// one definition behind every throughput figure.
+  int64_t finished() const noexcept {
+    return completed + failed + moved_to_tsq;
+  }
+};
+
 /// The actors of a domain that use the database, as counted in
 /// cmdbus_db_errors_total{actor}.
 enum class db_actor { poller, completion, retry_scheduler };
@@ -105,8 +123,15 @@ public:
 
   /// Messages handed to the domain's handlers (or claimed and refused).
   std::atomic<int64_t> received{0};
-  /// Commands read and not yet handled (in a handler or waiting for one).
+  /// Commands read and not yet handled (in a handler or waiting for one);
+  /// never more than the domain's slots plus the prefetch.
   std::atomic<int64_t> in_flight{0};
+  /// Messages archived on receive (invalid, unknown or terminal command).
+  std::atomic<int64_t> rejected{0};
+  /// Outcomes not written because their delivery no longer held its
+  /// message: read again meanwhile (its visibility timeout had expired),
+  /// or its claim was lost by the database (a failover).
+  std::atomic<int64_t> stale{0};
   /// Handler actors that died and were replaced.
   std::atomic<int64_t> handler_restarts{0};
   /// Handler slots of the connected remote pools (handler nodes).
@@ -123,9 +148,19 @@ public:
   int64_t db_errors(db_actor a) const noexcept {
     return db_errors_[static_cast<size_t>(a)].load();
   }
+  /// Failed database round trips of the domain's other clients: its
+  /// process reply router and process writers, and the batch counter's
+  /// deliveries of its batches. Part of worker_stats::db_errors; not a
+  /// series of /metrics.
+  std::atomic<int64_t> other_db_errors{0};
+  /// Failed database round trips of every client of the domain.
+  int64_t all_db_errors() const noexcept;
 
-  /// Commands finished (completed, failed or moved to the TSQ) so far,
-  /// over all types: what throughput figures are computed from.
+  /// The outcomes so far, over all types.
+  outcome_totals totals() const;
+
+  /// Commands finished so far (outcome_totals::finished), over all types:
+  /// what throughput figures are computed from.
   int64_t finished() const;
 
 private:

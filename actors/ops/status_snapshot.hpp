@@ -1,9 +1,12 @@
 #pragma once
 
-// What the worker's HTTP endpoint shows, copied at one moment from the
-// worker's health, metrics and the last queue figures: plain data, so that
-// the renderers (exposition.hpp, status_page.hpp) are functions of it and
-// testable without a worker, a server or a database.
+// The status view of a worker: what its HTTP endpoint (the status page,
+// /healthz, /readyz, /metrics) and its admin actor (`cmdbus cluster
+// status`) show, copied at one moment from the domains' metrics and health
+// by one function (build_status), plus the last queue figures, which the
+// HTTP endpoint adds. Plain data, so that the renderers (exposition.hpp,
+// status_page.hpp, admin_view.hpp) are functions of it and testable
+// without a worker, a server or a database.
 
 #include <array>
 #include <cstdint>
@@ -41,12 +44,16 @@ struct domain_status {
   int64_t remote_slots = 0;
   int64_t remote_pools = 0;
   int64_t remote_disconnects = 0;
+  /// The remote pools configured ("HOST:PORT").
+  std::vector<std::string> configured_pools;
   /// Indexed like all_db_actors.
   std::array<int64_t, all_db_actors.size()> db_errors{};
   /// By name.
   std::vector<type_status> types;
+  /// Commands finished (outcome_totals::finished) so far, over all types.
+  int64_t finished = 0;
   /// Commands finished per second over the last minute (or since the
-  /// endpoint started, when that is shorter); unset before two samples.
+  /// worker started, when that is shorter); unset before two samples.
   std::optional<double> finished_per_second;
   /// The command queue and TSQ figures of the last read; unset when they
   /// could not be read.
@@ -75,5 +82,36 @@ struct status_snapshot {
   /// Seconds since the queue figures were read.
   double queue_age_seconds = 0;
 };
+
+/// What one domain's status is built from.
+struct domain_source {
+  /// Its metrics (never null).
+  const domain_metrics* metrics = nullptr;
+  /// Its health, evaluated.
+  domain_health health;
+  /// Whether its poller has read since the worker started.
+  bool polling = false;
+  /// Its commands finished per second over the last minute (the worker's
+  /// throughput sampler, fed by domain_metrics::finished); unset when not
+  /// known.
+  std::optional<double> finished_per_second;
+  /// The remote pools configured for it.
+  std::vector<std::string> configured_pools;
+};
+
+/// What a worker's status view is built from.
+struct status_inputs {
+  std::string version;
+  bool ready = false;
+  std::string readiness;
+  double uptime_seconds = 0;
+  /// In the configured order.
+  std::vector<domain_source> domains;
+};
+
+/// Builds the status view: per domain its figures copied from its metrics,
+/// its health and throughput as given; the worker's state is the worst
+/// domain health. Without queue figures (the HTTP endpoint adds them).
+status_snapshot build_status(const status_inputs& in);
 
 } // namespace cmdbus

@@ -47,7 +47,8 @@ void sweep_by(counter_ptr self, clock::time_point when) {
 }
 
 // The session of `domain`'s database, opened on first use (sessions
-// connect lazily).
+// connect lazily). Domains on one database share it: its failures are
+// counted in the metrics of the domain whose delivery failed.
 db_session& session_of(counter_ptr self, const std::string& domain) {
   auto& st = self->state;
   const auto& dsn = config::dsn_for(*st.settings.cfg, domain);
@@ -58,7 +59,7 @@ db_session& session_of(counter_ptr self, const std::string& domain) {
     opts.statement_timeout = st.settings.cfg->statement_timeout;
     opts.application_name = "cmdbus-batches";
     session = std::make_unique<db_session>("batch-counter", std::move(opts),
-                                           st.counters);
+                                           nullptr);
   }
   return *session;
 }
@@ -97,6 +98,8 @@ void deliver(counter_ptr self, const std::string& domain,
     }
     session.succeeded();
   } catch (const std::exception& e) {
+    if (auto m = st.settings.metrics.find(domain); m != st.settings.metrics.end())
+      m->second->other_db_errors += 1;
     auto delay = session.failed(e);
     sweep_by(self, clock::now() + delay);
   }
@@ -148,12 +151,10 @@ batch_counter_actor::behavior_type counter_behavior(counter_ptr self) {
 batch_counter_actor::behavior_type
 batch_counter(batch_counter_actor::stateful_pointer<batch_counter_state> self,
               std::vector<batch_callback> callbacks,
-              batch_delivery_settings settings,
-              std::shared_ptr<worker_counters> counters) {
+              batch_delivery_settings settings) {
   auto& st = self->state;
   st.callbacks = std::move(callbacks);
   st.settings = std::move(settings);
-  st.counters = std::move(counters);
   self->set_exit_handler([self](caf::exit_msg& em) {
     for (auto& [dsn, session] : self->state.sessions)
       session->close();
@@ -174,15 +175,11 @@ batch_counter(batch_counter_actor::stateful_pointer<batch_counter_state> self,
   return counter_behavior(self);
 }
 
-batch_counter_actor
-spawn_batch_counter(root_actor::pointer root,
-                    std::vector<batch_callback> callbacks,
-                    batch_delivery_settings settings,
-                    std::shared_ptr<worker_counters> counters) {
-  return root->spawn<caf::detached + caf::linked>(batch_counter,
-                                                  std::move(callbacks),
-                                                  std::move(settings),
-                                                  std::move(counters));
+batch_counter_actor spawn_batch_counter(root_actor::pointer root,
+                                        std::vector<batch_callback> callbacks,
+                                        batch_delivery_settings settings) {
+  return root->spawn<caf::detached + caf::linked>(
+    batch_counter, std::move(callbacks), std::move(settings));
 }
 
 } // namespace cmdbus::actors

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "cmdbus/actors/ops/counters.hpp"
-#include "cmdbus/actors/worker/db_session.hpp"
 #include "cmdbus/actors/interfaces.hpp"
+#include "cmdbus/actors/ops/metrics.hpp"
+#include "cmdbus/actors/worker/db_session.hpp"
 #include "cmdbus/actors/worker.hpp"
 #include "cmdbus/config/worker_config.hpp"
 
@@ -28,6 +28,10 @@ struct batch_delivery_settings {
   /// How often recorded, undelivered completions are looked for (also at
   /// start): those of a worker that died before delivering them.
   std::chrono::milliseconds sweep_interval{30000};
+  /// By domain: its metrics, where the failed round trips of its
+  /// deliveries are counted (other_db_errors). A domain without any is not
+  /// counted.
+  std::map<std::string, std::shared_ptr<domain_metrics>> metrics;
 };
 
 /// State of the batch counter.
@@ -37,8 +41,6 @@ struct batch_counter_state {
   /// One session per database (by DSN): domains on one database share
   /// it, and one database's outage leaves the others' deliveries alone.
   std::map<std::string, std::unique_ptr<db_session>> sessions;
-  /// Counts the sessions' database errors.
-  std::shared_ptr<worker_counters> counters;
   std::chrono::steady_clock::time_point next_sweep;
   /// The idle timeout of the current behavior (the time to the next sweep
   /// when it was set).
@@ -59,18 +61,14 @@ struct batch_counter_state {
 /// @param self The batch counter.
 /// @param callbacks The application's callbacks.
 /// @param settings Where and how it delivers.
-/// @param counters Counts its database errors.
 batch_counter_actor::behavior_type
 batch_counter(batch_counter_actor::stateful_pointer<batch_counter_state> self,
               std::vector<batch_callback> callbacks,
-              batch_delivery_settings settings,
-              std::shared_ptr<worker_counters> counters);
+              batch_delivery_settings settings);
 
 /// Spawns the production batch counter (detached), linked to `root`.
-batch_counter_actor
-spawn_batch_counter(root_actor::pointer root,
-                    std::vector<batch_callback> callbacks,
-                    batch_delivery_settings settings,
-                    std::shared_ptr<worker_counters> counters);
+batch_counter_actor spawn_batch_counter(root_actor::pointer root,
+                                        std::vector<batch_callback> callbacks,
+                                        batch_delivery_settings settings);
 
 } // namespace cmdbus::actors

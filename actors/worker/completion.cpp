@@ -23,25 +23,11 @@ void completion_state::commit(pointer self, size_t n) {
     if (state == db::write_state::already_written)
       ++already_written;
     auto& x = items[i];
-    auto* m = st.settings.metrics
-                ? &st.settings.metrics->of(x.rc.cmd.command_type)
-                : nullptr;
+    auto& m = st.settings.metrics->of(x.rc.cmd.command_type);
     switch (x.out.kind) {
-      case outcome_kind::success:
-        st.settings.counters->completed += 1;
-        if (m)
-          m->completed += 1;
-        break;
-      case outcome_kind::business_rule:
-        st.settings.counters->failed += 1;
-        if (m)
-          m->failed += 1;
-        break;
-      default:
-        st.settings.counters->moved_to_tsq += 1;
-        if (m)
-          m->moved_to_tsq += 1;
-        break;
+      case outcome_kind::success: m.completed += 1; break;
+      case outcome_kind::business_rule: m.failed += 1; break;
+      default: m.moved_to_tsq += 1; break;
     }
   }
   count_unwritten(st.name, st.settings, stale, already_written);

@@ -1,6 +1,5 @@
 #include "cmdbus/actors/worker/db_session.hpp"
 
-#include "cmdbus/actors/ops/counters.hpp"
 #include "cmdbus/actors/ops/health.hpp"
 #include "cmdbus/db/error.hpp"
 #include "cmdbus/db/pool.hpp"
@@ -78,8 +77,9 @@ bool outage_tracker::backing_off() const noexcept {
 }
 
 db_session::db_session(std::string who, session_options opts,
-                       std::shared_ptr<worker_counters> counters, now_fn now)
-  : opts_(std::move(opts)), counters_(std::move(counters)),
+                       std::shared_ptr<std::atomic<int64_t>> errors,
+                       now_fn now)
+  : opts_(std::move(opts)), errors_(std::move(errors)),
     outage_(std::move(who), opts_.max_backoff, std::move(now)) {
   // nop
 }
@@ -108,8 +108,6 @@ db::connection& db_session::get() {
 }
 
 std::chrono::milliseconds db_session::failed(const std::exception& e) {
-  if (counters_)
-    counters_->db_errors += 1;
   if (errors_)
     errors_->fetch_add(1, std::memory_order_relaxed);
   if (health_ && !reported_) {

@@ -6,6 +6,7 @@
 // failure, a reminder while it lasts, and the recovery, each once (never a
 // line per message). No CAF headers.
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -16,7 +17,6 @@
 #include "cmdbus/db/connection.hpp"
 
 namespace cmdbus {
-struct worker_counters;
 struct domain_health_counters;
 } // namespace cmdbus
 
@@ -102,9 +102,10 @@ struct session_options {
 /// outage_tracker. Not thread-safe: one owner.
 class db_session {
 public:
-  /// `counters` (may be null) count the failed round trips.
+  /// `errors` (may be null) counts the failed round trips: the owner's
+  /// figure in its domain's metrics.
   db_session(std::string who, session_options opts,
-             std::shared_ptr<worker_counters> counters, now_fn now = {});
+             std::shared_ptr<std::atomic<int64_t>> errors, now_fn now = {});
 
   /// Returns the connection, opening it first when missing or broken.
   /// Throws db::error when the database cannot be reached.
@@ -122,12 +123,6 @@ public:
   /// null): one failing session while an outage lasts.
   void report_outages_to(std::shared_ptr<domain_health_counters> health) {
     health_ = std::move(health);
-  }
-
-  /// Also counts this session's failed round trips in `errors` (may be
-  /// null): the per-actor figure of the metrics.
-  void count_errors_in(std::shared_ptr<std::atomic<int64_t>> errors) {
-    errors_ = std::move(errors);
   }
 
   /// Records a successful round trip.
@@ -153,11 +148,10 @@ public:
 
 private:
   session_options opts_;
-  std::shared_ptr<worker_counters> counters_;
+  std::shared_ptr<std::atomic<int64_t>> errors_;
   std::unique_ptr<db::connection> conn_;
   outage_tracker outage_;
   std::shared_ptr<domain_health_counters> health_;
-  std::shared_ptr<std::atomic<int64_t>> errors_;
   /// Whether health_ counts this session as failing.
   bool reported_ = false;
 

@@ -11,7 +11,7 @@ void count_unwritten(const std::string& who, const domain_settings& settings,
       who, already_written);
   if (stale == 0)
     return;
-  settings.counters->stale += static_cast<int64_t>(stale);
+  settings.metrics->stale += static_cast<int64_t>(stale);
   log::from(who).info(
     "{}: {} outcome(s) not written: their delivery no longer holds its "
     "message (read again since, or its claim was lost)",

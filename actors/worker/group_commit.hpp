@@ -273,11 +273,10 @@ start_writer(writer_pointer<State> self, domain_settings settings,
   st.parent = std::move(parent);
   st.name = std::string{State::role} + "/" + st.settings.domain;
   st.session = std::make_unique<db_session>(
-    st.name, session_for(st.settings, "cmdbus-worker"), st.settings.counters,
+    st.name, session_for(st.settings, "cmdbus-worker"),
+    db_error_counter(st.settings, State::metrics_actor),
     [self] { return self->clock().now(); });
   st.session->report_outages_to(st.settings.health);
-  st.session->count_errors_in(
-    db_error_counter(st.settings, State::metrics_actor));
   self->set_exit_handler([self](caf::exit_msg& em) {
     auto& st = self->state;
     if (!st.buffer.empty() && st.session->outage().failing())

@@ -74,7 +74,7 @@ void read(self_ptr self) {
         self->send(st.parent, atom::finish::value,
                    db::finished_command{*r.claimed, std::move(out), false});
       } else {
-        st.settings.counters->rejected += 1;
+        st.settings.metrics->rejected += 1;
         log::from(st.name).warn("{} archived message {} of {}: {}", st.name,
                                 r.msg_id, db::command_queue(st.settings.domain),
                                 log::one_line(r.reason));
@@ -149,12 +149,10 @@ poller(poller_actor::stateful_pointer<poller_state> self,
   st.name = "poller/" + st.settings.domain;
   auto opts = session_for(st.settings, "cmdbus-poller");
   opts.max_backoff = std::chrono::milliseconds{5000};
-  st.session = std::make_unique<db_session>(st.name, std::move(opts),
-                                            st.settings.counters, [self] {
-                                              return self->clock().now();
-                                            });
+  st.session = std::make_unique<db_session>(
+    st.name, std::move(opts), db_error_counter(st.settings, db_actor::poller),
+    [self] { return self->clock().now(); });
   st.session->report_outages_to(st.settings.health);
-  st.session->count_errors_in(db_error_counter(st.settings, db_actor::poller));
   if (receive) {
     st.receive = std::move(receive);
   } else {

@@ -23,9 +23,7 @@ void retry_scheduler_state::commit(pointer self, size_t n) {
     }
     if (state == db::write_state::already_written)
       ++already_written;
-    st.settings.counters->retried += 1;
-    if (st.settings.metrics)
-      st.settings.metrics->of(items[i].rc.cmd.command_type).retried += 1;
+    st.settings.metrics->of(items[i].rc.cmd.command_type).retried += 1;
   }
   count_unwritten(st.name, st.settings, stale, already_written);
   self->send(st.parent, atom::committed::value, static_cast<int64_t>(n));

@@ -1,5 +1,7 @@
 #include "cmdbus/actors/worker/root.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 
 #include "cmdbus/model/backoff.hpp"
@@ -26,6 +28,44 @@ void start_domain(self_ptr self, size_t i) {
   }
 }
 
+// Once every domain and router drained, the batch counter handles what they
+// reported before (its mailbox is in order), then the drain is done.
+void finish_drain(self_ptr self, caf::typed_response_promise<atom::done> rp) {
+  auto& st = self->state;
+  if (!st.counter) {
+    rp.deliver(atom::done::value);
+    return;
+  }
+  self->request(st.counter, caf::infinite, atom::drain::value)
+    .then([rp](atom::done) mutable { rp.deliver(atom::done::value); },
+          [rp](caf::error&) mutable { rp.deliver(atom::done::value); });
+}
+
+// Unit `i` (a domain, or a router after the domains) has nothing left to
+// drain for drain `id`: it answered, could not, or ended.
+void unit_drained(self_ptr self, uint64_t id, size_t i) {
+  auto& st = self->state;
+  auto it = st.drains.find(id);
+  if (it == st.drains.end() || !it->second.waiting[i])
+    return;
+  it->second.waiting[i] = false;
+  if (--it->second.left > 0)
+    return;
+  auto rp = std::move(it->second.rp);
+  st.drains.erase(it);
+  finish_drain(self, std::move(rp));
+}
+
+// Unit `i` ended: it holds nothing any more, whatever drain waits for it
+// (its answer never comes: the promise ended with it).
+void unit_ended(self_ptr self, size_t i) {
+  std::vector<uint64_t> ids;
+  for (auto& entry : self->state.drains)
+    ids.push_back(entry.first);
+  for (auto id : ids)
+    unit_drained(self, id, i);
+}
+
 void start_router(self_ptr self, size_t r) {
   auto& st = self->state;
   st.routers[r] = st.spawn_router(self, st.process_domains[r]);
@@ -47,9 +87,10 @@ std::chrono::milliseconds next_restart(root_state& st, size_t i) {
 void router_stopped(self_ptr self, size_t r, const caf::error& reason) {
   auto& st = self->state;
   st.routers[r] = nullptr;
+  auto i = st.domains.size() + r;
+  unit_ended(self, i);
   if (st.stopping)
     return;
-  auto i = st.domains.size() + r;
   auto delay = next_restart(st, i);
   auto& domain = st.process_domains[r].domain;
   log::from({"worker-root", domain})
@@ -66,8 +107,10 @@ void domain_stopped(self_ptr self, size_t i, const caf::error& reason) {
   auto& st = self->state;
   st.supervisors[i] = nullptr;
   auto& d = st.domains[i];
-  if (d.domain_in_flight)
-    d.counters->in_flight -= d.domain_in_flight->exchange(0);
+  // What it held is in flight no more: the messages reappear after their
+  // visibility timeout.
+  d.metrics->in_flight.store(0);
+  unit_ended(self, i);
   if (st.stopping)
     return;
   auto delay = next_restart(st, i);
@@ -169,46 +212,32 @@ root(self_ptr self, std::vector<domain_settings> domains, domain_spawner spawn,
       auto& st = self->state;
       st.stopping = true;
       auto rp = self->make_response_promise<atom::done>();
-      // Once every domain drained, the batch counter handles what they
-      // reported before (its mailbox is in order), then the drain is done.
-      auto finish = [self, rp]() mutable {
-        auto& st = self->state;
-        if (!st.counter) {
-          rp.deliver(atom::done::value);
-          return;
-        }
-        self->request(st.counter, caf::infinite, atom::drain::value)
-          .then([rp](atom::done) mutable { rp.deliver(atom::done::value); },
-                [rp](caf::error&) mutable { rp.deliver(atom::done::value); });
-      };
-      auto pending = std::make_shared<size_t>(0);
-      for (auto& s : st.supervisors)
-        if (s)
-          ++*pending;
-      for (auto& r : st.routers)
-        if (r)
-          ++*pending;
-      if (*pending == 0) {
-        finish();
+      root_state::drain_request d;
+      d.waiting.resize(st.supervisors.size() + st.routers.size());
+      for (size_t i = 0; i < st.supervisors.size(); ++i)
+        d.waiting[i] = static_cast<bool>(st.supervisors[i]);
+      for (size_t r = 0; r < st.routers.size(); ++r)
+        d.waiting[st.supervisors.size() + r] = static_cast<bool>(st.routers[r]);
+      d.left = static_cast<size_t>(
+        std::count(d.waiting.begin(), d.waiting.end(), true));
+      if (d.left == 0) {
+        finish_drain(self, rp);
         return rp;
       }
-      // A domain or router that dies while draining has nothing left to
-      // drain.
-      auto one_done = [pending, finish]() mutable {
-        if (--*pending == 0)
-          finish();
-      };
-      auto ask = [self, one_done](const auto& unit) {
+      d.rp = rp;
+      auto id = ++st.next_drain;
+      st.drains.emplace(id, std::move(d));
+      auto ask = [self, id](const auto& unit, size_t i) {
         self->request(unit, caf::infinite, atom::drain::value)
-          .then([one_done](atom::done) mutable { one_done(); },
-                [one_done](caf::error&) mutable { one_done(); });
+          .then([self, id, i](atom::done) { unit_drained(self, id, i); },
+                [self, id, i](caf::error&) { unit_drained(self, id, i); });
       };
-      for (auto& s : st.supervisors)
-        if (s)
-          ask(s);
-      for (auto& r : st.routers)
-        if (r)
-          ask(r);
+      for (size_t i = 0; i < st.supervisors.size(); ++i)
+        if (st.supervisors[i])
+          ask(st.supervisors[i], i);
+      for (size_t r = 0; r < st.routers.size(); ++r)
+        if (st.routers[r])
+          ask(st.routers[r], st.supervisors.size() + r);
       return rp;
     },
   };

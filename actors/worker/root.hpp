@@ -5,8 +5,12 @@
 // backoff when it dies, and the process-wide batch counter.
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
+
+#include <caf/typed_response_promise.hpp>
 
 #include "cmdbus/actors/interfaces.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
@@ -43,6 +47,18 @@ struct root_state {
   std::vector<process_settings> process_domains;
   router_spawner spawn_router;
   std::vector<process_router_actor> routers;
+  /// A drain under way: the units (numbered like the restart bookkeeping)
+  /// that have not answered yet, and its answer.
+  struct drain_request {
+    std::vector<bool> waiting;
+    size_t left = 0;
+    caf::typed_response_promise<atom::done> rp;
+  };
+  /// The drains under way, by number (a stop may ask while an admin drain
+  /// waits).
+  std::map<uint64_t, drain_request> drains;
+  uint64_t next_drain = 0;
+  /// Set by the first drain: nothing is started or restarted any more.
   bool stopping = false;
   static inline const char* name = "worker-root";
 };
@@ -55,8 +71,10 @@ std::chrono::milliseconds restart_delay(int restarts);
 /// domain whose supervisor died, with backoff, so one domain's crash loop
 /// never takes the others down; runs the batch counter, replaced at once
 /// when it dies, and forwards (atom::batches, domain, ids) to it. Answers
-/// (atom::drain) with atom::done once every domain drained and the batch
-/// counter ran the callbacks of everything reported before.
+/// (atom::drain) with atom::done once every domain and router drained (or
+/// ended: what it held reappears after its visibility timeout) and the
+/// batch counter ran the callbacks of everything reported before; after a
+/// drain nothing is restarted.
 /// @param self The root.
 /// @param domains The settings of each domain.
 /// @param spawn Spawns a domain's supervisor (fakes in tests).

@@ -5,9 +5,10 @@
 
 #include <caf/all.hpp>
 
-#include "cmdbus/actors/worker/batch_counter.hpp"
 #include "cmdbus/actors/errors.hpp"
 #include "cmdbus/actors/network.hpp"
+#include "cmdbus/actors/worker/admin_drain.hpp"
+#include "cmdbus/actors/worker/batch_counter.hpp"
 #include "cmdbus/actors/worker/root.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
 #include "cmdbus/model/log.hpp"
@@ -30,7 +31,6 @@ std::shared_ptr<runtime>
 runtime::start(std::vector<domain_settings> domains,
                std::vector<batch_callback> callbacks,
                batch_delivery_settings delivery,
-               std::shared_ptr<worker_counters> counters,
                std::vector<process_settings> processes) {
   host_settings hs;
   // The network (middleman, and OpenSSL with certificates) only when a
@@ -53,9 +53,9 @@ runtime::start(std::vector<domain_settings> domains,
   auto& sys = ptr->host->system();
   ptr->root = sys.spawn(
     root, std::move(domains), spawn_supervisor,
-    [callbacks = std::move(callbacks), delivery = std::move(delivery),
-     counters = std::move(counters)](root_actor::pointer parent) {
-      return spawn_batch_counter(parent, callbacks, delivery, counters);
+    [callbacks = std::move(callbacks),
+     delivery = std::move(delivery)](root_actor::pointer parent) {
+      return spawn_batch_counter(parent, callbacks, delivery);
     },
     std::move(processes),
     [](root_actor::pointer parent, const process_settings& s) {
@@ -87,6 +87,13 @@ bool runtime::drain(std::chrono::milliseconds timeout) {
   }
   release_thread_logger();
   return all;
+}
+
+void runtime::drain_then(std::chrono::milliseconds bound,
+                         std::function<void()> on_idle) {
+  impl_->host->system().spawn(admin_drain, impl_->root, bound,
+                              std::move(on_idle));
+  release_thread_logger();
 }
 
 void runtime::stop(caf::exit_reason reason) {

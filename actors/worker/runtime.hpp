@@ -37,6 +37,11 @@
 //    handler stuck in application code (nothing can interrupt it) keeps
 //    that thread waiting, never the caller.
 //
+// Drain without a stop (cmdbus cluster drain, runtime::drain_then): step 1
+// only, answered through a response handler (actors/worker/admin_drain.hpp)
+// while the worker stays up, taking no new work, until a stop, which drains
+// again (nothing is held by then) and goes on with steps 2 and 3.
+//
 // Immediate stop (worker::stop_now, the destructor): steps 2 and 3 with a
 // short grace, without the drain. Both stops may race from any threads; the
 // facade hands the runtime to exactly one of them.
@@ -45,6 +50,7 @@
 // CAF's logger when done (release_thread_logger, actors/system_host.hpp).
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <vector>
@@ -52,7 +58,6 @@
 #include <caf/exit_reason.hpp>
 #include <caf/fwd.hpp>
 
-#include "cmdbus/actors/ops/counters.hpp"
 #include "cmdbus/actors/system_host.hpp"
 #include "cmdbus/actors/worker.hpp"
 
@@ -72,7 +77,6 @@ public:
   static std::shared_ptr<runtime>
   start(std::vector<domain_settings> domains,
         std::vector<batch_callback> callbacks, batch_delivery_settings delivery,
-        std::shared_ptr<worker_counters> counters,
         std::vector<process_settings> processes = {});
 
   runtime(const runtime&) = delete;
@@ -82,6 +86,13 @@ public:
   /// Asks every domain to drain (step 1); returns whether all confirmed
   /// within `timeout`.
   bool drain(std::chrono::milliseconds timeout);
+
+  /// Asks every domain to drain (step 1) without waiting: `on_idle` runs
+  /// (on a thread of the actor system) once the root answers, i.e. nothing
+  /// is held any more; a warning is logged when that takes longer than
+  /// `bound`. If the actors end first, `on_idle` never runs.
+  void drain_then(std::chrono::milliseconds bound,
+                  std::function<void()> on_idle);
 
   /// Ends the root with `reason` (step 2); later calls do nothing.
   void stop(caf::exit_reason reason);

@@ -26,8 +26,6 @@ session_options session_for(const domain_settings& settings,
 
 std::shared_ptr<std::atomic<int64_t>>
 db_error_counter(const domain_settings& settings, db_actor actor) {
-  if (!settings.metrics)
-    return nullptr;
   // Shares the ownership of the metrics it points into.
   return {settings.metrics, &settings.metrics->db_errors(actor)};
 }

@@ -12,7 +12,6 @@
 #include <random>
 #include <string>
 
-#include "cmdbus/actors/ops/counters.hpp"
 #include "cmdbus/actors/worker/db_session.hpp"
 #include "cmdbus/actors/handler_registry.hpp"
 #include "cmdbus/actors/ops/health.hpp"
@@ -39,20 +38,19 @@ struct domain_settings {
 
   // -- links of the running worker -------------------------------------------
 
-  std::shared_ptr<worker_counters> counters;
   std::shared_ptr<const handler_registry> registry;
   std::shared_ptr<std::atomic<bool>> cancelled;
-  /// This domain's share of counters->in_flight, so that the root can
-  /// correct the total when the domain's supervisor dies.
-  std::shared_ptr<std::atomic<int64_t>> domain_in_flight;
-  /// This domain's health inputs (actors/ops/health.hpp).
-  std::shared_ptr<domain_health_counters> health;
-  /// This domain's metrics (actors/ops/metrics.hpp); may be null in tests.
+  /// This domain's metrics (actors/ops/metrics.hpp): every count its actors
+  /// keep (the worker's figures are their sums over the domains). Never
+  /// null.
   std::shared_ptr<domain_metrics> metrics;
+  /// This domain's health inputs (actors/ops/health.hpp): the facts health
+  /// needs besides the counts (failures in a row, outages, stuck handlers).
+  std::shared_ptr<domain_health_counters> health;
 };
 
 /// Returns the counter of `actor`'s failed round trips in the domain's
-/// metrics (null without metrics), for db_session::count_errors_in.
+/// metrics, for its db_session.
 std::shared_ptr<std::atomic<int64_t>>
 db_error_counter(const domain_settings& settings, db_actor actor);
 

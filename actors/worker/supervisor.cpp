@@ -84,10 +84,9 @@ void start_local(self_ptr self, supervisor_state::pool& p,
         if (i == st.running.end())
           return;
         auto rc = std::move(i->second.rc);
-        if (st.settings.metrics)
-          st.settings.metrics->of(rc->cmd.command_type)
-            .duration.observe(std::chrono::steady_clock::now()
-                              - i->second.started_at);
+        st.settings.metrics->of(rc->cmd.command_type)
+          .duration.observe(std::chrono::steady_clock::now()
+                            - i->second.started_at);
         st.running.erase(i);
         pool_for(st, *rc).idle.push_back(h);
         // Handed over first, so that the hold limit counts it.
@@ -185,9 +184,7 @@ void flush_credit(self_ptr self) {
 // long for work.
 void handler_freed(self_ptr self, int64_t n) {
   auto& st = self->state;
-  st.settings.counters->in_flight -= n;
-  if (st.settings.domain_in_flight)
-    *st.settings.domain_in_flight -= n;
+  st.settings.metrics->in_flight -= n;
   auto first = st.credits.pending() == 0;
   if (!st.credits.freed(n))
     return;
@@ -343,9 +340,7 @@ bool replace_handler(self_ptr self, const caf::actor_addr& source,
     p.all.erase(it);
     p.idle.erase(std::remove_if(p.idle.begin(), p.idle.end(), is_src),
                  p.idle.end());
-    st.settings.counters->handler_restarts += 1;
-    if (st.settings.metrics)
-      st.settings.metrics->handler_restarts += 1;
+    st.settings.metrics->handler_restarts += 1;
     log::from(st.name).warn("{} handler died ({}); replacing it", st.name,
                             to_string(reason));
     if (!st.draining)
@@ -450,12 +445,8 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
       auto n = static_cast<int64_t>(batch.size());
       st.poller_idle = false;
       st.credits.used(n);
-      st.settings.counters->in_flight += n;
-      if (st.settings.domain_in_flight)
-        *st.settings.domain_in_flight += n;
-      st.settings.counters->received += n;
-      if (st.settings.metrics)
-        st.settings.metrics->received += n;
+      st.settings.metrics->in_flight += n;
+      st.settings.metrics->received += n;
       auto now = self->clock().now();
       for (auto& rc : batch)
         st.backlog.push_back(
@@ -467,9 +458,7 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
       // It took one of the poller's credits but no handler.
       auto& st = self->state;
       st.credits.used(1);
-      st.settings.counters->received += 1;
-      if (st.settings.metrics)
-        st.settings.metrics->received += 1;
+      st.settings.metrics->received += 1;
       hand_over(self, st.completion, st.completion_log, atom::finish::value,
                 std::move(x));
       if (st.credits.freed(1))

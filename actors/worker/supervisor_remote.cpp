@@ -85,10 +85,9 @@ void start_remote(self_ptr self, supervisor_state::remote_pool& r,
         auto i = st.running.find(delivery);
         if (i == st.running.end())
           return; // dropped with its pool meanwhile
-        if (st.settings.metrics)
-          st.settings.metrics->of(i->second.rc->cmd.command_type)
-            .duration.observe(std::chrono::steady_clock::now()
-                              - i->second.started_at);
+        st.settings.metrics->of(i->second.rc->cmd.command_type)
+          .duration.observe(std::chrono::steady_clock::now()
+                            - i->second.started_at);
         auto rc = finish(i);
         route(self, *rc, remote::from_wire(wo));
         handler_freed(self, 1);
@@ -134,8 +133,6 @@ void release(self_ptr self, std::vector<int64_t> ids, int seconds) {
 }
 
 void publish_remote_slots(supervisor_state& st) {
-  if (!st.settings.metrics)
-    return;
   int64_t slots = 0;
   for (auto& r : st.remotes)
     slots += r.slots;
@@ -224,13 +221,10 @@ void drop_pool(self_ptr self, const std::string& address,
     }
   }
   auto dropped = static_cast<int64_t>(ids.size());
-  st.settings.counters->in_flight -= dropped;
-  if (st.settings.domain_in_flight)
-    *st.settings.domain_in_flight -= dropped;
+  st.settings.metrics->in_flight -= dropped;
   st.credits.pool_dropped(slots, dropped);
   publish_remote_slots(st);
-  if (st.settings.metrics)
-    st.settings.metrics->remote_disconnects += 1;
+  st.settings.metrics->remote_disconnects += 1;
   log::from(st.name).warn("{}: remote pool {} lost ({}); {} command(s) made "
                           "visible again",
                           st.name, address, why, dropped);

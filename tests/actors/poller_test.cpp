@@ -204,7 +204,7 @@ CAF_TEST(a failed read waits for the error backoff) {
   queue->fail_next = 1;
   start();
   CAF_CHECK_EQUAL(queue->reads.size(), 1u);
-  CAF_CHECK_EQUAL(settings.counters->db_errors.load(), 1);
+  CAF_CHECK_EQUAL(settings.metrics->db_errors(db_actor::poller), 1);
   // The first backoff: 100 ms, drawn from [50, 100] ms.
   CAF_REQUIRE(st().next_poll);
   CAF_CHECK_GREATER_OR_EQUAL(st().next_poll->count(), 50);

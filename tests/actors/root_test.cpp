@@ -42,8 +42,6 @@ constexpr auto crashed = caf::exit_reason::unhandled_exception;
 struct fixture : test_coordinator_fixture<> {
   std::shared_ptr<std::vector<std::pair<std::string, supervisor_actor>>> spawned
     = std::make_shared<std::vector<std::pair<std::string, supervisor_actor>>>();
-  std::shared_ptr<worker_counters> counters
-    = std::make_shared<worker_counters>();
   std::shared_ptr<std::vector<batch_counter_actor>> counters_spawned
     = std::make_shared<std::vector<batch_counter_actor>>();
   std::shared_ptr<std::vector<uuid>> delivered
@@ -56,10 +54,9 @@ struct fixture : test_coordinator_fixture<> {
     std::vector<domain_settings> domains(2);
     domains[0].domain = "a";
     domains[1].domain = "b";
-    for (auto& d : domains) {
-      d.counters = counters;
-      d.domain_in_flight = std::make_shared<std::atomic<int64_t>>(0);
-    }
+    for (auto& d : domains)
+      d.metrics = std::make_shared<domain_metrics>(d.domain, 4,
+                                                   std::vector<std::string>{});
     auto log = spawned;
     auto clog = counters_spawned;
     auto got = delivered;
@@ -129,14 +126,16 @@ CAF_TEST(a crashed domain restarts with backoff and the others keep running) {
   CAF_REQUIRE_EQUAL(spawned->size(), 2u);
   auto a = (*spawned)[0].second;
   auto b = (*spawned)[1].second;
-  // Domain a held 3 messages when it died: the total is corrected.
-  *st().domains[0].domain_in_flight = 3;
-  counters->in_flight = 5;
+  // Domain a held 3 messages when it died: they are in flight no more;
+  // domain b's 2 stay.
+  st().domains[0].metrics->in_flight = 3;
+  st().domains[1].metrics->in_flight = 2;
   caf::anon_send_exit(a, crashed);
   sched.run();
   CAF_CHECK(st().supervisors[0] == nullptr);
   CAF_CHECK(st().supervisors[1] == b);
-  CAF_CHECK_EQUAL(counters->in_flight.load(), 2);
+  CAF_CHECK_EQUAL(st().domains[0].metrics->in_flight.load(), 0);
+  CAF_CHECK_EQUAL(st().domains[1].metrics->in_flight.load(), 2);
   CAF_CHECK_EQUAL(spawned->size(), 2u);
   // Nothing before the 1 s backoff ...
   sched.advance_time(999ms);

@@ -1,7 +1,7 @@
 #pragma once
 
 // Builds the settings of a domain's actors for the actor tests: a worker
-// configuration (values) plus fresh links (counters, an empty registry
+// configuration (values) plus fresh links (metrics, an empty registry
 // unless given, the cancel flag).
 
 #include <memory>
@@ -19,11 +19,15 @@ make_settings(config::worker_config cfg, std::string domain = "d",
   domain_settings s;
   s.domain = std::move(domain);
   s.cfg = std::make_shared<const config::worker_config>(std::move(cfg));
-  s.counters = std::make_shared<worker_counters>();
   s.registry = registry ? std::move(registry)
                         : std::make_shared<const handler_registry>();
   s.cancelled = std::make_shared<std::atomic<bool>>(false);
-  s.domain_in_flight = std::make_shared<std::atomic<int64_t>>(0);
+  std::vector<std::string> types;
+  for (auto& [d, type] : s.registry->keys())
+    if (d == s.domain)
+      types.push_back(type);
+  s.metrics = std::make_shared<domain_metrics>(s.domain, s.cfg->concurrency,
+                                               types);
   return s;
 }
 

@@ -163,8 +163,6 @@ struct fixture : test_coordinator_fixture<> {
     auto reg = std::make_shared<handler_registry>();
     reg->add("d", "ok", [](const command&, handler_context&) { return json{}; });
     settings = test::make_settings(cfg, "d", std::move(reg));
-    settings.metrics = std::make_shared<domain_metrics>(
-      "d", 2, std::vector<std::string>{"ok"});
     auto sp = fake_spawners(kids);
     parent = sys.spawn(parent_sink);
     sup = sys.spawn(supervisor, settings, sp, parent);
@@ -270,7 +268,7 @@ CAF_TEST(commands route by type and a pool never runs more than its slots) {
   CAF_CHECK(st().running.empty());
   CAF_CHECK_EQUAL(busy("n1:1"), 0);
   CAF_CHECK_EQUAL(st().held(), 4); // handed to the completion writer
-  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
+  CAF_CHECK_EQUAL(settings.metrics->in_flight.load(), 0);
   CAF_CHECK(pool != nullptr);
 }
 
@@ -282,14 +280,14 @@ CAF_TEST(a dead pool releases its commands at once and takes its credits) {
   // three other credits.
   run({make_rc(11, "far"), make_rc(12, "far")});
   CAF_REQUIRE_EQUAL(running_on("n1:1"), 2);
-  CAF_REQUIRE_EQUAL(settings.counters->in_flight.load(), 2);
+  CAF_REQUIRE_EQUAL(settings.metrics->in_flight.load(), 2);
   // The node dies before answering: no reply ever comes, the down message
   // does the cleanup.
   caf::anon_send_exit(pool, caf::exit_reason::kill);
   sched.run();
   CAF_CHECK(st().remotes.empty());
   CAF_CHECK_EQUAL(running_on("n1:1"), 0);
-  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
+  CAF_CHECK_EQUAL(settings.metrics->in_flight.load(), 0);
   // Made visible again now: (extend, [11, 12], 0 s).
   CAF_REQUIRE_EQUAL(kids->extends.size(), 1u);
   CAF_CHECK_EQUAL(kids->extends[0].first, (std::vector<int64_t>{11, 12}));
@@ -436,7 +434,7 @@ CAF_TEST(a type no connected pool serves waits then goes back to the queue) {
     if (ids == std::vector<int64_t>{71} && secs == 0)
       released = true;
   CAF_CHECK(released);
-  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
+  CAF_CHECK_EQUAL(settings.metrics->in_flight.load(), 0);
   CAF_CHECK(st().credits_balanced());
 }
 

@@ -188,7 +188,7 @@ CAF_TEST(a freed handler returns its credit and the drain waits for the commit) 
              std::vector<received_command>{make_rc(1, "ok")});
   expect((atom::run, std::vector<received_command>),
          from(self).to(sup).with(_, _));
-  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 1);
+  CAF_CHECK_EQUAL(settings.metrics->in_flight.load(), 1);
   expect((atom::handle, command_ptr),
          from(sup).to(kids->handlers[0]).with(_, _));
   expect((outcome), from(kids->handlers[0]).to(sup).with(_));
@@ -197,7 +197,7 @@ CAF_TEST(a freed handler returns its credit and the drain waits for the commit) 
   expect((atom::credit, int64_t), from(sup).to(kids->poller).with(_, 1));
   expect((atom::finish, db::finished_command),
          from(sup).to(kids->completion).with(_, _));
-  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
+  CAF_CHECK_EQUAL(settings.metrics->in_flight.load(), 0);
   CAF_CHECK(st().running.empty());
   CAF_CHECK_EQUAL(pool().idle.size(), 2u);
   // ... but it stays held until its side effects are committed.
@@ -274,11 +274,11 @@ CAF_TEST(it never runs more commands than handlers) {
   CAF_CHECK_EQUAL(st().running.size(), 2u);
   CAF_CHECK_EQUAL(st().backlog.size(), 1u);
   CAF_CHECK(pool().idle.empty());
-  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 3);
+  CAF_CHECK_EQUAL(settings.metrics->in_flight.load(), 3);
   sched.run();
   CAF_CHECK(st().backlog.empty());
   CAF_CHECK_EQUAL(st().held(), 3);
-  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
+  CAF_CHECK_EQUAL(settings.metrics->in_flight.load(), 0);
 }
 
 CAF_TEST(the lease heartbeat covers commands that wait for a handler) {
@@ -308,8 +308,8 @@ CAF_TEST(a crashed handler is replaced and its slot released) {
   // The handler died; the supervisor released the slot (the message
   // reappears after its visibility timeout) and respawned the handler.
   CAF_CHECK_EQUAL(st().held(), 0);
-  CAF_CHECK_EQUAL(settings.counters->in_flight.load(), 0);
-  CAF_CHECK_EQUAL(settings.counters->handler_restarts.load(), 1);
+  CAF_CHECK_EQUAL(settings.metrics->in_flight.load(), 0);
+  CAF_CHECK_EQUAL(settings.metrics->handler_restarts.load(), 1);
   CAF_CHECK_EQUAL(pool().all.size(), 2u);
   CAF_CHECK_EQUAL(pool().idle.size(), 2u);
   CAF_CHECK_EQUAL(kids->handlers.size(), 3u);
@@ -580,7 +580,7 @@ CAF_TEST(a crashed handler is replaced in its own mode) {
          from(self).to(sup).with(_, _));
   CAF_REQUIRE(mode_of(st().running[1].handler) == handler_mode::non_blocking);
   sched.run();
-  CAF_CHECK_EQUAL(settings.counters->handler_restarts.load(), 1);
+  CAF_CHECK_EQUAL(settings.metrics->handler_restarts.load(), 1);
   CAF_CHECK_EQUAL(pool(handler_mode::blocking).all.size(), 2u);
   CAF_CHECK_EQUAL(pool(handler_mode::non_blocking).all.size(), 2u);
   CAF_REQUIRE_EQUAL(kids->modes.size(), 5u);

@@ -130,6 +130,8 @@ struct fixture : test_coordinator_fixture<> {
   writer_parent_actor parent;
   /// The writer under test (completion or retry scheduler).
   caf::actor writer;
+  /// The outcomes the domain's metrics had counted at the last recount().
+  outcome_totals base;
 
   fixture() {
     cfg.flush_interval = std::chrono::milliseconds{2};
@@ -172,6 +174,18 @@ struct fixture : test_coordinator_fixture<> {
     *done_total = 0;
   }
 
+  // Counts the outcomes from now on.
+  void recount() {
+    base = settings.metrics->totals();
+  }
+
+  // The outcomes counted since the last recount().
+  outcome_totals counted() const {
+    auto t = settings.metrics->totals();
+    return {t.completed - base.completed, t.failed - base.failed,
+            t.retried - base.retried, t.moved_to_tsq - base.moved_to_tsq};
+  }
+
   void spawn_retry() {
     settings.cfg = std::make_shared<const config::worker_config>(cfg);
     auto l = log;
@@ -202,7 +216,7 @@ CAF_TEST(items queued in the mailbox are written as one transaction) {
   sched.run();
   CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
   CAF_CHECK_EQUAL(log->calls[0], (std::vector<int64_t>{1, 2, 3, 4, 5}));
-  CAF_CHECK_EQUAL(settings.counters->completed.load(), 5);
+  CAF_CHECK_EQUAL(counted().completed, 5);
 }
 
 CAF_TEST(completed batches and then the committed count go to the parent) {
@@ -227,8 +241,8 @@ CAF_TEST(stale outcomes count as done but not as completed) {
   self->send(writer, atom::finish::value, finished(2));
   sched.run();
   CAF_CHECK_EQUAL(*done_total, 2);
-  CAF_CHECK_EQUAL(settings.counters->completed.load(), 1);
-  CAF_CHECK_EQUAL(settings.counters->stale.load(), 1);
+  CAF_CHECK_EQUAL(counted().completed, 1);
+  CAF_CHECK_EQUAL(settings.metrics->stale.load(), 1);
 }
 
 CAF_TEST(outcomes written by an earlier attempt count as completed) {
@@ -241,8 +255,8 @@ CAF_TEST(outcomes written by an earlier attempt count as completed) {
   self->send(writer, atom::finish::value, finished(2));
   sched.run();
   CAF_CHECK_EQUAL(*done_total, 2);
-  CAF_CHECK_EQUAL(settings.counters->completed.load(), 2);
-  CAF_CHECK_EQUAL(settings.counters->stale.load(), 0);
+  CAF_CHECK_EQUAL(counted().completed, 2);
+  CAF_CHECK_EQUAL(settings.metrics->stale.load(), 0);
 }
 
 CAF_TEST(two deliveries of one message are counted item by item) {
@@ -255,8 +269,8 @@ CAF_TEST(two deliveries of one message are counted item by item) {
   self->send(writer, atom::finish::value, finished(7));
   sched.run();
   CAF_CHECK_EQUAL(*done_total, 2);
-  CAF_CHECK_EQUAL(settings.counters->completed.load(), 1);
-  CAF_CHECK_EQUAL(settings.counters->stale.load(), 1);
+  CAF_CHECK_EQUAL(counted().completed, 1);
+  CAF_CHECK_EQUAL(settings.metrics->stale.load(), 1);
 }
 
 CAF_TEST(retries written by an earlier attempt count as retried) {
@@ -269,8 +283,8 @@ CAF_TEST(retries written by an earlier attempt count as retried) {
   self->send(writer, atom::retry::value, retried(3));
   sched.run();
   CAF_CHECK_EQUAL(*done_total, 3);
-  CAF_CHECK_EQUAL(settings.counters->retried.load(), 2);
-  CAF_CHECK_EQUAL(settings.counters->stale.load(), 1);
+  CAF_CHECK_EQUAL(counted().retried, 2);
+  CAF_CHECK_EQUAL(settings.metrics->stale.load(), 1);
 }
 
 CAF_TEST(under light load a single item is written at once) {
@@ -326,7 +340,7 @@ CAF_TEST(the completion writer writes its buffer on exit) {
   cfg.flush_interval = std::chrono::hours{1};
   spawn_completion();
   prime(atom::finish::value, finished(0));
-  settings.counters->completed = 0;
+  recount();
   for (int64_t i = 1; i <= 3; ++i)
     self->send(writer, atom::finish::value, finished(i));
   sched.run();
@@ -335,7 +349,7 @@ CAF_TEST(the completion writer writes its buffer on exit) {
   sched.run();
   CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
   CAF_CHECK_EQUAL(log->calls[0], (std::vector<int64_t>{1, 2, 3}));
-  CAF_CHECK_EQUAL(settings.counters->completed.load(), 3);
+  CAF_CHECK_EQUAL(counted().completed, 3);
   CAF_CHECK_EQUAL(*done_total, 3);
   writer = caf::actor{};
 }
@@ -344,7 +358,7 @@ CAF_TEST(the retry scheduler writes its buffer on exit) {
   cfg.flush_interval = std::chrono::hours{1};
   spawn_retry();
   prime(atom::retry::value, retried(0));
-  settings.counters->retried = 0;
+  recount();
   self->send(writer, atom::retry::value, retried(7));
   self->send(writer, atom::retry::value, retried(8));
   sched.run();
@@ -353,7 +367,7 @@ CAF_TEST(the retry scheduler writes its buffer on exit) {
   sched.run();
   CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
   CAF_CHECK_EQUAL(log->calls[0], (std::vector<int64_t>{7, 8}));
-  CAF_CHECK_EQUAL(settings.counters->retried.load(), 2);
+  CAF_CHECK_EQUAL(counted().retried, 2);
   CAF_CHECK_EQUAL(*done_total, 2);
   writer = caf::actor{};
 }
@@ -365,8 +379,8 @@ CAF_TEST(a failed write keeps the buffer and retries it with new items) {
   self->send(writer, atom::finish::value, finished(1));
   sched.run();
   CAF_REQUIRE_EQUAL(log->calls.size(), 1u);
-  CAF_CHECK_EQUAL(settings.counters->db_errors.load(), 1);
-  CAF_CHECK_EQUAL(settings.counters->completed.load(), 0);
+  CAF_CHECK_EQUAL(settings.metrics->all_db_errors(), 1);
+  CAF_CHECK_EQUAL(counted().completed, 0);
   // While backing off, new items are buffered, not written.
   self->send(writer, atom::finish::value, finished(2));
   sched.run();
@@ -376,7 +390,7 @@ CAF_TEST(a failed write keeps the buffer and retries it with new items) {
   sched.run();
   CAF_REQUIRE_EQUAL(log->calls.size(), 2u);
   CAF_CHECK_EQUAL(log->calls[1], (std::vector<int64_t>{1, 2}));
-  CAF_CHECK_EQUAL(settings.counters->completed.load(), 2);
+  CAF_CHECK_EQUAL(counted().completed, 2);
 }
 
 CAF_TEST(a busy writer retries once the backoff passed) {
@@ -405,7 +419,7 @@ CAF_TEST(a busy writer retries once the backoff passed) {
   for (size_t i = 1; i < log->calls.size(); ++i)
     written.insert(written.end(), log->calls[i].begin(), log->calls[i].end());
   CAF_CHECK_EQUAL(written, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7}));
-  CAF_CHECK_EQUAL(settings.counters->completed.load(), 7);
+  CAF_CHECK_EQUAL(counted().completed, 7);
 }
 
 CAF_TEST(an outcome refused for its content goes to the TSQ alone) {
@@ -415,17 +429,17 @@ CAF_TEST(an outcome refused for its content goes to the TSQ alone) {
   log->poison = 2;
   spawn_completion();
   prime(atom::finish::value, finished(0));
-  settings.counters->completed = 0;
+  recount();
   for (int64_t i = 1; i <= 3; ++i)
     self->send(writer, atom::finish::value, finished(i));
   sched.run();
   CAF_CHECK_EQUAL(log->calls,
                   (std::vector<std::vector<int64_t>>{
                     {1, 2, 3}, {1}, {2}, {2}, {3}}));
-  CAF_CHECK_EQUAL(settings.counters->completed.load(), 2);
-  CAF_CHECK_EQUAL(settings.counters->moved_to_tsq.load(), 1);
+  CAF_CHECK_EQUAL(counted().completed, 2);
+  CAF_CHECK_EQUAL(counted().moved_to_tsq, 1);
   CAF_CHECK_EQUAL(*done_total, 3);
-  CAF_CHECK_EQUAL(settings.counters->db_errors.load(), 0);
+  CAF_CHECK_EQUAL(settings.metrics->all_db_errors(), 0);
 }
 
 CAF_TEST(a retry refused for its content is dropped alone) {
@@ -434,13 +448,13 @@ CAF_TEST(a retry refused for its content is dropped alone) {
   log->poison = 8;
   spawn_retry();
   prime(atom::retry::value, retried(0));
-  settings.counters->retried = 0;
+  recount();
   self->send(writer, atom::retry::value, retried(7));
   self->send(writer, atom::retry::value, retried(8));
   sched.run();
   CAF_CHECK_EQUAL(log->calls, (std::vector<std::vector<int64_t>>{
                                 {7, 8}, {7}, {8}}));
-  CAF_CHECK_EQUAL(settings.counters->retried.load(), 1);
+  CAF_CHECK_EQUAL(counted().retried, 1);
   CAF_CHECK_EQUAL(*done_total, 2);
 }
 
@@ -451,7 +465,7 @@ CAF_TEST(a refused write is not reported as an unavailable database) {
   self->send(writer, atom::finish::value, finished(1));
   expect((atom::finish, db::finished_command), from(self).to(writer));
   disallow((atom::unavailable), from(writer).to(parent));
-  CAF_CHECK_EQUAL(settings.counters->db_errors.load(), 1);
+  CAF_CHECK_EQUAL(settings.metrics->all_db_errors(), 1);
 }
 
 CAF_TEST(a writer stopping while the database fails does not try again) {
@@ -477,7 +491,7 @@ CAF_TEST(a write failing on exit reports nothing as done) {
   cfg.flush_interval = std::chrono::hours{1};
   spawn_completion();
   prime(atom::finish::value, finished(0));
-  settings.counters->completed = 0;
+  recount();
   log->fail_next = 1;
   self->send(writer, atom::finish::value, finished(1));
   sched.run();
@@ -485,7 +499,7 @@ CAF_TEST(a write failing on exit reports nothing as done) {
   caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
   sched.run();
   CAF_CHECK_EQUAL(log->calls.size(), 1u);
-  CAF_CHECK_EQUAL(settings.counters->completed.load(), 0);
+  CAF_CHECK_EQUAL(counted().completed, 0);
   CAF_CHECK_EQUAL(*done_total, 0);
   writer = caf::actor{};
 }

@@ -20,8 +20,11 @@
 
 #include <rapidjson/document.h>
 
+#include "cmdbus/actors/ops/admin.hpp"
+#include "cmdbus/model/errors.hpp"
 #include "tests/db/background_cmdbus.hpp"
 #include "tests/support/certificates.hpp"
+#include "tests/support/http_env.hpp"
 #include "tests/support/tcp_proxy.hpp"
 #include "tests/support/worker_env.hpp"
 
@@ -375,4 +378,84 @@ TEST(ClusterAdmin, FrozenNodeIsFlaggedUnreachableAfterTheTimeout) {
 TEST(ClusterAdmin, WithTlsAFrozenNodeIsFlaggedUnreachableAfterTheTimeout) {
   cert_dir certs{{"node", "cli"}};
   frozen_admin_port_is_flagged(certs.tls_args("node"), certs.tls_args("cli"));
+}
+
+TEST(ClusterAdmin, StatusPageAndClusterStatusShowOneThroughputWithRetries) {
+  // Every command fails twice (retried) before it completes: the status
+  // page and the admin actor must show the same commands per second for
+  // the domain and the worker.
+  bus_env e;
+  auto d = unique_name("adm");
+  auto admin = loopback(free_port());
+  handler_registry reg;
+  reg.add(d, "Flaky", [](const command&, handler_context& ctx) -> json {
+    if (ctx.attempt() < 3)
+      throw transient_command_error("BUSY", "try again");
+    return json::null();
+  });
+  auto cfg = admin_cfg(d, admin);
+  cfg.http = "127.0.0.1:0";
+  worker w{cfg, std::move(reg)};
+  finally stop{[&] { stop_worker(w); }};
+  w.start();
+  ASSERT_TRUE(eventually([&] { return w.is_ready(); }, 20s));
+  constexpr int sent = 30;
+  for (int i = 0; i < sent; ++i)
+    e.bus.send(make_req(d, "Flaky"));
+  // Counted after their commit.
+  ASSERT_TRUE(eventually([&] { return w.stats().completed == sent; }, 60s));
+  EXPECT_EQ(w.stats().retried, 2 * sent);
+
+  // The throughput over the last minute as the admin actor reports it, to
+  // one decimal like the page ("" while unknown).
+  admin::client client{actors::network_settings{}};
+  auto admin_rates = [&] {
+    auto a = client.ask({admin}, false, 3s).front();
+    std::pair<std::string, std::string> out;
+    if (!a.reached)
+      return out;
+    auto doc = parse(a.json);
+    auto text = [](const rapidjson::Value& v) {
+      if (!v.IsNumber())
+        return std::string{};
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f", v.GetDouble());
+      return std::string{buf};
+    };
+    out.first = text(doc["domains"][0]["throughput_1m"]);
+    out.second = text(doc["throughput_1m"]);
+    return out;
+  };
+  // The status page's figure for the domain.
+  auto page_rate = [&] {
+    auto body = http_get(w.http_port(), "/").body;
+    const std::string mark = "data-field=\"throughput\">";
+    auto at = body.find(mark);
+    if (at == std::string::npos)
+      return std::string{};
+    at += mark.size();
+    auto end = body.find(" /s<", at);
+    return end == std::string::npos ? std::string{}
+                                    : body.substr(at, end - at);
+  };
+  // Both change as the window moves: read the admin actor before and after
+  // the page, and compare when its figure did not move in between.
+  std::string page;
+  std::pair<std::string, std::string> before;
+  std::pair<std::string, std::string> after;
+  bool compared = eventually(
+    [&] {
+      before = admin_rates();
+      page = page_rate();
+      after = admin_rates();
+      if (before != after || before.first.empty() || page.empty()
+          || std::stod(before.first) <= 0)
+        return false;
+      return page == before.first;
+    },
+    20s);
+  EXPECT_TRUE(compared) << "status page " << page << "/s, admin "
+                        << before.first << "/s then " << after.first << "/s";
+  // One domain: the worker's figure is the domain's.
+  EXPECT_EQ(before.second, before.first);
 }

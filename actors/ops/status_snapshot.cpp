@@ -1,0 +1,58 @@
+#include "cmdbus/actors/ops/status_snapshot.hpp"
+
+#include <algorithm>
+
+namespace cmdbus {
+
+namespace {
+
+domain_status domain_of(const domain_source& src) {
+  auto& m = *src.metrics;
+  domain_status d;
+  d.health = src.health;
+  d.polling = src.polling;
+  d.received = m.received.load();
+  d.in_flight = m.in_flight.load();
+  d.slots = m.slots();
+  d.handler_restarts = m.handler_restarts.load();
+  d.remote_slots = m.remote_slots.load();
+  d.remote_pools = m.remote_pools.load();
+  d.remote_disconnects = m.remote_disconnects.load();
+  d.configured_pools = src.configured_pools;
+  for (size_t a = 0; a < all_db_actors.size(); ++a)
+    d.db_errors[a] = m.db_errors(all_db_actors[a]);
+  outcome_totals totals;
+  m.for_each_type([&](const std::string& name, const type_metrics& t) {
+    type_status ts{name,
+                   t.completed.load(),
+                   t.failed.load(),
+                   t.retried.load(),
+                   t.moved_to_tsq.load(),
+                   t.duration.read()};
+    totals.completed += ts.completed;
+    totals.failed += ts.failed;
+    totals.retried += ts.retried;
+    totals.moved_to_tsq += ts.moved_to_tsq;
+    d.types.push_back(std::move(ts));
+  });
+  d.finished = totals.finished();
+  d.finished_per_second = src.finished_per_second;
+  return d;
+}
+
+} // namespace
+
+status_snapshot build_status(const status_inputs& in) {
+  status_snapshot s;
+  s.version = in.version;
+  s.ready = in.ready;
+  s.readiness = in.readiness;
+  s.uptime_seconds = in.uptime_seconds;
+  for (auto& src : in.domains) {
+    s.domains.push_back(domain_of(src));
+    s.state = std::max(s.state, src.health.state);
+  }
+  return s;
+}
+
+} // namespace cmdbus
