@@ -10,10 +10,10 @@
 
 #include <rapidjson/document.h>
 
-#include "cmdbus/actors/ops/admin.hpp"
 #include "apps/args.hpp"
 #include "apps/commands.hpp"
 #include "apps/output.hpp"
+#include "cmdbus/actors/ops/admin.hpp"
 #include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/config/network_config.hpp"
 #include "cmdbus/config/settings.hpp"
@@ -50,7 +50,8 @@ or drain: the worker is unreachable, 7 drain: not idle within --timeout.
 )";
 
 constexpr option nodes_option{
-  "--nodes", "LIST", "status: comma-separated HOST:PORT addresses (repeatable)"};
+  "--nodes", "LIST",
+  "status: comma-separated HOST:PORT addresses (repeatable)"};
 constexpr option node_option{"--node", "HOST:PORT",
                              "drain: the worker's admin address"};
 constexpr option timeout_option{
@@ -70,10 +71,9 @@ std::vector<option> options_with(std::vector<option> own) {
   return own;
 }
 
-const command_spec cluster_command{cluster_synopsis,
-                                   options_with({nodes_option, node_option,
-                                                 timeout_option}),
-                                   cluster_epilogue, false};
+const command_spec cluster_command{
+  cluster_synopsis, options_with({nodes_option, node_option, timeout_option}),
+  cluster_epilogue, false};
 
 const command_spec status_command{cluster_synopsis,
                                   options_with({nodes_option, timeout_option}),
@@ -214,8 +214,8 @@ int cluster_status(const args& a) {
   auto addresses = split_list(a.options("--nodes"));
   if (addresses.empty())
     throw usage_error{"cluster status needs --nodes HOST:PORT[,...]"};
-  auto timeout = a.duration_option("--timeout").value_or(
-    std::chrono::milliseconds{3000});
+  auto timeout
+    = a.duration_option("--timeout").value_or(std::chrono::milliseconds{3000});
   auto client = client_of(a);
   auto answers = client->ask(addresses, false, timeout);
   bool all = true;
@@ -243,16 +243,15 @@ int cluster_status(const args& a) {
     std::string reasons;
     for (auto& x : answers) {
       if (!x.reached) {
-        rows.push_back({x.address, "-", "-", "UNREACHABLE", "-", "-", "-", "-",
-                        "-", "-"});
+        rows.push_back(
+          {x.address, "-", "-", "UNREACHABLE", "-", "-", "-", "-", "-", "-"});
         reasons += x.address + ": " + x.error + "\n";
         continue;
       }
       auto f = read_figures(x.json);
-      auto pools = f.kind == "node"
-                     ? std::to_string(f.sessions) + " worker(s)"
-                     : std::to_string(f.pools) + "/"
-                         + std::to_string(f.configured);
+      auto pools = f.kind == "node" ? std::to_string(f.sessions) + " worker(s)"
+                                    : std::to_string(f.pools) + "/"
+                                        + std::to_string(f.configured);
       rows.push_back({x.address, f.name, f.kind, f.readiness,
                       f.health.empty() ? "-" : f.health, join(f.domains),
                       std::to_string(f.local) + "+" + std::to_string(f.remote),
@@ -274,8 +273,8 @@ int cluster_drain(const args& a) {
   auto address = a.option("--node");
   if (!address || address->empty())
     throw usage_error{"cluster drain needs --node HOST:PORT"};
-  auto timeout = a.duration_option("--timeout").value_or(
-    std::chrono::milliseconds{60000});
+  auto timeout
+    = a.duration_option("--timeout").value_or(std::chrono::milliseconds{60000});
   auto per_request = std::min(timeout, std::chrono::milliseconds{3000});
   auto client = client_of(a);
   auto started = std::chrono::steady_clock::now();
@@ -308,8 +307,8 @@ int cluster_drain(const args& a) {
   if (!first.reached) {
     if (first.unsupported)
       throw exit_with{exit_failed, *address + ": " + first.error};
-    throw exit_with{exit_incomplete, *address + ": unreachable (" + first.error
-                                       + ")"};
+    throw exit_with{exit_incomplete,
+                    *address + ": unreachable (" + first.error + ")"};
   }
   auto status = first.json;
   if (!json_output)

@@ -9,10 +9,10 @@
 #include <memory>
 #include <stdexcept>
 
-#include "apps/demo_workflows.hpp"
 #include "apps/args.hpp"
 #include "apps/commands.hpp"
 #include "apps/database.hpp"
+#include "apps/demo_workflows.hpp"
 #include "apps/output.hpp"
 #include "apps/values.hpp"
 #include "cmdbus/cli/json_out.hpp"

@@ -75,7 +75,8 @@ processed), or `show` of an unknown command; 3 database unavailable; 4 a
 command failed otherwise (e.g. no archived message to retry).
 )";
 
-// -- the options ---------------------------------------------------------------
+// -- the options
+// ---------------------------------------------------------------
 
 constexpr option json_option{"--json", "", "print the result as JSON"};
 constexpr option batch_option{"--batch", "B", "only the commands of batch B"};
@@ -127,8 +128,8 @@ const command_spec retry_command{tsq_synopsis, operation_options({}),
 
 const command_spec cancel_command{
   tsq_synopsis,
-  operation_options({{"--reason", "TEXT",
-                      "why: in the audit and the CANCELED reply"}}),
+  operation_options(
+    {{"--reason", "TEXT", "why: in the audit and the CANCELED reply"}}),
   tsq_exit_codes};
 
 const command_spec complete_command{

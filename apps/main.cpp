@@ -94,8 +94,7 @@ Exit codes:
 // The tool's own options, before any command.
 const cli::command_spec main_command{
   main_synopsis,
-  {{"--help", "", "show this help (`cmdbus CMD --help` for a command's)",
-    "-h"},
+  {{"--help", "", "show this help (`cmdbus CMD --help` for a command's)", "-h"},
    {"--version", "", "print the version"},
    cli::dsn_option,
    {"--json", "", "JSON output (see Output below)"},

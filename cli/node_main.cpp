@@ -116,11 +116,11 @@ int run_node(const std::vector<std::string>& argv,
     std::string names;
     for (auto& n : empty)
       names += (names.empty() ? "" : ", ") + n;
-    throw usage_error{
-      "no handlers for domain" + std::string{empty.size() > 1 ? "s " : " "}
-      + names
-      + (program.no_handlers_hint.empty() ? ""
-                                          : "; " + program.no_handlers_hint)};
+    throw usage_error{"no handlers for domain"
+                      + std::string{empty.size() > 1 ? "s " : " "} + names
+                      + (program.no_handlers_hint.empty()
+                           ? ""
+                           : "; " + program.no_handlers_hint)};
   }
   // Block SIGINT/SIGTERM in every thread (CAF's threads inherit the mask);
   // this one waits for them.

@@ -109,9 +109,9 @@ int program_main(int argc, char** argv, const std::string& program,
   }
 }
 
-int program_main(int argc, char** argv, const std::string& program,
-                 const std::string& command,
-                 const std::function<int(const std::vector<std::string>&)>& run) {
+int program_main(
+  int argc, char** argv, const std::string& program, const std::string& command,
+  const std::function<int(const std::vector<std::string>&)>& run) {
   return program_main(argc, argv, program, [&](program_context& ctx) {
     ctx.start_logging(command);
     auto end = std::find(ctx.args.begin(), ctx.args.end(), "--");

@@ -48,9 +48,8 @@ public:
   void start_logging(const std::string& command) const;
 
 private:
-  friend int
-  program_main(int argc, char** argv, const std::string& program,
-               const std::function<int(program_context&)>& run);
+  friend int program_main(int argc, char** argv, const std::string& program,
+                          const std::function<int(program_context&)>& run);
 
   std::optional<std::string> level_;
   std::optional<std::string> format_;
@@ -67,9 +66,9 @@ int program_main(int argc, char** argv, const std::string& program,
 /// The same for a program of one's own (worker_main, node_main): logging
 /// starts as for `command`, and --version (before any `--`) prints
 /// "PROGRAM (cmdbus VERSION)".
-int program_main(int argc, char** argv, const std::string& program,
-                 const std::string& command,
-                 const std::function<int(const std::vector<std::string>&)>& run);
+int program_main(
+  int argc, char** argv, const std::string& program, const std::string& command,
+  const std::function<int(const std::vector<std::string>&)>& run);
 
 /// Returns whether standard output is a terminal (for bars, --watch and
 /// progress lines).

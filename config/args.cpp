@@ -75,7 +75,8 @@ command_line apply_args(Config& cfg, const settings_table<Config>& table,
       value = arg.substr(eq + 1);
     const auto* s = find_option(table, name);
     bool flag = is_program_flag(name)
-                || (s != nullptr && (s->how == form::set || s->how == form::clear));
+                || (s != nullptr
+                    && (s->how == form::set || s->how == form::clear));
     if (s == nullptr && !flag && name != table.config_option.name) {
       // The name only: a mistyped --dsn=... may carry a password.
       std::vector<std::string> known{std::string{table.config_option.name}};
@@ -125,21 +126,18 @@ command_line apply_args(Config& cfg, const settings_table<Config>& table,
     try {
       s->store(cfg, list, true);
     } catch (const value_error& e) {
-      throw config_error("option " + std::string{s->opt.name} + " "
-                         + e.what());
+      throw config_error("option " + std::string{s->opt.name} + " " + e.what());
     }
   }
   return out;
 }
 
-template command_line apply_args(worker_config&,
-                                 const settings_table<worker_config>&,
-                                 const std::vector<std::string>&,
-                                 const std::vector<option>&);
-template command_line apply_args(node_config&,
-                                 const settings_table<node_config>&,
-                                 const std::vector<std::string>&,
-                                 const std::vector<option>&);
+template command_line
+apply_args(worker_config&, const settings_table<worker_config>&,
+           const std::vector<std::string>&, const std::vector<option>&);
+template command_line
+apply_args(node_config&, const settings_table<node_config>&,
+           const std::vector<std::string>&, const std::vector<option>&);
 
 } // namespace detail
 

@@ -52,7 +52,12 @@ void apply_env(node_config& cfg, const env_lookup& getenv) {
 
 void apply_tls_env(tls_config& tls, const env_lookup& getenv) {
   static const detail::settings_table<detail::tls_holder> table{
-    detail::tls_settings<detail::tls_holder>(), {}, {}, {}, nullptr, nullptr,
+    detail::tls_settings<detail::tls_holder>(),
+    {},
+    {},
+    {},
+    nullptr,
+    nullptr,
     nullptr};
   detail::tls_holder holder{tls};
   detail::apply_env(holder, table, getenv);

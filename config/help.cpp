@@ -123,8 +123,8 @@ altered on the way. Off loopback, use TLS or a private network.
 /// and its description after it, the heading and the options, the prose
 /// and the program's epilogue.
 std::string assemble(const char* intro, const char* usage, const char* heading,
-                     const std::vector<option_help>& options,
-                     const char* prose, const detail::program_help& program) {
+                     const std::vector<option_help>& options, const char* prose,
+                     const detail::program_help& program) {
   std::string text = intro;
   auto at = text.find(usage);
   if (at != std::string::npos && !program.name.empty())
@@ -151,8 +151,8 @@ std::string worker_help(const program_help& program) {
 
 std::string node_help(const program_help& program) {
   return assemble(node_intro, node_usage, node_options_heading,
-                  options_help(node_table(), true, program.options),
-                  node_prose, program);
+                  options_help(node_table(), true, program.options), node_prose,
+                  program);
 }
 
 } // namespace detail

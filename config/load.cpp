@@ -71,14 +71,12 @@ Config load(const settings_table<Config>& table,
   return cfg;
 }
 
-template worker_config load(const settings_table<worker_config>&,
-                            const std::vector<std::string>&, const env_lookup&,
-                            const std::vector<option>&,
-                            std::vector<std::string>*);
-template node_config load(const settings_table<node_config>&,
-                          const std::vector<std::string>&, const env_lookup&,
-                          const std::vector<option>&,
-                          std::vector<std::string>*);
+template worker_config
+load(const settings_table<worker_config>&, const std::vector<std::string>&,
+     const env_lookup&, const std::vector<option>&, std::vector<std::string>*);
+template node_config
+load(const settings_table<node_config>&, const std::vector<std::string>&,
+     const env_lookup&, const std::vector<option>&, std::vector<std::string>*);
 
 } // namespace detail
 

@@ -17,11 +17,10 @@
 // | [node] port-file           | CMDBUS_NODE_PORT_FILE        | --port-file
 // | [node] name                | CMDBUS_NODE_NAME             | --name
 // | [node] heartbeat           | CMDBUS_NODE_HEARTBEAT        | --heartbeat
-// | [node] shutdown-timeout    | CMDBUS_NODE_SHUTDOWN_TIMEOUT | --shutdown-timeout
-// | [tls] certificate, key,    | CMDBUS_TLS_CERTIFICATE, ...  | --tls-certificate,
-// |   ca-file, ca-path,        |                              |   ...
-// |   passphrase               |                              |
-// | [admin] listen             | CMDBUS_NODE_ADMIN            | --admin
+// | [node] shutdown-timeout    | CMDBUS_NODE_SHUTDOWN_TIMEOUT |
+// --shutdown-timeout | [tls] certificate, key,    | CMDBUS_TLS_CERTIFICATE, ...
+// | --tls-certificate, |   ca-file, ca-path,        | |   ... |   passphrase |
+// | | [admin] listen             | CMDBUS_NODE_ADMIN            | --admin
 //
 // Values are written as for the worker; the two durations also take a bare
 // integer as seconds (`heartbeat = 2` is 2s).

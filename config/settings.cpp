@@ -16,7 +16,11 @@ std::string section_label(std::string_view section) {
 template <class Config>
 std::vector<setting<Config>> tls_settings() {
   return {
-    {kind::string, "tls", "certificate", "CMDBUS_TLS_CERTIFICATE", form::value,
+    {kind::string,
+     "tls",
+     "certificate",
+     "CMDBUS_TLS_CERTIFICATE",
+     form::value,
      {"--tls-certificate", "FILE",
       "PEM certificate (chain) this process presents to its peers; TLS needs "
       "it, its key and a CA file or directory together, or none of them "
@@ -24,17 +28,33 @@ std::vector<setting<Config>> tls_settings() {
      [](Config& c, const raw_value& v, bool) {
        c.tls.certificate = as_string(v);
      }},
-    {kind::string, "tls", "key", "CMDBUS_TLS_KEY", form::value,
+    {kind::string,
+     "tls",
+     "key",
+     "CMDBUS_TLS_KEY",
+     form::value,
      {"--tls-key", "FILE", "the certificate's private key (PEM)"},
      [](Config& c, const raw_value& v, bool) { c.tls.key = as_string(v); }},
-    {kind::string, "tls", "ca-file", "CMDBUS_TLS_CA_FILE", form::value,
+    {kind::string,
+     "tls",
+     "ca-file",
+     "CMDBUS_TLS_CA_FILE",
+     form::value,
      {"--tls-ca-file", "FILE",
       "PEM file of the CA certificates that signed the peers' certificates"},
      [](Config& c, const raw_value& v, bool) { c.tls.ca_file = as_string(v); }},
-    {kind::string, "tls", "ca-path", "CMDBUS_TLS_CA_PATH", form::value,
+    {kind::string,
+     "tls",
+     "ca-path",
+     "CMDBUS_TLS_CA_PATH",
+     form::value,
      {"--tls-ca-path", "DIR", "directory of such CA certificates"},
      [](Config& c, const raw_value& v, bool) { c.tls.ca_path = as_string(v); }},
-    {kind::string, "tls", "passphrase", "CMDBUS_TLS_PASSPHRASE", form::value,
+    {kind::string,
+     "tls",
+     "passphrase",
+     "CMDBUS_TLS_PASSPHRASE",
+     form::value,
      {"--tls-passphrase", "TEXT",
       "passphrase of an encrypted key (never printed; prefer "
       "$CMDBUS_TLS_PASSPHRASE)"},
@@ -56,8 +76,8 @@ std::vector<option_help>
 options_help(const settings_table<Config>& table, bool with_env,
              const std::vector<option>& program_options) {
   std::vector<option_help> out;
-  out.push_back({table.config_option.label(),
-                 std::string{table.config_option.help}});
+  out.push_back(
+    {table.config_option.label(), std::string{table.config_option.help}});
   for (const auto& s : table.settings) {
     if (s.how == form::none)
       continue;

@@ -139,8 +139,8 @@ const setting<Config>* find_setting(const settings_table<Config>& table,
 
 /// Returns the setting of a command-line option (`--dsn`), or nullptr.
 template <class Config>
-const setting<Config>* find_option(const settings_table<Config>& table,
-                                   std::string_view name) {
+const setting<Config>*
+find_option(const settings_table<Config>& table, std::string_view name) {
   for (const auto& s : table.settings)
     if (s.how != form::none && s.opt.name == name)
       return &s;

@@ -102,7 +102,6 @@ double as_real(const raw_value& v) {
   return x;
 }
 
-
 bool as_bool(const raw_value& v, bool lenient) {
   const char* expected = lenient ? "expects true, false, 1 or 0, got "
                                  : "expects true or false, got ";

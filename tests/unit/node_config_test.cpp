@@ -126,7 +126,8 @@ listen = ":7501"
 
 } // namespace
 
-// -- the file ------------------------------------------------------------------
+// -- the file
+// ------------------------------------------------------------------
 
 TEST(NodeConfigIni, applies_every_setting) {
   node_config cfg;
@@ -166,11 +167,12 @@ TEST(NodeConfigIni, reports_unknown_and_misplaced_keys_and_sections) {
   node_config cfg;
   apply_ini(cfg, "[node]\nheartbeat = 2\n", "node.ini");
   EXPECT_EQ(cfg.heartbeat_interval, 2s);
-  EXPECT_TRUE(contains(ini_error("[node]\nheartbeat = 2 days\n"),
-                       "node.ini:2: "));
+  EXPECT_TRUE(
+    contains(ini_error("[node]\nheartbeat = 2 days\n"), "node.ini:2: "));
 }
 
-// -- the environment -----------------------------------------------------------
+// -- the environment
+// -----------------------------------------------------------
 
 TEST(NodeConfigEnv, applies_every_variable) {
   fake_env env{{{"CMDBUS_NODE_DOMAINS", "a, b"},
@@ -205,44 +207,67 @@ TEST(NodeConfigEnv, applies_every_variable) {
 
 TEST(NodeConfigEnv, ignores_empty_variables_and_names_bad_ones) {
   node_config cfg;
-  apply_env(cfg, fake_env{{{"CMDBUS_NODE_NAME", ""},
-                           {"CMDBUS_NODE_CONCURRENCY", ""}}}
-                   .lookup());
+  apply_env(
+    cfg, fake_env{{{"CMDBUS_NODE_NAME", ""}, {"CMDBUS_NODE_CONCURRENCY", ""}}}
+           .lookup());
   EXPECT_EQ(cfg.name, "");
   EXPECT_EQ(cfg.concurrency, 16);
-  EXPECT_EQ(error_of([] {
-              node_config c;
-              apply_env(c, fake_env{{{"CMDBUS_NODE_CONCURRENCY", "x"}}}
-                             .lookup());
-            }),
-            "environment variable CMDBUS_NODE_CONCURRENCY expects an integer, "
-            "got \"x\"");
-  EXPECT_TRUE(contains(error_of([] {
-                         node_config c;
-                         apply_env(c,
-                                   fake_env{{{"CMDBUS_NODE_HEARTBEAT", "soon"}}}
-                                     .lookup());
-                       }),
-                       "environment variable CMDBUS_NODE_HEARTBEAT expects"));
+  EXPECT_EQ(
+    error_of([] {
+      node_config c;
+      apply_env(c, fake_env{{{"CMDBUS_NODE_CONCURRENCY", "x"}}}.lookup());
+    }),
+    "environment variable CMDBUS_NODE_CONCURRENCY expects an integer, "
+    "got \"x\"");
+  EXPECT_TRUE(contains(
+    error_of([] {
+      node_config c;
+      apply_env(c, fake_env{{{"CMDBUS_NODE_HEARTBEAT", "soon"}}}.lookup());
+    }),
+    "environment variable CMDBUS_NODE_HEARTBEAT expects"));
   // The worker's variables are not the node's.
-  apply_env(cfg, fake_env{{{"CMDBUS_DOMAINS", "w"}, {"CMDBUS_ADMIN", ":1"}}}
-                   .lookup());
+  apply_env(
+    cfg, fake_env{{{"CMDBUS_DOMAINS", "w"}, {"CMDBUS_ADMIN", ":1"}}}.lookup());
   EXPECT_TRUE(cfg.domains.empty());
   EXPECT_EQ(cfg.admin, "");
 }
 
-// -- the command line ----------------------------------------------------------
+// -- the command line
+// ----------------------------------------------------------
 
 TEST(NodeConfigArgs, applies_every_option) {
   node_config cfg;
   cfg.domains = {"from_file"};
-  auto file = apply_args(
-    cfg, {"--domain", "a", "--concurrency=5", "--listen", ":0", "--port-file",
-          "/tmp/port", "--name", "cli-node", "--heartbeat", "2s",
-          "--shutdown-timeout", "10s", "--admin", ":7700", "--tls-certificate",
-          "c", "--tls-key", "k", "--tls-ca-file", "ca", "--tls-ca-path", "d",
-          "--tls-passphrase", "pw", "--domain", "b", "--config", "node.ini",
-          "--dump-config"});
+  auto file = apply_args(cfg, {"--domain",
+                               "a",
+                               "--concurrency=5",
+                               "--listen",
+                               ":0",
+                               "--port-file",
+                               "/tmp/port",
+                               "--name",
+                               "cli-node",
+                               "--heartbeat",
+                               "2s",
+                               "--shutdown-timeout",
+                               "10s",
+                               "--admin",
+                               ":7700",
+                               "--tls-certificate",
+                               "c",
+                               "--tls-key",
+                               "k",
+                               "--tls-ca-file",
+                               "ca",
+                               "--tls-ca-path",
+                               "d",
+                               "--tls-passphrase",
+                               "pw",
+                               "--domain",
+                               "b",
+                               "--config",
+                               "node.ini",
+                               "--dump-config"});
   EXPECT_EQ(file, std::optional<std::string>{"node.ini"});
   EXPECT_EQ(cfg.domains, (std::vector<std::string>{"a", "b"}));
   EXPECT_EQ(cfg.concurrency, 5);
@@ -283,19 +308,39 @@ TEST(NodeConfigArgs, help_is_the_nodes) {
     EXPECT_EQ(std::string{e.what()}, node_help());
   }
   std::string help = node_help();
-  for (const char* part :
-       {"usage: cmdbus node", "--config FILE", "CMDBUS_NODE_CONFIG",
-        "--domain DOMAIN", "[CMDBUS_NODE_DOMAINS, comma-separated]",
-        "--concurrency N", "[CMDBUS_NODE_CONCURRENCY]", "--listen HOST:PORT",
-        "127.0.0.1:7400", "[CMDBUS_NODE_LISTEN]", "--port-file PATH",
-        "[CMDBUS_NODE_PORT_FILE]", "--name NAME", "[CMDBUS_NODE_NAME]",
-        "--heartbeat DURATION", "[CMDBUS_NODE_HEARTBEAT]",
-        "--shutdown-timeout DURATION", "[CMDBUS_NODE_SHUTDOWN_TIMEOUT]",
-        "--admin HOST:PORT", "[CMDBUS_NODE_ADMIN]", "--tls-certificate FILE",
-        "[CMDBUS_TLS_CERTIFICATE]", "--tls-key FILE", "--tls-ca-file FILE",
-        "--tls-ca-path DIR", "--tls-passphrase TEXT", "[CMDBUS_TLS_PASSPHRASE]",
-        "--dump-config", "-h, --help", "[node]", "[tls]", "[admin]",
-        "cleartext and unauthenticated"})
+  for (const char* part : {"usage: cmdbus node",
+                           "--config FILE",
+                           "CMDBUS_NODE_CONFIG",
+                           "--domain DOMAIN",
+                           "[CMDBUS_NODE_DOMAINS, comma-separated]",
+                           "--concurrency N",
+                           "[CMDBUS_NODE_CONCURRENCY]",
+                           "--listen HOST:PORT",
+                           "127.0.0.1:7400",
+                           "[CMDBUS_NODE_LISTEN]",
+                           "--port-file PATH",
+                           "[CMDBUS_NODE_PORT_FILE]",
+                           "--name NAME",
+                           "[CMDBUS_NODE_NAME]",
+                           "--heartbeat DURATION",
+                           "[CMDBUS_NODE_HEARTBEAT]",
+                           "--shutdown-timeout DURATION",
+                           "[CMDBUS_NODE_SHUTDOWN_TIMEOUT]",
+                           "--admin HOST:PORT",
+                           "[CMDBUS_NODE_ADMIN]",
+                           "--tls-certificate FILE",
+                           "[CMDBUS_TLS_CERTIFICATE]",
+                           "--tls-key FILE",
+                           "--tls-ca-file FILE",
+                           "--tls-ca-path DIR",
+                           "--tls-passphrase TEXT",
+                           "[CMDBUS_TLS_PASSPHRASE]",
+                           "--dump-config",
+                           "-h, --help",
+                           "[node]",
+                           "[tls]",
+                           "[admin]",
+                           "cleartext and unauthenticated"})
     EXPECT_TRUE(contains(help, part)) << part;
   size_t start = 0;
   while (start < help.size()) {
@@ -307,7 +352,8 @@ TEST(NodeConfigArgs, help_is_the_nodes) {
   }
 }
 
-// -- load: precedence and validation ---------------------------------------------
+// -- load: precedence and validation
+// ---------------------------------------------
 
 TEST(NodeConfigLoad, file_then_env_then_cli) {
   temp_file file{"[node]\ndomains = [\"f\"]\nconcurrency = 2\n"
@@ -362,14 +408,15 @@ TEST(NodeConfigLoad, reports_every_problem_with_the_rule) {
   EXPECT_EQ(file_message, bad.path()
                             + ":2: unknown key 'concurency' in section [node] "
                               "(did you mean 'concurrency'?)");
-  EXPECT_TRUE(contains(error_of([] {
-                         load_node({"--config", "/nonexistent/node.ini"},
-                                   fake_env{}.lookup());
-                       }),
-                       "cannot read config file '/nonexistent/node.ini'"));
+  EXPECT_TRUE(contains(
+    error_of([] {
+      load_node({"--config", "/nonexistent/node.ini"}, fake_env{}.lookup());
+    }),
+    "cannot read config file '/nonexistent/node.ini'"));
 }
 
-// -- describe (--dump-config) ----------------------------------------------------
+// -- describe (--dump-config)
+// ----------------------------------------------------
 
 TEST(NodeConfigDescribe, round_trips_and_never_prints_the_passphrase) {
   node_config cfg;
@@ -399,7 +446,8 @@ TEST(NodeConfigDescribe, round_trips_and_never_prints_the_passphrase) {
   EXPECT_EQ(describe(read), describe(defaults));
 }
 
-// -- the sample configuration ------------------------------------------------------
+// -- the sample configuration
+// ------------------------------------------------------
 
 TEST(NodeConfigSample, loads_is_valid_and_mentions_every_setting) {
   const std::string path = CMDBUS_SOURCE_DIR "/deploy/node.ini";
@@ -425,7 +473,8 @@ TEST(NodeConfigSample, loads_is_valid_and_mentions_every_setting) {
   EXPECT_TRUE(contains(sample, "passphrase")) << "the sample names it";
 }
 
-// -- the TLS environment alone (`cmdbus cluster`) --------------------------------
+// -- the TLS environment alone (`cmdbus cluster`)
+// --------------------------------
 
 TEST(NodeConfigTls, apply_tls_env_reads_the_same_variables) {
   tls_config tls;
