@@ -15,6 +15,7 @@
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 #include "cmdbus/db/rows.hpp"
 #include "cmdbus/db/text_format.hpp"
 #include "cmdbus/db/transaction.hpp"
@@ -121,19 +122,19 @@ std::vector<reply_row> take_replies(db::connection& conn,
       conn.query("SELECT msg_id, read_ct, enqueued_at, message::text FROM pgmq."
                    + db::queue_table(queue) + " ORDER BY msg_id LIMIT $1",
                  limit));
-  db::transaction tx{conn};
-  auto rows = to_reply_rows(conn.query(
-    "SELECT msg_id, read_ct, enqueued_at, message::text FROM pgmq.read($1, 30,"
-    " $2) ORDER BY msg_id",
-    queue, limit));
-  std::vector<int64_t> ids;
-  for (auto& row : rows)
-    ids.push_back(row.msg_id);
-  if (!ids.empty())
-    conn.query("SELECT pgmq.archive($1, $2::bigint[])", queue,
+  return db::in_transaction(conn, [&](db::connection& tx) {
+    auto rows = to_reply_rows(tx.query(
+      "SELECT msg_id, read_ct, enqueued_at, message::text FROM pgmq.read($1, "
+      "30, $2) ORDER BY msg_id",
+      queue, limit));
+    std::vector<int64_t> ids;
+    for (auto& row : rows)
+      ids.push_back(row.msg_id);
+    if (!ids.empty())
+      tx.query("SELECT pgmq.archive($1, $2::bigint[])", queue,
                db::array_literal(ids));
-  tx.commit();
-  return rows;
+    return rows;
+  });
 }
 
 std::string detail(const reply& x) {
@@ -192,8 +193,7 @@ int run_replies(const std::vector<std::string>& argv) {
   bool peek = a.flag("--peek");
   db::pool pool{pool_options_for(a, 1)};
   auto conn = pool.acquire();
-  if (conn->query("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", queue).rows()
-      == 0)
+  if (!db::queue_exists(*conn, queue))
     throw not_found{"queue " + queue + " does not exist"};
   auto until = steady_clock::now() + wait;
   poll_backoff backoff;

@@ -13,6 +13,7 @@
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 #include "cmdbus/db/rows.hpp"
 #include "cmdbus/model/wire.hpp"
 
@@ -89,8 +90,7 @@ struct message_info {
 message_info find_message(db::connection& conn, const command_metadata& m) {
   message_info info;
   auto queue = db::command_queue(m.domain);
-  if (conn.query("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", queue).rows()
-      == 0)
+  if (!db::queue_name_problem(queue).empty() || !db::queue_exists(conn, queue))
     return info;
   if (m.msg_id) {
     auto r = conn.query("SELECT message -> 'data', vt, vt > now(),"
@@ -157,8 +157,7 @@ result_info find_result(db::connection& conn, const command_metadata& m) {
     return info;
   }
   auto& queue = *m.reply_to;
-  if (conn.query("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", queue).rows()
-      == 0) {
+  if (!db::queue_name_problem(queue).empty() || !db::queue_exists(conn, queue)) {
     info.note = "not stored (reply queue " + queue + " does not exist)";
     return info;
   }

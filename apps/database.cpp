@@ -4,6 +4,7 @@
 
 #include "apps/args.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 
 namespace cmdbus::cli {
 
@@ -19,8 +20,7 @@ db::pool_options pool_options_for(const args& a, size_t max_size) {
 void note_if_unknown_domain(db::pool& pool, const std::string& domain) {
   auto queue = db::command_queue(domain);
   auto conn = pool.acquire();
-  if (conn->query("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", queue).rows()
-      == 0)
+  if (!db::queue_exists(*conn, queue))
     std::cerr << "cmdbus: note: there is no queue " << queue
               << "; is the domain name right? (`cmdbus queues` lists the "
                  "queues)\n";

@@ -2,6 +2,7 @@
 
 #include "cmdbus/cli/failure.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 
 namespace cmdbus::cli {
 
@@ -9,11 +10,10 @@ void require_queue(db::pool& pool, const std::string& queue, bool create) {
   db::validate_queue_name(queue);
   auto conn = pool.acquire();
   if (create) {
-    conn->exec("SELECT pgmq.create($1)", {queue});
+    db::create_queue(*conn, queue);
     return;
   }
-  auto r = conn->exec("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", {queue});
-  if (r.rows() == 0)
+  if (!db::queue_exists(*conn, queue))
     throw not_found{"queue " + queue
                     + " does not exist: check the domain's spelling, or pass "
                       "--create to create it"};
