@@ -14,6 +14,7 @@
 #include "cmdbus/actors/worker/spawn.hpp"
 #include "cmdbus/db/connection.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 #include "cmdbus/model/log.hpp"
 #include "cmdbus/model/version.hpp"
 #include "cmdbus/process/router.hpp"
@@ -167,13 +168,13 @@ struct worker::impl {
       for (auto& group : config::group_by_dsn(cfg, cfg.domains)) {
         auto conn = db::connection::open(group.dsn, opts);
         for (auto& d : group.domains)
-          conn.query("SELECT pgmq.create($1)", db::command_queue(d));
+          db::create_queue(conn, db::command_queue(d));
       }
       for (auto& group : config::group_by_dsn(cfg, processes->domains())) {
         auto conn = db::connection::open(group.dsn, opts);
         for (auto& d : group.domains)
           for (auto& q : processes->reply_queues(d))
-            conn.query("SELECT pgmq.create($1)", q);
+            db::create_queue(conn, q);
       }
     }
     cancelled->store(false);

@@ -4,8 +4,13 @@
 
 #include <iostream>
 
-#include "cmdbus/cli/cli.hpp"
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "apps/database.hpp"
+#include "apps/output.hpp"
+#include "apps/values.hpp"
 #include "cmdbus/cli/json_out.hpp"
+#include "cmdbus/cli/program.hpp"
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
@@ -15,8 +20,8 @@ namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* batch_help
-  = R"(usage: cmdbus batch list DOMAIN [--status S] [--limit N] [--offset N]
+const command_spec batch_command{
+  R"(usage: cmdbus batch list DOMAIN [--status S] [--limit N] [--offset N]
        cmdbus batch show DOMAIN BATCH_ID
        cmdbus batch refresh DOMAIN BATCH_ID
        (each also takes --dsn DSN, --json and --help)
@@ -31,31 +36,32 @@ commands in one transaction, by `cmdbus send-batch DOMAIN --file F --batch`.
 
 Exit codes: 0 ok, 1 usage error, 2 unknown batch, 3 database unavailable,
 4 other failure.
-)";
+)",
+  {}};
 
-constexpr const char* list_help
-  = R"(usage: cmdbus batch list DOMAIN [--status S] [--limit N] [--offset N]
+const command_spec list_command{
+  R"(usage: cmdbus batch list DOMAIN [--status S] [--limit N] [--offset N]
                          [--dsn DSN] [--json]
 
 Lists the domain's batches, newest first: id, name, status, finished
 commands (completed + failed + canceled) of the total, commands in the
 troubleshooting queue, creation time. S is one of PENDING, IN_PROGRESS,
 COMPLETED, COMPLETED_WITH_FAILURES (any case). Default limit 100.
-
-Options:
-  --status S      only batches with this status
-  --limit N       at most N batches (default 100)
-  --offset N      skip the first N
-  --dsn DSN       PostgreSQL connection string (else $CMDBUS_DSN)
-  --json          print an array of batch objects (with `progress`, the
-                  finished fraction 0..1)
-  -h, --help      show this help
-
+)",
+  {{"--status", "S", "only batches with this status"},
+   {"--limit", "N", "at most N batches (default 100)"},
+   {"--offset", "N", "skip the first N"},
+   dsn_option,
+   {"--json", "",
+    "print an array of batch objects (with `progress`, the finished fraction "
+    "0..1)"},
+   help_option},
+  R"(
 Exit codes: 0 ok, 1 usage error, 3 database unavailable, 4 other failure.
-)";
+)"};
 
-constexpr const char* show_help
-  = R"(usage: cmdbus batch show DOMAIN BATCH_ID [--dsn DSN] [--json]
+const command_spec show_command{
+  R"(usage: cmdbus batch show DOMAIN BATCH_ID [--dsn DSN] [--json]
 
 Shows a batch: name, custom data, status, every counter, timestamps and
 progress (finished commands: completed + failed + canceled, of the total;
@@ -63,19 +69,19 @@ a bar when standard output is a terminal), then its commands in the
 troubleshooting queue. A batch whose remaining commands all sit in the
 troubleshooting queue stays IN_PROGRESS until they are resolved
 (`cmdbus tsq`).
-
-Options:
-  --dsn DSN       PostgreSQL connection string (else $CMDBUS_DSN)
-  --json          print {"batch": {... "progress": 0..1 ...},
-                  "troubleshooting": [commands]}
-  -h, --help      show this help
-
+)",
+  {dsn_option,
+   {"--json", "",
+    "print {\"batch\": {... \"progress\": 0..1 ...}, \"troubleshooting\": "
+    "[commands]}"},
+   help_option},
+  R"(
 Exit codes: 0 ok, 1 usage error (e.g. an invalid BATCH_ID), 2 unknown batch,
 3 database unavailable, 4 other failure.
-)";
+)"};
 
-constexpr const char* refresh_help
-  = R"(usage: cmdbus batch refresh DOMAIN BATCH_ID [--dsn DSN] [--json]
+const command_spec refresh_command{
+  R"(usage: cmdbus batch refresh DOMAIN BATCH_ID [--dsn DSN] [--json]
 
 Repairs a batch's counters and prints them before and after. The counters
 are normally kept up to date as each command finishes; refresh recounts
@@ -88,15 +94,14 @@ troubleshooting queue) or COMPLETED, and completed_at is set. Otherwise a
 PENDING batch with anything counted becomes IN_PROGRESS; a finished batch
 is never reopened. No audit event is written and no completion callback
 runs.
-
-Options:
-  --dsn DSN       PostgreSQL connection string (else $CMDBUS_DSN)
-  --json          print {"before": {batch}, "after": {batch}}
-  -h, --help      show this help
-
+)",
+  {dsn_option,
+   {"--json", "", "print {\"before\": {batch}, \"after\": {batch}}"},
+   help_option},
+  R"(
 Exit codes: 0 ok, 1 usage error (e.g. an invalid BATCH_ID), 2 unknown batch,
 3 database unavailable, 4 other failure.
-)";
+)"};
 
 // The most troubleshooting items `show` lists.
 constexpr int max_tsq_listed = 1000;
@@ -126,9 +131,7 @@ std::string progress_text(const batch_metadata& b, bool bar) {
 // DOMAIN and BATCH_ID of show and refresh.
 std::pair<std::string, uuid> domain_and_batch(const args& a) {
   a.expect_positional(2, "DOMAIN and BATCH_ID");
-  auto domain = a.positional()[0];
-  db::validate_domain(domain);
-  return {domain, parse_uuid_arg("BATCH_ID", a.positional()[1])};
+  return {domain_arg(a), parse_uuid_arg("BATCH_ID", a.positional()[1])};
 }
 
 batch_metadata existing_batch(command_bus& bus, const std::string& domain,
@@ -141,8 +144,7 @@ batch_metadata existing_batch(command_bus& bus, const std::string& domain,
 
 int batch_list(const args& a) {
   a.expect_positional(1, "DOMAIN");
-  auto domain = a.positional()[0];
-  db::validate_domain(domain);
+  auto domain = domain_arg(a);
   std::optional<batch_status> status;
   if (auto s = a.option("--status"))
     status = parse_batch_status_arg("--status", *s);
@@ -269,36 +271,10 @@ int batch_refresh(const args& a) {
 } // namespace
 
 int run_batch(const std::vector<std::string>& argv) {
-  struct sub {
-    const char* name;
-    const char* help;
-    int (*run)(const args&);
-    std::vector<std::string> options;
-  };
-  static const std::vector<sub> subs{
-    {"list",
-     list_help,
-     batch_list,
-     {"--dsn", "--status", "--limit", "--offset"}},
-    {"show", show_help, batch_show, {"--dsn"}},
-    {"refresh", refresh_help, batch_refresh, {"--dsn"}},
-  };
-  auto [name, rest] = take_subcommand(argv);
-  if (name == "--help") {
-    print_help(batch_help);
-    return exit_ok;
-  }
-  for (auto& s : subs) {
-    if (name != s.name)
-      continue;
-    args a{rest, {"--help", "--json"}, s.options};
-    if (a.flag("--help")) {
-      print_help(s.help);
-      return exit_ok;
-    }
-    return s.run(a);
-  }
-  unknown_subcommand("batch", name, {"list", "show", "refresh"});
+  return run_subcommand("batch", argv, batch_command,
+                        {{"list", &list_command, batch_list},
+                         {"show", &show_command, batch_show},
+                         {"refresh", &refresh_command, batch_refresh}});
 }
 
 } // namespace cmdbus::cli

@@ -10,16 +10,19 @@
 
 #include <rapidjson/document.h>
 
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "apps/output.hpp"
 #include "cmdbus/actors/ops/admin.hpp"
-#include "cmdbus/cli/cli.hpp"
 #include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/config/network_config.hpp"
+#include "cmdbus/config/settings.hpp"
 
 namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* cluster_help
+constexpr const char* cluster_synopsis
   = R"(usage: cmdbus cluster status --nodes HOST:PORT[,HOST:PORT...] [options]
        cmdbus cluster drain --node HOST:PORT [--timeout DURATION] [options]
 
@@ -34,27 +37,51 @@ nodes (cmdbus node --admin); no database access.
            running commands finish; it stays up, not ready, until stopped)
            and waits until it is idle; a handler node refuses (it takes no
            work of its own: drain the workers that use it)
+)";
 
-Options:
-  --nodes LIST          status: comma-separated HOST:PORT addresses
-                        (repeatable)
-  --node HOST:PORT      drain: the worker's admin address
-  --timeout DURATION    status: per address, connecting and answering
-                        (default 3s); drain: until idle (default 60s)
-  --tls-certificate FILE, --tls-key FILE, --tls-ca-file FILE,
-  --tls-ca-path DIR, --tls-passphrase TEXT
-                        the certificate set when the admin ports use TLS
-                        (else $CMDBUS_TLS_*)
-  --json                status: an array of {"address", "reachable",
-                        "status" | "error"}; drain: {"address", "idle",
-                        "seconds", "status"}
-  -h, --help            show this help
+constexpr const char* cluster_epilogue = R"(
+The --tls-* options give the certificate set when the admin ports use TLS
+(else $CMDBUS_TLS_*).
 
 Exit codes: 0 ok (status: every address answered; drain: the worker is
 idle), 1 usage error, 4 refused (drain of a handler node, another admin
 protocol) or cannot start the network, 5 status: some address unreachable,
 or drain: the worker is unreachable, 7 drain: not idle within --timeout.
 )";
+
+constexpr option nodes_option{
+  "--nodes", "LIST",
+  "status: comma-separated HOST:PORT addresses (repeatable)"};
+constexpr option node_option{"--node", "HOST:PORT",
+                             "drain: the worker's admin address"};
+constexpr option timeout_option{
+  "--timeout", "DURATION",
+  "status: per address, connecting and answering (default 3s); drain: until "
+  "idle (default 60s)"};
+constexpr option json_option{
+  "--json", "",
+  "status: an array of {\"address\", \"reachable\", \"status\" | "
+  "\"error\"}; drain: {\"address\", \"idle\", \"seconds\", \"status\"}"};
+
+// The options of a subcommand: its own, then the TLS set, --json and --help.
+std::vector<option> options_with(std::vector<option> own) {
+  auto tls = config::detail::tls_options();
+  own.insert(own.end(), tls.begin(), tls.end());
+  own.insert(own.end(), {json_option, help_option});
+  return own;
+}
+
+const command_spec cluster_command{
+  cluster_synopsis, options_with({nodes_option, node_option, timeout_option}),
+  cluster_epilogue, false};
+
+const command_spec status_command{cluster_synopsis,
+                                  options_with({nodes_option, timeout_option}),
+                                  cluster_epilogue, false};
+
+const command_spec drain_command{cluster_synopsis,
+                                 options_with({node_option, timeout_option}),
+                                 cluster_epilogue, false};
 
 std::vector<std::string> split_list(const std::vector<std::string>& values) {
   std::vector<std::string> out;
@@ -85,7 +112,14 @@ actors::network_settings network_of(const args& a) {
                             return std::string{v};
                           return std::nullopt;
                         });
-  a.apply_tls_files(net.tls);
+  if (auto v = a.option("--tls-certificate"))
+    net.tls.certificate = *v;
+  if (auto v = a.option("--tls-key"))
+    net.tls.key = *v;
+  if (auto v = a.option("--tls-ca-file"))
+    net.tls.ca_file = *v;
+  if (auto v = a.option("--tls-ca-path"))
+    net.tls.ca_path = *v;
   if (auto v = a.option("--tls-passphrase"))
     net.tls.passphrase = *v;
   if (auto problems = config::validate_tls(net.tls); !problems.empty())
@@ -175,11 +209,13 @@ std::string rate_text(double rate) {
 }
 
 int cluster_status(const args& a) {
+  if (!a.positional().empty())
+    throw usage_error{"unexpected argument '" + a.positional().front() + "'"};
   auto addresses = split_list(a.options("--nodes"));
   if (addresses.empty())
     throw usage_error{"cluster status needs --nodes HOST:PORT[,...]"};
-  auto timeout = a.duration_option("--timeout").value_or(
-    std::chrono::milliseconds{3000});
+  auto timeout
+    = a.duration_option("--timeout").value_or(std::chrono::milliseconds{3000});
   auto client = client_of(a);
   auto answers = client->ask(addresses, false, timeout);
   bool all = true;
@@ -207,16 +243,15 @@ int cluster_status(const args& a) {
     std::string reasons;
     for (auto& x : answers) {
       if (!x.reached) {
-        rows.push_back({x.address, "-", "-", "UNREACHABLE", "-", "-", "-", "-",
-                        "-", "-"});
+        rows.push_back(
+          {x.address, "-", "-", "UNREACHABLE", "-", "-", "-", "-", "-", "-"});
         reasons += x.address + ": " + x.error + "\n";
         continue;
       }
       auto f = read_figures(x.json);
-      auto pools = f.kind == "node"
-                     ? std::to_string(f.sessions) + " worker(s)"
-                     : std::to_string(f.pools) + "/"
-                         + std::to_string(f.configured);
+      auto pools = f.kind == "node" ? std::to_string(f.sessions) + " worker(s)"
+                                    : std::to_string(f.pools) + "/"
+                                        + std::to_string(f.configured);
       rows.push_back({x.address, f.name, f.kind, f.readiness,
                       f.health.empty() ? "-" : f.health, join(f.domains),
                       std::to_string(f.local) + "+" + std::to_string(f.remote),
@@ -233,11 +268,13 @@ int cluster_status(const args& a) {
 }
 
 int cluster_drain(const args& a) {
+  if (!a.positional().empty())
+    throw usage_error{"unexpected argument '" + a.positional().front() + "'"};
   auto address = a.option("--node");
   if (!address || address->empty())
     throw usage_error{"cluster drain needs --node HOST:PORT"};
-  auto timeout = a.duration_option("--timeout").value_or(
-    std::chrono::milliseconds{60000});
+  auto timeout
+    = a.duration_option("--timeout").value_or(std::chrono::milliseconds{60000});
   auto per_request = std::min(timeout, std::chrono::milliseconds{3000});
   auto client = client_of(a);
   auto started = std::chrono::steady_clock::now();
@@ -270,8 +307,8 @@ int cluster_drain(const args& a) {
   if (!first.reached) {
     if (first.unsupported)
       throw exit_with{exit_failed, *address + ": " + first.error};
-    throw exit_with{exit_incomplete, *address + ": unreachable (" + first.error
-                                       + ")"};
+    throw exit_with{exit_incomplete,
+                    *address + ": unreachable (" + first.error + ")"};
   }
   auto status = first.json;
   if (!json_output)
@@ -299,33 +336,9 @@ int cluster_drain(const args& a) {
 } // namespace
 
 int run_cluster(const std::vector<std::string>& argv) {
-  auto [name, rest] = take_subcommand(argv);
-  if (name == "--help") {
-    std::cout << cluster_help;
-    return exit_ok;
-  }
-  static const std::vector<std::string> tls{
-    "--tls-certificate", "--tls-key", "--tls-ca-file", "--tls-ca-path",
-    "--tls-passphrase"};
-  auto options_with = [&](std::vector<std::string> own) {
-    own.insert(own.end(), tls.begin(), tls.end());
-    return own;
-  };
-  if (name == "status" || name == "drain") {
-    args a{rest, {"--help", "--json"},
-           options_with(name == "status"
-                          ? std::vector<std::string>{"--nodes", "--timeout"}
-                          : std::vector<std::string>{"--node", "--timeout"})};
-    if (a.flag("--help")) {
-      std::cout << cluster_help;
-      return exit_ok;
-    }
-    if (!a.positional().empty())
-      throw usage_error{"unexpected argument '" + a.positional().front()
-                        + "'"};
-    return name == "status" ? cluster_status(a) : cluster_drain(a);
-  }
-  unknown_subcommand("cluster", name, {"status", "drain"});
+  return run_subcommand("cluster", argv, cluster_command,
+                        {{"status", &status_command, cluster_status},
+                         {"drain", &drain_command, cluster_drain}});
 }
 
 } // namespace cmdbus::cli

@@ -1,6 +1,12 @@
+// `cmdbus list`: a domain's commands.
+
 #include <iostream>
 
-#include "cmdbus/cli/cli.hpp"
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "apps/database.hpp"
+#include "apps/output.hpp"
+#include "apps/values.hpp"
 #include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/pool.hpp"
@@ -10,45 +16,39 @@ namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* help
-  = R"(usage: cmdbus list DOMAIN [--status S] [--type T] [--batch B] [--limit N]
+const command_spec list_command{
+  R"(usage: cmdbus list DOMAIN [--status S] [--type T] [--batch B] [--limit N]
                    [--offset N] [--dsn DSN] [--json]
 
 Lists the domain's commands, newest first, with the batch each belongs to
 (empty when none). S is one of PENDING, IN_PROGRESS, COMPLETED, FAILED,
 CANCELED, IN_TROUBLESHOOTING_QUEUE (any case; TSQ for the last); B is a
 batch id: only that batch's commands.
-
-Options:
-  --status S     only commands in status S
-  --type T       only commands of type T
-  --batch B      only the commands of batch B
-  --limit N      at most N commands (default 100)
-  --offset N     skip the first N
-  --dsn DSN      connection string (default: $CMDBUS_DSN, then libpq env)
-  --json         print a JSON array of commands
-  -h, --help     show this help
-
+)",
+  {{"--status", "S", "only commands in status S"},
+   {"--type", "T", "only commands of type T"},
+   {"--batch", "B", "only the commands of batch B"},
+   {"--limit", "N", "at most N commands (default 100)"},
+   {"--offset", "N", "skip the first N"},
+   dsn_option,
+   {"--json", "", "print a JSON array of commands"},
+   help_option},
+  R"(
 An empty list says nothing about whether DOMAIN exists: a mistyped domain
 lists nothing, like a quiet one (`cmdbus queues` lists the real ones).
 
 Exit codes: 0 ok, 1 usage error (e.g. an unknown status or a bad UUID).
-)";
+)"};
 
 } // namespace
 
 int run_list(const std::vector<std::string>& argv) {
-  args a{argv,
-         {"--help", "--json"},
-         {"--dsn", "--status", "--type", "--batch", "--limit", "--offset"}};
-  if (a.flag("--help")) {
-    print_help(help);
-    return exit_ok;
-  }
+  args a{argv, list_command};
+  if (a.help())
+    return print_help(list_command);
   a.expect_positional(1, "DOMAIN");
   command_query q;
-  q.domain = a.positional()[0];
-  db::validate_domain(*q.domain);
+  q.domain = domain_arg(a);
   if (auto s = a.option("--status"))
     q.status = parse_status_arg("--status", *s);
   q.command_type = a.option("--type");

@@ -1,6 +1,10 @@
+// `cmdbus migrate`: create or upgrade the schema, or report its state.
+
 #include <iostream>
 
-#include "cmdbus/cli/cli.hpp"
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "apps/output.hpp"
 #include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/connection.hpp"
 #include "cmdbus/db/migrate.hpp"
@@ -11,8 +15,8 @@ namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* help
-  = R"(usage: cmdbus migrate [--dsn DSN] [--verbose] [--json] [--log-level LEVEL]
+const command_spec migrate_command{
+  R"(usage: cmdbus migrate [--dsn DSN] [--verbose] [--json] [--log-level LEVEL]
        cmdbus migrate --status [--dsn DSN] [--json]
 
 Creates or upgrades the cmdbus database objects:
@@ -30,17 +34,17 @@ comments; changed, which makes `cmdbus migrate` refuse to run; not_bundled,
 applied by another build) and the pending ones (bundled, not applied). The
 bundled pgmq files are listed only when `migrate` would apply them (the
 real pgmq extension is used instead when the server has it).
-
-Options:
-  --status        report applied and pending migrations; change nothing
-  --dsn DSN       connection string (default: $CMDBUS_DSN, then libpq env)
-  -v, --verbose   log each step to stderr (at least --log-level info)
-  --json          print the result as JSON
-  -h, --help      show this help
-
+)",
+  {{"--status", "", "report applied and pending migrations; change nothing"},
+   dsn_option,
+   {"--verbose", "", "log each step to stderr (at least --log-level info)",
+    "-v"},
+   {"--json", "", "print the result as JSON"},
+   help_option},
+  R"(
 Exit codes: 0 ok (--status: also with pending or changed migrations),
 1 usage error, 3 database unavailable, 4 migration failed.
-)";
+)"};
 
 int print_status(const args& a, db::connection& conn) {
   auto report = db::migration_status(conn, sql::pgmq_files(),
@@ -107,11 +111,9 @@ int print_status(const args& a, db::connection& conn) {
 } // namespace
 
 int run_migrate(const std::vector<std::string>& argv) {
-  args a{argv, {"--help", "--verbose", "--json", "--status"}, {"--dsn"}};
-  if (a.flag("--help")) {
-    print_help(help);
-    return exit_ok;
-  }
+  args a{argv, migrate_command};
+  if (a.help())
+    return print_help(migrate_command);
   a.expect_positional(0, "no positional arguments");
   // --verbose shows at least the info lines, whatever the level otherwise.
   if (a.flag("--verbose") && log::logger()->level() > spdlog::level::info)

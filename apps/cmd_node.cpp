@@ -5,18 +5,20 @@
 #include <string>
 #include <vector>
 
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
 #include "apps/demo_handlers.hpp"
-#include "cmdbus/cli/cli.hpp"
 #include "cmdbus/cli/node_main.hpp"
 
 namespace cmdbus::cli {
 
 int run_node(const std::vector<std::string>& argv) {
-  // --demo is this tool's own flag: the common node does not know it.
-  std::vector<std::string> rest = argv;
-  bool demo = take_flag(rest, "--demo");
+  // --demo is this tool's own flag: the common node accepts it (as the
+  // program's flag) and lists it in --help.
+  bool demo = has_flag(argv, "--demo");
   node_program program;
   program.name = "cmdbus node";
+  program.flags = {{"--demo", "serve the demo handler (see above)"}};
   program.description
     = "With --demo it runs the demo handler in every domain it serves: the\n"
       "command type `Test` (driven by data.behavior; its result says\n"
@@ -32,7 +34,7 @@ int run_node(const std::vector<std::string>& argv) {
                                  const std::string& node_name) {
       demo::register_test_handler(handlers, domain, node_name);
     };
-  return cmdbus::run_node(rest, program);
+  return cmdbus::run_node(argv, program);
 }
 
 } // namespace cmdbus::cli

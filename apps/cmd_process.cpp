@@ -9,9 +9,14 @@
 #include <memory>
 #include <stdexcept>
 
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "apps/database.hpp"
 #include "apps/demo_workflows.hpp"
-#include "cmdbus/cli/cli.hpp"
+#include "apps/output.hpp"
+#include "apps/values.hpp"
 #include "cmdbus/cli/json_out.hpp"
+#include "cmdbus/cli/queues.hpp"
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/error.hpp"
 #include "cmdbus/db/pool.hpp"
@@ -21,12 +26,10 @@
 
 namespace cmdbus::cli {
 
-int run_process(const std::vector<std::string>& argv);
-
 namespace {
 
-constexpr const char* process_help
-  = R"(usage: cmdbus process list DOMAIN [--status S]... [--type T] [--limit N]
+const command_spec process_command{
+  R"(usage: cmdbus process list DOMAIN [--status S]... [--type T] [--limit N]
        cmdbus process show DOMAIN PROCESS_ID
        cmdbus process start DOMAIN TYPE --data JSON|@FILE|- [--batch-id ID]
                             [--create]
@@ -46,30 +49,30 @@ docs/processes.md.
 Exit codes: 0 ok, 1 usage error or invalid input (also an unknown process
 type), 2 unknown process, or a domain whose queue does not exist (start
 without --create), 3 database unavailable, 4 other failure.
-)";
+)",
+  {}};
 
-constexpr const char* list_help
-  = R"(usage: cmdbus process list DOMAIN [--status S]... [--type T] [--limit N]
+const command_spec list_command{
+  R"(usage: cmdbus process list DOMAIN [--status S]... [--type T] [--limit N]
                            [--dsn DSN] [--json]
 
 Lists the domain's processes, newest first: id, type, status, current step,
 error code, creation and last update time. S is one of PENDING,
 IN_PROGRESS, WAITING, WAITING_FOR_TSQ (or "tsq"), COMPENSATING, COMPLETED,
 COMPENSATED, FAILED, CANCELED (any case); repeat --status for several.
-
-Options:
-  --status S      only processes with this status (repeatable)
-  --type T        only processes of this process type
-  --limit N       at most N processes (default 100)
-  --dsn DSN       PostgreSQL connection string (else $CMDBUS_DSN)
-  --json          print an array of process objects
-  -h, --help      show this help
-
+)",
+  {{"--status", "S", "only processes with this status (repeatable)"},
+   {"--type", "T", "only processes of this process type"},
+   {"--limit", "N", "at most N processes (default 100)"},
+   dsn_option,
+   {"--json", "", "print an array of process objects"},
+   help_option},
+  R"(
 Exit codes: 0 ok, 1 usage error, 3 database unavailable, 4 other failure.
-)";
+)"};
 
-constexpr const char* show_help
-  = R"(usage: cmdbus process show DOMAIN PROCESS_ID [--dsn DSN] [--json]
+const command_spec show_command{
+  R"(usage: cmdbus process show DOMAIN PROCESS_ID [--dsn DSN] [--json]
 
 Shows a process: type, status, current step, state, error, batch and
 timestamps, then its steps in the order they were sent: step name, the
@@ -78,18 +81,17 @@ command (id, type, its status now), when it was sent, the reply's outcome
 then each step's command data and reply data. A step whose command waits in
 the troubleshooting queue shows IN_TROUBLESHOOTING_QUEUE: `cmdbus tsq
 complete` resumes the process, `cmdbus tsq cancel` compensates it.
-
-Options:
-  --dsn DSN       PostgreSQL connection string (else $CMDBUS_DSN)
-  --json          print {"process": {...}, "steps": [...]}
-  -h, --help      show this help
-
+)",
+  {dsn_option,
+   {"--json", "", "print {\"process\": {...}, \"steps\": [...]}"},
+   help_option},
+  R"(
 Exit codes: 0 ok, 1 usage error (e.g. an invalid PROCESS_ID), 2 unknown
 process, 3 database unavailable, 4 other failure.
-)";
+)"};
 
-constexpr const char* start_help
-  = R"(usage: cmdbus process start DOMAIN TYPE --data JSON|@FILE|-
+const command_spec start_command{
+  R"(usage: cmdbus process start DOMAIN TYPE --data JSON|@FILE|-
                             [--batch-id ID] [--create] [--dsn DSN] [--json]
 
 Starts a process of TYPE in DOMAIN: inserts the process and sends its first
@@ -109,22 +111,23 @@ Types: the demo workflows, which `cmdbus worker` drives in every domain:
               operator completes (`cmdbus tsq complete`: Ship, COMPLETED)
               or cancels (`cmdbus tsq cancel`: Release, COMPENSATED) the
               command.
-
-Options:
-  --data JSON     the input: a JSON object, @FILE for a file's content, or
-                  - for standard input (required)
-  --batch-id ID   join this PROCESS batch (it must exist)
-  --create        create the domain's command queue if it does not exist
-  --dsn DSN       PostgreSQL connection string (else $CMDBUS_DSN)
-  --json          print {"process_id", "domain", "process_type", "status",
-                  "current_step"}
-  -h, --help      show this help
-
+)",
+  {{"--data", "JSON",
+    "the input: a JSON object, @FILE for a file's content, or - for "
+    "standard input (required)"},
+   {"--batch-id", "ID", "join this PROCESS batch (it must exist)"},
+   {"--create", "", "create the domain's command queue if it does not exist"},
+   dsn_option,
+   {"--json", "",
+    "print {\"process_id\", \"domain\", \"process_type\", \"status\", "
+    "\"current_step\"}"},
+   help_option},
+  R"(
 Exit codes: 0 ok, 1 usage error or invalid input (bad JSON, input the
 workflow rejects, an unknown TYPE: the message lists the types), 2 the
 domain's queue does not exist (see --create), an unknown batch or one that
 is not a PROCESS batch, 3 database unavailable, 4 other failure.
-)";
+)"};
 
 std::string opt(const std::optional<std::string>& x) {
   return x.value_or("");
@@ -210,12 +213,6 @@ void write_step(json_out& out, const step_row& s) {
   out.field("reply_data", e.reply_data)
     .field("received_at", e.received_at)
     .end_object();
-}
-
-std::string domain_arg(const args& a) {
-  auto domain = a.positional()[0];
-  db::validate_domain(domain);
-  return domain;
 }
 
 int process_list(const args& a) {
@@ -335,7 +332,7 @@ int process_start(const args& a) {
   auto registry = demo_registry(domain);
   if (registry->find(domain, type) == nullptr) {
     auto types = registry->types(domain);
-    auto near = nearest(type, types);
+    auto near = config::nearest(type, types);
     throw usage_error{"unknown process type '" + type + "'"
                       + (near.empty() ? "" : "; did you mean " + near + "?")
                       + " (the types: " + joined(types) + ")"};
@@ -387,44 +384,10 @@ int process_start(const args& a) {
 } // namespace
 
 int run_process(const std::vector<std::string>& argv) {
-  struct sub {
-    const char* name;
-    const char* help;
-    int (*run)(const args&);
-    std::vector<std::string> flags;
-    std::vector<std::string> options;
-  };
-  static const std::vector<sub> subs{
-    {"list",
-     list_help,
-     process_list,
-     {},
-     {"--dsn", "--status", "--type", "--limit"}},
-    {"show", show_help, process_show, {}, {"--dsn"}},
-    {"start",
-     start_help,
-     process_start,
-     {"--create"},
-     {"--dsn", "--data", "--batch-id"}},
-  };
-  auto [name, rest] = take_subcommand(argv);
-  if (name == "--help") {
-    print_help(process_help);
-    return exit_ok;
-  }
-  for (auto& s : subs) {
-    if (name != s.name)
-      continue;
-    std::vector<std::string> flags{"--help", "--json"};
-    flags.insert(flags.end(), s.flags.begin(), s.flags.end());
-    args a{rest, flags, s.options};
-    if (a.flag("--help")) {
-      print_help(s.help);
-      return exit_ok;
-    }
-    return s.run(a);
-  }
-  unknown_subcommand("process", name, {"list", "show", "start"});
+  return run_subcommand("process", argv, process_command,
+                        {{"list", &list_command, process_list},
+                         {"show", &show_command, process_show},
+                         {"start", &start_command, process_start}});
 }
 
 } // namespace cmdbus::cli

@@ -1,6 +1,11 @@
+// `cmdbus queues`: the PGMQ metrics of every queue.
+
 #include <iostream>
 
-#include "cmdbus/cli/cli.hpp"
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "apps/database.hpp"
+#include "apps/output.hpp"
 #include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/pool.hpp"
 
@@ -8,27 +13,25 @@ namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* help = R"(usage: cmdbus queues [--dsn DSN] [--json]
+const command_spec queues_command{
+  R"(usage: cmdbus queues [--dsn DSN] [--json]
 
 Shows PGMQ metrics of every queue: length, visible length, age of the newest
 and oldest message in seconds, and messages ever sent.
-
-Options:
-  --dsn DSN      connection string (default: $CMDBUS_DSN, then libpq env)
-  --json         print a JSON array, one object per queue
-  -h, --help     show this help
-
+)",
+  {dsn_option,
+   {"--json", "", "print a JSON array, one object per queue"},
+   help_option},
+  R"(
 Exit codes: 0 ok, 1 usage error.
-)";
+)"};
 
 } // namespace
 
 int run_queues(const std::vector<std::string>& argv) {
-  args a{argv, {"--help", "--json"}, {"--dsn"}};
-  if (a.flag("--help")) {
-    print_help(help);
-    return exit_ok;
-  }
+  args a{argv, queues_command};
+  if (a.help())
+    return print_help(queues_command);
   a.expect_positional(0, "no positional arguments");
   db::pool pool{pool_options_for(a, 1)};
   auto conn = pool.acquire();

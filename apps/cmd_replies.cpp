@@ -1,13 +1,21 @@
+// `cmdbus replies` (read or peek at a reply queue) and `cmdbus wait` (until
+// a command is finished).
+
 #include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <thread>
 
-#include "cmdbus/cli/cli.hpp"
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "apps/database.hpp"
+#include "apps/output.hpp"
+#include "apps/values.hpp"
 #include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 #include "cmdbus/db/rows.hpp"
 #include "cmdbus/db/text_format.hpp"
 #include "cmdbus/db/transaction.hpp"
@@ -40,8 +48,9 @@ private:
 
 // -- replies -----------------------------------------------------------------
 
-constexpr const char* replies_help
-  = R"(usage: cmdbus replies QUEUE [--peek] [--limit N] [--wait DUR] [--dsn DSN] [--json]
+const command_spec replies_command{
+  R"(usage: cmdbus replies QUEUE [--peek] [--limit N] [--wait DUR] [--dsn DSN]
+                      [--json]
 
 Reads a reply queue and prints its replies decoded: msg_id, enqueued_at,
 command_id, correlation_id, outcome (SUCCESS, FAILED, CANCELED) and the
@@ -58,23 +67,23 @@ shown, visible or not, without touching their visibility.
 
 A message that is not a valid reply is shown raw with a warning on stderr;
 it is archived like the others when reading, left alone with --peek.
-
-Options:
-  --peek          show without consuming
-  --limit N       at most N messages (default 100)
-  --wait DUR      when the queue has no message, wait up to DUR for one
-                  (polling with a growing delay, at most 1 s); default: do
-                  not wait
-  --json          print a JSON array of {msg_id, enqueued_at, read_ct, valid,
-                  command_id, correlation_id, outcome, result, error_code,
-                  error_message, reason} (an invalid message: {msg_id,
-                  enqueued_at, read_ct, valid: false, error, raw})
-  --dsn DSN       connection string (default: $CMDBUS_DSN, then libpq env)
-  -h, --help      show this help
-
+)",
+  {{"--peek", "", "show without consuming"},
+   {"--limit", "N", "at most N messages (default 100)"},
+   {"--wait", "DUR",
+    "when the queue has no message, wait up to DUR for one (polling with a "
+    "growing delay, at most 1 s); default: do not wait"},
+   {"--json", "",
+    "print a JSON array of {msg_id, enqueued_at, read_ct, valid, command_id, "
+    "correlation_id, outcome, result, error_code, error_message, reason} (an "
+    "invalid message: {msg_id, enqueued_at, read_ct, valid: false, error, "
+    "raw})"},
+   dsn_option,
+   help_option},
+  R"(
 Exit codes: 0 ok (also when there was nothing to read), 1 usage error,
 2 the queue does not exist, 3 database unavailable.
-)";
+)"};
 
 struct reply_row {
   int64_t msg_id = 0;
@@ -113,19 +122,19 @@ std::vector<reply_row> take_replies(db::connection& conn,
       conn.query("SELECT msg_id, read_ct, enqueued_at, message::text FROM pgmq."
                    + db::queue_table(queue) + " ORDER BY msg_id LIMIT $1",
                  limit));
-  db::transaction tx{conn};
-  auto rows = to_reply_rows(conn.query(
-    "SELECT msg_id, read_ct, enqueued_at, message::text FROM pgmq.read($1, 30,"
-    " $2) ORDER BY msg_id",
-    queue, limit));
-  std::vector<int64_t> ids;
-  for (auto& row : rows)
-    ids.push_back(row.msg_id);
-  if (!ids.empty())
-    conn.query("SELECT pgmq.archive($1, $2::bigint[])", queue,
+  return db::in_transaction(conn, [&](db::connection& tx) {
+    auto rows = to_reply_rows(tx.query(
+      "SELECT msg_id, read_ct, enqueued_at, message::text FROM pgmq.read($1, "
+      "30, $2) ORDER BY msg_id",
+      queue, limit));
+    std::vector<int64_t> ids;
+    for (auto& row : rows)
+      ids.push_back(row.msg_id);
+    if (!ids.empty())
+      tx.query("SELECT pgmq.archive($1, $2::bigint[])", queue,
                db::array_literal(ids));
-  tx.commit();
-  return rows;
+    return rows;
+  });
 }
 
 std::string detail(const reply& x) {
@@ -173,11 +182,9 @@ void print_replies_json(const std::vector<reply_row>& rows) {
 } // namespace
 
 int run_replies(const std::vector<std::string>& argv) {
-  args a{argv, {"--help", "--json", "--peek"}, {"--dsn", "--limit", "--wait"}};
-  if (a.flag("--help")) {
-    print_help(replies_help);
-    return exit_ok;
-  }
+  args a{argv, replies_command};
+  if (a.help())
+    return print_help(replies_command);
   a.expect_positional(1, "QUEUE");
   auto queue = a.positional()[0];
   db::validate_queue_name(queue);
@@ -186,8 +193,7 @@ int run_replies(const std::vector<std::string>& argv) {
   bool peek = a.flag("--peek");
   db::pool pool{pool_options_for(a, 1)};
   auto conn = pool.acquire();
-  if (conn->query("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", queue).rows()
-      == 0)
+  if (!db::queue_exists(*conn, queue))
     throw not_found{"queue " + queue + " does not exist"};
   auto until = steady_clock::now() + wait;
   poll_backoff backoff;
@@ -237,19 +243,19 @@ int run_replies(const std::vector<std::string>& argv) {
 
 namespace {
 
-constexpr const char* wait_help
-  = R"(usage: cmdbus wait DOMAIN COMMAND_ID [--timeout DUR] [--dsn DSN] [--json]
+const command_spec wait_command{
+  R"(usage: cmdbus wait DOMAIN COMMAND_ID [--timeout DUR] [--dsn DSN] [--json]
 
 Blocks until the command's status is final and prints it (--json: the
 command as `cmdbus show --json` prints its "command"). Polls the command row
 with a growing delay (50 ms up to 1 s).
-
-Options:
-  --timeout DUR   give up after DUR (e.g. 30s, 5m); default: wait forever
-  --json          print the command as JSON
-  --dsn DSN       connection string (default: $CMDBUS_DSN, then libpq env)
-  -h, --help      show this help
-
+)",
+  {{"--timeout", "DUR",
+    "give up after DUR (e.g. 30s, 5m); default: wait forever"},
+   {"--json", "", "print the command as JSON"},
+   dsn_option,
+   help_option},
+  R"(
 Exit codes:
   0  the command is COMPLETED
   1  usage error
@@ -257,7 +263,7 @@ Exit codes:
   3  database unavailable (also when the connection breaks while waiting)
   5  the command is FAILED, CANCELED or IN_TROUBLESHOOTING_QUEUE
   7  --timeout passed first (the command is still PENDING or IN_PROGRESS)
-)";
+)"};
 
 bool finished(command_status s) {
   return is_terminal(s) || s == command_status::in_troubleshooting_queue;
@@ -266,14 +272,11 @@ bool finished(command_status s) {
 } // namespace
 
 int run_wait(const std::vector<std::string>& argv) {
-  args a{argv, {"--help", "--json"}, {"--dsn", "--timeout"}};
-  if (a.flag("--help")) {
-    print_help(wait_help);
-    return exit_ok;
-  }
+  args a{argv, wait_command};
+  if (a.help())
+    return print_help(wait_command);
   a.expect_positional(2, "DOMAIN and COMMAND_ID");
-  auto domain = a.positional()[0];
-  db::validate_domain(domain);
+  auto domain = domain_arg(a);
   auto id = parse_uuid_arg("COMMAND_ID", a.positional()[1]);
   auto timeout = a.duration_option("--timeout");
   auto until = timeout ? steady_clock::now() + *timeout

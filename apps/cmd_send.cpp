@@ -1,7 +1,13 @@
+// `cmdbus send`: one command, in one transaction.
+
 #include <iostream>
 
-#include "cmdbus/cli/cli.hpp"
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "apps/database.hpp"
+#include "apps/values.hpp"
 #include "cmdbus/cli/json_out.hpp"
+#include "cmdbus/cli/queues.hpp"
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
@@ -11,8 +17,8 @@ namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* send_help
-  = R"(usage: cmdbus send DOMAIN TYPE [--data JSON|@FILE|-] [--id UUID]
+const command_spec send_command{
+  R"(usage: cmdbus send DOMAIN TYPE [--data JSON|@FILE|-] [--id UUID]
                    [--reply-to QUEUE] [--correlation-id UUID]
                    [--max-attempts N] [--create] [--dsn DSN] [--json]
 
@@ -20,43 +26,38 @@ Sends one command of type TYPE to the queue DOMAIN__commands in one
 transaction: PGMQ message, command row (PENDING), SENT audit and NOTIFY.
 The queue must exist (a worker or an earlier `--create` made it), so that a
 mistyped DOMAIN fails instead of creating a queue nobody reads.
-
-Options:
-  --data JSON             the payload, a JSON object (default {}); @FILE reads
-                          it from FILE, - from standard input
-  --id UUID               the command id (default: a new random UUID); sending
-                          an id that exists in DOMAIN fails with exit code 2
-  --reply-to QUEUE        queue for the reply (created when missing)
-  --correlation-id UUID   default: a new random UUID
-  --max-attempts N        default: 3
-  --create                create DOMAIN__commands when it does not exist
-  --dsn DSN               connection string (default: $CMDBUS_DSN, then libpq env)
-  --json                  print the result as JSON
-  -h, --help              show this help
-
+)",
+  {{"--data", "JSON",
+    "the payload, a JSON object (default {}); @FILE reads it from FILE, - "
+    "from standard input"},
+   {"--id", "UUID",
+    "the command id (default: a new random UUID); sending an id that exists "
+    "in DOMAIN fails with exit code 2"},
+   {"--reply-to", "QUEUE", "queue for the reply (created when missing)"},
+   {"--correlation-id", "UUID", "default: a new random UUID"},
+   {"--max-attempts", "N", "default: 3"},
+   {"--create", "", "create DOMAIN__commands when it does not exist"},
+   dsn_option,
+   {"--json", "", "print the result as JSON"},
+   help_option},
+  R"(
 Use `--` before a TYPE that starts with '-'.
 
 Exit codes: 0 sent, 1 invalid input, 2 duplicate command id or no queue
 DOMAIN__commands (without --create), 3 database unavailable, 4 other failure
 (e.g. a database without the cmdbus schema), 6 login refused.
-)";
+)"};
 
 } // namespace
 
 int run_send(const std::vector<std::string>& argv) {
-  args a{argv,
-         {"--help", "--json", "--create"},
-         {"--dsn", "--data", "--id", "--reply-to", "--correlation-id",
-          "--max-attempts"}};
-  if (a.flag("--help")) {
-    print_help(send_help);
-    return exit_ok;
-  }
+  args a{argv, send_command};
+  if (a.help())
+    return print_help(send_command);
   a.expect_positional(2, "DOMAIN and TYPE");
   send_request req;
-  req.domain = a.positional()[0];
+  req.domain = domain_arg(a);
   req.command_type = a.positional()[1];
-  db::validate_domain(req.domain);
   if (req.command_type.empty())
     throw usage_error{"TYPE must not be empty"};
   req.data = parse_object_arg("--data", a.option("--data").value_or("{}"));

@@ -1,3 +1,6 @@
+// `cmdbus send-batch`: the commands of a JSON-lines file, in chunks or as
+// one batch.
+
 #include <algorithm>
 #include <fstream>
 #include <iostream>
@@ -6,8 +9,12 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include "cmdbus/cli/cli.hpp"
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "apps/database.hpp"
+#include "apps/values.hpp"
 #include "cmdbus/cli/json_out.hpp"
+#include "cmdbus/cli/queues.hpp"
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
@@ -18,8 +25,8 @@ namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* send_batch_help
-  = R"(usage: cmdbus send-batch DOMAIN --file F.jsonl [--create] [--chunk-size N]
+const command_spec send_batch_command{
+  R"(usage: cmdbus send-batch DOMAIN --file F.jsonl [--create] [--chunk-size N]
                          [--dsn DSN] [--json]
        cmdbus send-batch DOMAIN --file F.jsonl --batch [--name NAME]
                          [--batch-id ID] [--custom-data JSON] [--create]
@@ -46,27 +53,28 @@ in a single transaction (all or nothing), and the batch id is printed.
 Follow it with `cmdbus batch show DOMAIN ID` or `cmdbus list DOMAIN --batch
 ID`. Batches are created whole: an existing batch id is refused, and nothing
 is ever added to an existing batch.
-
-Options:
-  --file F                the JSON-lines file (`-` for standard input)
-  --create                create DOMAIN__commands if it does not exist
-                          (without it, a missing queue is exit code 2)
-  --chunk-size N          commands per transaction (not with --batch)
-  --batch                 create one batch of all the file's commands
-  --name NAME             the batch's name
-  --batch-id ID           the batch's id (default: a new UUID)
-  --custom-data JSON      the batch's custom data, an object (JSON text,
-                          @FILE, or - for standard input)
-  --dsn DSN               PostgreSQL connection string (else $CMDBUS_DSN)
-  --json                  print the result as JSON: without --batch
-                          {queue, total_commands, chunks, results}, with it
-                          {batch_id, total, queue, results}; results are
-                          [{command_id, msg_id}] in file order
-  -h, --help              show this help
-
+)",
+  {{"--file", "F", "the JSON-lines file (`-` for standard input)"},
+   {"--create", "",
+    "create DOMAIN__commands if it does not exist (without it, a missing "
+    "queue is exit code 2)"},
+   {"--chunk-size", "N", "commands per transaction (not with --batch)"},
+   {"--batch", "", "create one batch of all the file's commands"},
+   {"--name", "NAME", "the batch's name"},
+   {"--batch-id", "ID", "the batch's id (default: a new UUID)"},
+   {"--custom-data", "JSON",
+    "the batch's custom data, an object (JSON text, @FILE, or - for standard "
+    "input)"},
+   dsn_option,
+   {"--json", "",
+    "print the result as JSON: without --batch {queue, total_commands, "
+    "chunks, results}, with it {batch_id, total, queue, results}; results "
+    "are [{command_id, msg_id}] in file order"},
+   help_option},
+  R"(
 Exit codes: 0 sent, 1 invalid input, 2 duplicate command id, existing batch
 id or missing queue, 3 database unavailable, 4 other failure.
-)";
+)"};
 
 // The keys a line may have.
 const std::vector<std::string> line_keys{"command_type", "data",
@@ -212,17 +220,11 @@ int create_one_batch(const args& a, const std::string& domain,
 } // namespace
 
 int run_send_batch(const std::vector<std::string>& argv) {
-  args a{argv,
-         {"--help", "--json", "--batch", "--create"},
-         {"--dsn", "--file", "--chunk-size", "--name", "--batch-id",
-          "--custom-data"}};
-  if (a.flag("--help")) {
-    print_help(send_batch_help);
-    return exit_ok;
-  }
+  args a{argv, send_batch_command};
+  if (a.help())
+    return print_help(send_batch_command);
   a.expect_positional(1, "DOMAIN");
-  auto domain = a.positional()[0];
-  db::validate_domain(domain);
+  auto domain = domain_arg(a);
   auto file = a.option("--file");
   if (!file)
     throw usage_error{"--file is required"};

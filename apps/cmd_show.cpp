@@ -1,11 +1,19 @@
+// `cmdbus show`: one command with its payload, result, next attempt and
+// audit trail.
+
 #include <cmath>
 #include <iostream>
 
-#include "cmdbus/cli/cli.hpp"
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "apps/database.hpp"
+#include "apps/output.hpp"
+#include "apps/values.hpp"
 #include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 #include "cmdbus/db/rows.hpp"
 #include "cmdbus/model/wire.hpp"
 
@@ -13,8 +21,8 @@ namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* help
-  = R"(usage: cmdbus show DOMAIN COMMAND_ID [--dsn DSN] [--json]
+const command_spec show_command{
+  R"(usage: cmdbus show DOMAIN COMMAND_ID [--dsn DSN] [--json]
 
 Shows a command: its metadata, its payload, the last error or the result,
 when a waiting retry is due, and its audit trail (ordered by time, then
@@ -33,14 +41,18 @@ audit id).
   next attempt  for a PENDING or IN_PROGRESS command whose message is
               invisible: when it becomes visible again (a retry after a
               transient failure, or the end of a running attempt's lease)
-
---json prints {"command": {...}, "payload": ..., "payload_source": "queue" |
-"archive" | null, "next_attempt_at": ... | null, "result": ... | null,
-"result_source": "reply_queue" | "reply_archive" | null, "audit": [...]}.
-
+)",
+  {dsn_option,
+   {"--json", "",
+    "print {\"command\": {...}, \"payload\": ..., \"payload_source\": "
+    "\"queue\" | \"archive\" | null, \"next_attempt_at\": ... | null, "
+    "\"result\": ... | null, \"result_source\": \"reply_queue\" | "
+    "\"reply_archive\" | null, \"audit\": [...]}"},
+   help_option},
+  R"(
 Exit codes: 0 ok, 1 usage error, 2 the command does not exist, 3 database
 unavailable.
-)";
+)"};
 
 std::string opt(const std::optional<std::string>& x) {
   return x ? *x : "";
@@ -78,8 +90,7 @@ struct message_info {
 message_info find_message(db::connection& conn, const command_metadata& m) {
   message_info info;
   auto queue = db::command_queue(m.domain);
-  if (conn.query("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", queue).rows()
-      == 0)
+  if (!db::queue_name_problem(queue).empty() || !db::queue_exists(conn, queue))
     return info;
   if (m.msg_id) {
     auto r = conn.query("SELECT message -> 'data', vt, vt > now(),"
@@ -146,8 +157,7 @@ result_info find_result(db::connection& conn, const command_metadata& m) {
     return info;
   }
   auto& queue = *m.reply_to;
-  if (conn.query("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", queue).rows()
-      == 0) {
+  if (!db::queue_name_problem(queue).empty() || !db::queue_exists(conn, queue)) {
     info.note = "not stored (reply queue " + queue + " does not exist)";
     return info;
   }
@@ -190,14 +200,11 @@ std::string seconds_text(double s) {
 } // namespace
 
 int run_show(const std::vector<std::string>& argv) {
-  args a{argv, {"--help", "--json"}, {"--dsn"}};
-  if (a.flag("--help")) {
-    print_help(help);
-    return exit_ok;
-  }
+  args a{argv, show_command};
+  if (a.help())
+    return print_help(show_command);
   a.expect_positional(2, "DOMAIN and COMMAND_ID");
-  auto domain = a.positional()[0];
-  db::validate_domain(domain);
+  auto domain = domain_arg(a);
   auto id = parse_uuid_arg("COMMAND_ID", a.positional()[1]);
   db::pool pool{pool_options_for(a, 1)};
   command_bus bus{pool};

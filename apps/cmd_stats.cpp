@@ -1,11 +1,19 @@
+// `cmdbus stats`: commands by status, queue depth and throughput per
+// domain, once or --watch.
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <thread>
 
-#include "cmdbus/cli/cli.hpp"
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "apps/database.hpp"
+#include "apps/output.hpp"
+#include "apps/values.hpp"
 #include "cmdbus/cli/json_out.hpp"
+#include "cmdbus/cli/program.hpp"
 #include "cmdbus/db/error.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
@@ -16,8 +24,8 @@ namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* help
-  = R"(usage: cmdbus stats [DOMAIN] [--watch] [--interval DUR] [--dsn DSN] [--json]
+const command_spec stats_command{
+  R"(usage: cmdbus stats [DOMAIN] [--watch] [--interval DUR] [--dsn DSN] [--json]
 
 Shows per domain (every domain with commands or a DOMAIN__commands queue
 when DOMAIN is omitted):
@@ -31,32 +39,31 @@ when DOMAIN is omitted):
     now (`done`), or FAILED or in the troubleshooting queue now (`failed`),
     and whose row was last updated within that time (the finish, unless an
     operator acted on the command later).
-
-Options:
-  --watch         redraw every --interval until SIGINT (Ctrl-C). On a
-                  terminal the screen is cleared and redrawn; when standard
-                  output is not a terminal, one snapshot is printed per
-                  interval (a line with the time, then the tables; with
-                  --json one document per line), so that it can be logged.
-                  When the database goes away while watching, the snapshot
-                  says so and the next interval tries again
-  --interval DUR  time between snapshots of --watch (default 2s; e.g. 500ms,
-                  10s, 1m)
-  --json          print one JSON document: an array of domain objects with
-                  domain, commands {STATUS: n, ...}, tsq, queue {exists,
-                  depth, visible, invisible, oldest_visible_age_sec},
-                  completed_last_minute, completed_last_hour,
-                  failed_last_minute, failed_last_hour
-  --dsn DSN       connection string (default: $CMDBUS_DSN, then libpq env)
-  -h, --help      show this help
-
+)",
+  {{"--watch", "",
+    "redraw every --interval until SIGINT (Ctrl-C). On a terminal the screen "
+    "is cleared and redrawn; when standard output is not a terminal, one "
+    "snapshot is printed per interval (a line with the time, then the "
+    "tables; with --json one document per line), so that it can be logged. "
+    "When the database goes away while watching, the snapshot says so and "
+    "the next interval tries again"},
+   {"--interval", "DUR",
+    "time between snapshots of --watch (default 2s; e.g. 500ms, 10s, 1m)"},
+   {"--json", "",
+    "print one JSON document: an array of domain objects with domain, "
+    "commands {STATUS: n, ...}, tsq, queue {exists, depth, visible, "
+    "invisible, oldest_visible_age_sec}, completed_last_minute, "
+    "completed_last_hour, failed_last_minute, failed_last_hour"},
+   dsn_option,
+   help_option},
+  R"(
 Cost: the counts use the command table's indexes; only the COMPLETED count
 grows with the table (an index-only count of the domain's rows), see
 docs/inspect.md.
 
 Exit codes: 0 ok (also when SIGINT ends --watch), 1 usage error,
 3 database unavailable, 4 other failure.
-)";
+)"};
 
 volatile std::sig_atomic_t interrupted = 0;
 
@@ -137,18 +144,14 @@ void print_text(std::ostream& os, const std::vector<db::domain_stats>& xs) {
 } // namespace
 
 int run_stats(const std::vector<std::string>& argv) {
-  args a{argv, {"--help", "--json", "--watch"}, {"--dsn", "--interval"}};
-  if (a.flag("--help")) {
-    print_help(help);
-    return exit_ok;
-  }
+  args a{argv, stats_command};
+  if (a.help())
+    return print_help(stats_command);
   if (a.positional().size() > 1)
     a.expect_positional(1, "at most one DOMAIN");
   std::optional<std::string> domain;
-  if (!a.positional().empty()) {
-    domain = a.positional()[0];
-    db::validate_domain(*domain);
-  }
+  if (!a.positional().empty())
+    domain = domain_arg(a);
   auto interval
     = a.duration_option("--interval").value_or(std::chrono::milliseconds{2000});
   if (a.option("--interval") && !a.flag("--watch"))

@@ -8,7 +8,11 @@
 #include <pwd.h>
 #include <unistd.h>
 
-#include "cmdbus/cli/cli.hpp"
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "apps/database.hpp"
+#include "apps/output.hpp"
+#include "apps/values.hpp"
 #include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
@@ -18,7 +22,9 @@ namespace cmdbus::cli {
 
 namespace {
 
-constexpr const char* help
+// The help of every tsq subcommand: what they do, how the commands are
+// selected; each subcommand's --help adds its options.
+constexpr const char* tsq_synopsis
   = R"(usage: cmdbus tsq list DOMAIN [--type T] [--error-code C] [--batch B]
                        [--older-than DUR] [--oldest-first] [--limit N]
                        [--offset N]
@@ -59,13 +65,79 @@ meanwhile (another operator, a re-run) are skipped and counted, so an
 interrupted bulk run can simply be run again. --dry-run lists what would be
 touched and changes nothing. --operator NAME is recorded in the audit
 (default: $USER, else $LOGNAME, else the account's name).
+)";
 
+constexpr const char* tsq_exit_codes = R"(
 Exit codes: 0 ok (bulk: also when some were skipped); 1 usage error (bad
 UUID, no selector, ids together with a bulk selector, invalid --result);
 2 a named COMMAND_ID is unknown or not in the TSQ (the others are still
 processed), or `show` of an unknown command; 3 database unavailable; 4 a
 command failed otherwise (e.g. no archived message to retry).
 )";
+
+// -- the options
+// ---------------------------------------------------------------
+
+constexpr option json_option{"--json", "", "print the result as JSON"};
+constexpr option batch_option{"--batch", "B", "only the commands of batch B"};
+constexpr option error_code_option{"--error-code", "C",
+                                   "only commands whose last error code is C"};
+constexpr option older_than_option{
+  "--older-than", "DUR",
+  "only commands in the TSQ for longer than DUR (e.g. 90s, 15m, 2h, 1d)"};
+
+const command_spec tsq_command{tsq_synopsis, {}, tsq_exit_codes};
+
+const command_spec list_command{
+  tsq_synopsis,
+  {{"--type", "T", "only commands of type T"},
+   error_code_option,
+   batch_option,
+   older_than_option,
+   {"--oldest-first", "", "oldest first (default: newest first)"},
+   {"--limit", "N", "at most N commands (default 50)"},
+   {"--offset", "N", "skip the first N"},
+   dsn_option,
+   json_option,
+   help_option},
+  tsq_exit_codes};
+
+const command_spec show_command{tsq_synopsis,
+                                {dsn_option, json_option, help_option},
+                                tsq_exit_codes};
+
+// The options of retry, cancel and complete; `extra` is the operation's own.
+std::vector<option> operation_options(std::vector<option> extra) {
+  std::vector<option> out{
+    {"--all", "", "every command in the domain's TSQ"},
+    batch_option,
+    error_code_option,
+    older_than_option,
+    {"--limit", "N", "take at most N of the selected commands, oldest first"},
+    {"--dry-run", "", "list what would be touched; change nothing"},
+    {"--operator", "NAME",
+     "recorded in the audit (default: $USER, else $LOGNAME, else the "
+     "account's name)"}};
+  out.insert(out.end(), extra.begin(), extra.end());
+  out.insert(out.end(), {dsn_option, json_option, help_option});
+  return out;
+}
+
+const command_spec retry_command{tsq_synopsis, operation_options({}),
+                                 tsq_exit_codes};
+
+const command_spec cancel_command{
+  tsq_synopsis,
+  operation_options(
+    {{"--reason", "TEXT", "why: in the audit and the CANCELED reply"}}),
+  tsq_exit_codes};
+
+const command_spec complete_command{
+  tsq_synopsis,
+  operation_options({{"--result", "JSON",
+                      "the result of the SUCCESS reply: a JSON object (text, "
+                      "@FILE or - for standard input)"}}),
+  tsq_exit_codes};
 
 std::string opt(const std::optional<std::string>& x) {
   return x ? *x : "";
@@ -102,25 +174,9 @@ void write_item(json_out& out, const troubleshooting_item& x) {
     .end_object();
 }
 
-std::string domain_arg(const args& a) {
-  if (a.positional().empty())
-    throw usage_error{"missing DOMAIN"};
-  auto domain = a.positional()[0];
-  db::validate_domain(domain);
-  return domain;
-}
-
 // -- list --------------------------------------------------------------------
 
-int tsq_list(const std::vector<std::string>& argv) {
-  args a{argv,
-         {"--help", "--json", "--oldest-first"},
-         {"--dsn", "--type", "--error-code", "--batch", "--older-than",
-          "--limit", "--offset"}};
-  if (a.flag("--help")) {
-    print_help(help);
-    return exit_ok;
-  }
+int tsq_list(const args& a) {
   a.expect_positional(1, "DOMAIN");
   tsq_filter f;
   f.domain = domain_arg(a);
@@ -165,12 +221,7 @@ int tsq_list(const std::vector<std::string>& argv) {
 
 // -- show --------------------------------------------------------------------
 
-int tsq_show(const std::vector<std::string>& argv) {
-  args a{argv, {"--help", "--json"}, {"--dsn"}};
-  if (a.flag("--help")) {
-    print_help(help);
-    return exit_ok;
-  }
+int tsq_show(const args& a) {
   a.expect_positional(2, "DOMAIN and COMMAND_ID");
   auto domain = domain_arg(a);
   auto id = parse_uuid_arg("COMMAND_ID", a.positional()[1]);
@@ -254,19 +305,7 @@ std::optional<std::string> default_operator() {
   return std::nullopt;
 }
 
-int run_operation(tsq_operation::kind kind,
-                  const std::vector<std::string>& argv) {
-  std::vector<std::string> options{"--dsn",        "--batch",    "--error-code",
-                                   "--older-than", "--operator", "--limit"};
-  if (kind == tsq_operation::kind::cancel)
-    options.push_back("--reason");
-  if (kind == tsq_operation::kind::complete)
-    options.push_back("--result");
-  args a{argv, {"--help", "--json", "--all", "--dry-run"}, options};
-  if (a.flag("--help")) {
-    print_help(help);
-    return exit_ok;
-  }
+int run_operation(tsq_operation::kind kind, const args& a) {
   auto domain = domain_arg(a);
   std::vector<uuid> named;
   for (size_t i = 1; i < a.positional().size(); ++i)
@@ -408,26 +447,27 @@ int run_operation(tsq_operation::kind kind,
   return exit_ok;
 }
 
+int tsq_retry(const args& a) {
+  return run_operation(tsq_operation::kind::retry, a);
+}
+
+int tsq_cancel(const args& a) {
+  return run_operation(tsq_operation::kind::cancel, a);
+}
+
+int tsq_complete(const args& a) {
+  return run_operation(tsq_operation::kind::complete, a);
+}
+
 } // namespace
 
 int run_tsq(const std::vector<std::string>& argv) {
-  auto [sub, rest] = take_subcommand(argv);
-  if (sub == "--help") {
-    print_help(help);
-    return exit_ok;
-  }
-  if (sub == "list")
-    return tsq_list(rest);
-  if (sub == "show")
-    return tsq_show(rest);
-  if (sub == "retry")
-    return run_operation(tsq_operation::kind::retry, rest);
-  if (sub == "cancel")
-    return run_operation(tsq_operation::kind::cancel, rest);
-  if (sub == "complete")
-    return run_operation(tsq_operation::kind::complete, rest);
-  unknown_subcommand("tsq", sub,
-                     {"list", "show", "retry", "cancel", "complete"});
+  return run_subcommand("tsq", argv, tsq_command,
+                        {{"list", &list_command, tsq_list},
+                         {"show", &show_command, tsq_show},
+                         {"retry", &retry_command, tsq_retry},
+                         {"cancel", &cancel_command, tsq_cancel},
+                         {"complete", &complete_command, tsq_complete}});
 }
 
 } // namespace cmdbus::cli

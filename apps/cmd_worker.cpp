@@ -5,20 +5,22 @@
 #include <string>
 #include <vector>
 
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
 #include "apps/demo_handlers.hpp"
 #include "apps/demo_workflows.hpp"
-#include "cmdbus/cli/cli.hpp"
 #include "cmdbus/cli/worker_main.hpp"
 #include "cmdbus/model/log.hpp"
 
 namespace cmdbus::cli {
 
 int run_worker(const std::vector<std::string>& argv) {
-  // --demo is this tool's own flag: the common worker does not know it.
-  std::vector<std::string> rest = argv;
-  bool demo = take_flag(rest, "--demo");
+  // --demo is this tool's own flag: the common worker accepts it (as the
+  // program's flag) and lists it in --help.
+  bool demo = has_flag(argv, "--demo");
   worker_program program;
   program.name = "cmdbus worker";
+  program.flags = {{"--demo", "serve the demo handlers (see above)"}};
   program.description
     = "With --demo it runs the demo handlers in every domain it serves: the\n"
       "command type `Test` (driven by data.behavior) and the process type\n"
@@ -50,7 +52,7 @@ int run_worker(const std::vector<std::string>& argv) {
                     domain);
     });
   };
-  return cmdbus::run_worker(rest, program);
+  return cmdbus::run_worker(argv, program);
 }
 
 } // namespace cmdbus::cli

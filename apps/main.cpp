@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "cmdbus/cli/cli.hpp"
+#include "apps/args.hpp"
+#include "apps/commands.hpp"
+#include "cmdbus/cli/program.hpp"
 #include "cmdbus/model/version.hpp"
 
 namespace {
@@ -36,7 +38,7 @@ constexpr command_entry commands[] = {
   {"cluster", cli::run_cluster},
 };
 
-constexpr const char* main_help
+constexpr const char* main_synopsis
   = R"(usage: cmdbus [--dsn DSN] [--log-level LEVEL] [--log-format FORMAT]
               <command> [options]
        cmdbus help <command>
@@ -63,23 +65,11 @@ Commands:
                --remote-pool HOST:PORT); without --demo it refuses to start
   cluster      the admin ports of workers and nodes: status (one table),
                drain (a worker stops taking work; waits until idle)
+)";
 
-Options:
-  -h, --help         show this help (`cmdbus CMD --help` for a command's)
-  --version          print the version
-  --dsn DSN          the database, before or after the command
-  --json             JSON output, before or after the command
-  --log-level LEVEL  trace, debug, info, warn, error, critical or off, before
-                     or after any command (default: $CMDBUS_LOG_LEVEL, else
-                     $SPDLOG_LEVEL, else info for worker and warn for the
-                     others); the log goes to stderr
-  --log-format FORMAT
-                     text, json (one JSON object per line: time, level,
-                     logger, actor, domain, message) or journal (for
-                     journald: a <N> priority prefix, the origin, the
-                     message, no time), before or after any command
-                     (default: $CMDBUS_LOG_FORMAT, else text)
-  --                 ends the options: what follows is positional
+constexpr const char* main_epilogue = R"(
+--dsn, --json, --log-level and --log-format may stand before or after the
+command.
 
 Connection: --dsn DSN, else $CMDBUS_DSN, else the standard libpq environment
 (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, ...). DSN is a libpq
@@ -101,6 +91,19 @@ Exit codes:
   7  timed out (`wait --timeout`)
 )";
 
+// The tool's own options, before any command.
+const cli::command_spec main_command{
+  main_synopsis,
+  {{"--help", "", "show this help (`cmdbus CMD --help` for a command's)", "-h"},
+   {"--version", "", "print the version"},
+   cli::dsn_option,
+   {"--json", "", "JSON output (see Output below)"},
+   cli::log_level_option,
+   cli::log_format_option,
+   {"--", "", "ends the options: what follows is positional"}},
+  main_epilogue,
+  false};
+
 const command_entry* find_command(const std::string& name) {
   for (auto& c : commands)
     if (name == c.name)
@@ -120,12 +123,13 @@ std::string unknown_command(const std::string& name) {
   if (name.rfind("-", 0) == 0) {
     // The name only: a mistyped --dsn=... may carry a password.
     auto option = name.substr(0, name.find('='));
-    auto near = cli::nearest(option, {"--help", "--version", "--dsn", "--json",
-                                      "--log-level", "--log-format"});
+    std::vector<std::string> known;
+    for (const auto& o : main_command.options)
+      known.emplace_back(o.name);
     return "unknown option '" + option + "'"
-           + (near.empty() ? "" : "; did you mean " + near + "?");
+           + config::did_you_mean(option, known);
   }
-  auto near = cli::nearest(name, command_names());
+  auto near = config::nearest(name, command_names());
   return "unknown command '" + name + "'"
          + (near.empty() ? "" : "; did you mean " + near + "?");
 }
@@ -154,13 +158,10 @@ std::vector<std::string> take_global_options(std::vector<std::string>& argv) {
 } // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  std::string command;
-  bool json = cli::wants_json(args);
-  try {
-    auto level = cli::take_log_level(args);
-    auto format = cli::take_log_format(args);
+  return cli::program_main(argc, argv, "cmdbus", [](cli::program_context& ctx) {
+    auto& args = ctx.args;
     auto global = take_global_options(args);
+    std::string command;
     if (!args.empty()) {
       command = args.front();
       args.erase(args.begin());
@@ -169,45 +170,30 @@ int main(int argc, char** argv) {
     // a `--`.
     args.insert(std::find(args.begin(), args.end(), "--"), global.begin(),
                 global.end());
-    cli::set_log_level(command, level);
-    cli::set_log_format(format);
+    const auto* entry = find_command(command);
+    if (entry != nullptr)
+      ctx.help_of = "cmdbus " + command;
+    ctx.start_logging(command);
     if (command.empty()) {
-      std::cerr << main_help;
+      std::cerr << cli::help_text(main_command);
       return cli::exit_usage;
     }
-    if (command == "-h" || command == "--help") {
-      std::cout << main_help;
-      return cli::exit_ok;
-    }
+    if (command == "-h" || command == "--help")
+      return cli::print_help(main_command);
     if (command == "help") {
-      if (args.empty() || args.front().rfind("--", 0) == 0) {
-        std::cout << main_help;
-        return cli::exit_ok;
-      }
-      auto* entry = find_command(args.front());
-      if (entry == nullptr) {
-        auto message = unknown_command(args.front());
-        command.clear();
-        throw cli::usage_error{message};
-      }
-      return entry->run({"--help"});
+      if (args.empty() || args.front().rfind("--", 0) == 0)
+        return cli::print_help(main_command);
+      const auto* asked = find_command(args.front());
+      if (asked == nullptr)
+        throw cli::usage_error{unknown_command(args.front())};
+      return asked->run({"--help"});
     }
     if (command == "--version") {
       std::cout << "cmdbus " << version() << "\n";
       return cli::exit_ok;
     }
-    if (auto* entry = find_command(command))
-      return entry->run(args);
-    auto message = unknown_command(command);
-    command.clear();
-    throw cli::usage_error{message};
-  } catch (...) {
-    auto f = cli::describe_failure(std::current_exception());
-    if (f.code == cli::exit_usage
-        && f.message.find("--help`") == std::string::npos)
-      f.message += command.empty() || command[0] == '-'
-                     ? " (see `cmdbus --help`)"
-                     : " (see `cmdbus " + command + " --help`)";
-    return cli::report_failure(f, "cmdbus", json);
-  }
+    if (entry == nullptr)
+      throw cli::usage_error{unknown_command(command)};
+    return entry->run(args);
+  });
 }

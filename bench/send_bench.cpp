@@ -15,6 +15,7 @@
 #include "cmdbus/db/connection.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 
 using namespace cmdbus;
 using namespace std::chrono_literals;
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
   auto raw_queue = "rawsend_" + run_id;
   {
     auto c = pool.acquire();
-    c->query("SELECT pgmq.create($1)", raw_queue);
+    db::create_queue(*c, raw_queue);
   }
   // One connection per sending thread for the raw baselines, kept across
   // the slices of an interleaved measurement (the bus keeps its pool).
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
                             conn.query("SELECT pgmq.send($1, $2::jsonb, 0), "
                                        "pg_notify($3, '')",
                                        raw_queue, raw_message(),
-                                       "pgmq_notify_" + raw_queue);
+                                       db::notify_channel(raw_queue));
                             return int64_t{1};
                           });
   };

@@ -2,8 +2,9 @@
 
 // A handler node program of one's own: `main()` registers the application's
 // handlers, and node_main() does the rest exactly as `cmdbus node` does it:
-// the options and CMDBUS_NODE_* / CMDBUS_TLS_* environment, --help, the
-// port file, SIGINT/SIGTERM, the log options and the exit codes.
+// the settings from --config FILE, CMDBUS_NODE_* / CMDBUS_TLS_* and the
+// command line (config/node_config.hpp), --help, --dump-config, the port
+// file, SIGINT/SIGTERM, the log options and the exit codes.
 //
 //   int main(int argc, char** argv) {
 //     cmdbus::node_program program;
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "cmdbus/actors/handler_registry.hpp"
+#include "cmdbus/cli/program_flag.hpp"
 
 namespace cmdbus {
 
@@ -45,10 +47,14 @@ struct node_program {
 
   /// Optional: added to the refusal of a domain without handlers.
   std::string no_handlers_hint;
+
+  /// Optional: the program's own flags (see program_flag).
+  std::vector<program_flag> flags;
 };
 
 /// Runs a node program: the log options (--log-level, --log-format),
-/// --json, --version and --help, then everything `cmdbus node` does.
+/// --json, --version, --help and --dump-config, then everything `cmdbus
+/// node` does.
 /// Returns the exit code (0 ok, 1 usage error or invalid setting, 4 cannot
 /// listen or cannot load the certificates). Never throws.
 int node_main(int argc, char** argv, const node_program& program);

@@ -18,8 +18,11 @@
 
 #include <pthread.h>
 
-#include "cmdbus/cli/cli.hpp"
+#include "cmdbus/cli/failure.hpp"
 #include "cmdbus/cli/json_out.hpp"
+#include "cmdbus/cli/program.hpp"
+#include "cmdbus/cli/queues.hpp"
+#include "cmdbus/config/help.hpp"
 #include "cmdbus/config/settings.hpp"
 #include "cmdbus/config/worker_config.hpp"
 #include "cmdbus/db/connection.hpp"
@@ -35,25 +38,24 @@ namespace {
 
 using namespace cli;
 
-constexpr const char* worker_help_tail = R"(
-Options of the command line only:
-  --create                 create the command queue of a configured domain
-                           that does not exist (without it, such a domain
-                           stops the worker with exit code 2: a mistyped
-                           domain would otherwise get a queue nobody sends to)
-  --json                   print the final counters as JSON
-  --progress               print a progress line every 2 s (time, counters,
-                           commands completed per second since the line
-                           before) even when standard output is not a
-                           terminal, and with --tick
-  --quiet                  no progress lines (the default when standard
-                           output is not a terminal, e.g. under systemd:
-                           the log then shows state changes only)
-  --log-format FORMAT      text, json (one object per line) or journal
-                           (a syslog priority prefix per line and no time,
-                           for journald); default $CMDBUS_LOG_FORMAT, else
-                           text
+// The options of a worker program besides its settings (the command line
+// only), after the settings' in --help.
+const std::vector<config::option> program_options{
+  {"--create", "",
+   "create the command queue of a configured domain that does not exist "
+   "(without it, such a domain stops the worker with exit code 2: a "
+   "mistyped domain would otherwise get a queue nobody sends to)"},
+  {"--json", "", "print the final counters as JSON"},
+  {"--progress", "",
+   "print a progress line every 2 s (time, counters, commands completed per "
+   "second since the line before) even when standard output is not a "
+   "terminal, and with --tick"},
+  {"--quiet", "",
+   "no progress lines (the default when standard output is not a terminal, "
+   "e.g. under systemd: the log then shows state changes only)"},
+};
 
+constexpr const char* worker_exit_codes = R"(
 Exit codes: 0 ok (with --tick: no command went to the troubleshooting queue
 and none is left in the queues), 1 usage error, invalid setting, or a domain
 this program has no handlers for (checked before connecting), 2 a domain's
@@ -63,6 +65,16 @@ with --tick: commands went to the troubleshooting queue during the run, or
 remain in the queues afterwards (retries not due yet, or held by another
 worker), 6 login refused.
 )";
+
+// The flags a worker program accepts besides its settings: the common ones,
+// the program's own and the log options (which program_main takes before
+// the settings are read; listed here for --help).
+std::vector<config::option> flags_of(const worker_program& program) {
+  auto flags = program_options;
+  for (const auto& f : program.flags)
+    flags.push_back({f.name, "", f.help});
+  return flags;
+}
 
 std::string counters_text(const worker_stats& s) {
   return "received " + std::to_string(s.received) + ", completed "
@@ -158,20 +170,6 @@ void print_stats(const worker_stats& s, bool json,
   std::cout << std::endl;
 }
 
-// Checks the worker's options against the settings table, so that a
-// mistyped one names the nearest (config::load reads them afterwards).
-args check_worker_options(const std::vector<std::string>& argv) {
-  std::vector<std::string> flags{"--help",      "--json",       "--quiet",
-                                 "--progress",  "--create",     "--tick",
-                                 "--no-notify", "--dump-config"};
-  std::vector<std::string> options{"--config", "--domain", "--remote-pool",
-                                   "--domain-dsn"};
-  for (auto& s : config::detail::settings)
-    if (!s.option.empty())
-      options.emplace_back(s.option);
-  return args{argv, flags, options};
-}
-
 // Throws unless every migration of this build is applied: without them the
 // worker's statements fail, and it would retry them forever.
 void require_schema(db::pool& pool) {
@@ -212,18 +210,13 @@ std::optional<int64_t> remaining_messages(const config::worker_config& cfg) {
 }
 
 // The help text: the settings' help under the program's name, what the
-// program serves, the options of the command line only.
+// program serves, the options of the command line only, the exit codes.
 std::string help_text(const worker_program& program) {
-  std::string text = config::worker_help();
-  const std::string usage = "usage: cmdbus worker";
-  if (text.rfind(usage, 0) == 0)
-    text.replace(0, usage.size(), "usage: " + program.name);
-  if (!program.description.empty()) {
-    auto options = text.find("\nOptions:\n");
-    if (options != std::string::npos)
-      text.insert(options + 1, program.description + "\n\n");
-  }
-  return text + worker_help_tail;
+  auto options = flags_of(program);
+  options.push_back(log_level_option);
+  options.push_back(log_format_option);
+  return config::detail::worker_help(
+    {program.name, program.description, options, worker_exit_codes});
 }
 
 // Refuses the domains that got neither a handler nor a process type (unless
@@ -263,32 +256,31 @@ void refuse_domains_without_handlers(const config::worker_config& cfg,
 
 int run_worker(const std::vector<std::string>& argv,
                const worker_program& program) {
-  auto a = check_worker_options(argv);
-  std::vector<std::string> settings_args;
-  for (auto& arg : argv)
-    if (arg != "--json" && arg != "--quiet" && arg != "--create"
-        && arg != "--progress")
-      settings_args.push_back(arg);
-  bool json = a.flag("--json");
-  // Progress lines on a terminal, or when asked for; under systemd the
-  // log shows state changes only.
-  bool progress_on = !a.flag("--quiet")
-                     && (a.flag("--progress")
-                         || (!json && stdout_is_terminal()));
   config::worker_config cfg;
+  std::vector<std::string> given;
   try {
-    cfg = config::load(settings_args,
-                       [](const char* name) -> std::optional<std::string> {
-                         if (const char* v = std::getenv(name))
-                           return std::string{v};
-                         return std::nullopt;
-                       });
+    cfg = config::detail::load(
+      config::detail::worker_table(), argv,
+      [](const char* name) -> std::optional<std::string> {
+        if (const char* v = std::getenv(name))
+          return std::string{v};
+        return std::nullopt;
+      },
+      flags_of(program), &given);
   } catch (const config::help_requested&) {
     std::cout << help_text(program);
     return exit_ok;
   } catch (const config::config_error& e) {
     throw usage_error{e.what()};
   }
+  auto flag = [&](const char* name) {
+    return std::find(given.begin(), given.end(), name) != given.end();
+  };
+  bool json = flag("--json");
+  // Progress lines on a terminal, or when asked for; under systemd the
+  // log shows state changes only.
+  bool progress_on = !flag("--quiet")
+                     && (flag("--progress") || (!json && stdout_is_terminal()));
   if (cfg.dump_config) {
     std::cout << config::describe(cfg);
     return exit_ok;
@@ -304,13 +296,16 @@ int run_worker(const std::vector<std::string>& argv,
   // The schema must be up to date, and every configured domain's queue
   // must exist (or be created now), on each database the domains live on.
   for (auto& group : config::group_by_dsn(cfg, cfg.domains)) {
-    auto popts = pool_options_for(a, 1);
+    db::pool_options popts;
     popts.dsn = group.dsn;
+    popts.max_size = 1;
     popts.connection.application_name = "cmdbus-worker";
+    // The one failure is the program's error; no backoff log.
+    popts.log_failures = false;
     db::pool pool{popts};
     require_schema(pool);
     for (auto& d : group.domains)
-      require_queue(pool, db::command_queue(d), a.flag("--create"));
+      require_queue(pool, db::command_queue(d), flag("--create"));
   }
   auto shutdown_timeout = cfg.shutdown_timeout;
   bool tick = cfg.tick;

@@ -27,6 +27,7 @@
 
 #include "cmdbus/actors/handler_registry.hpp"
 #include "cmdbus/actors/worker.hpp"
+#include "cmdbus/cli/program_flag.hpp"
 #include "cmdbus/process/registry.hpp"
 
 namespace cmdbus {
@@ -58,6 +59,9 @@ struct worker_program {
   /// Optional: added to the refusal of a domain without handlers (what to
   /// do instead).
   std::string no_handlers_hint;
+
+  /// Optional: the program's own flags (see program_flag).
+  std::vector<program_flag> flags;
 };
 
 /// Runs a worker program: the log options (--log-level, --log-format), --dsn,

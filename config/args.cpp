@@ -1,21 +1,23 @@
-// The command line of `cmdbus worker`: `--opt value` or `--opt=value` for
-// each setting that has an option (see config/settings.hpp), the flags
-// --no-notify, --tick and --dump-config, --config FILE, and --domain D and
-// --remote-pool HOST:PORT, which repeat and replace the domains (the remote
-// pools) of the file and the environment, and --domain-dsn NAME=DSN, which
-// repeats (one domain each).
-// When an option repeats, the last one wins.
+// The command line of a worker or a handler node: `--opt value` or
+// `--opt=value` for each setting that has an option (see the tables,
+// config/worker_settings.cpp and config/node_settings.cpp), the flags among
+// them (--no-notify, --tick, --dump-config), --config FILE, and the
+// options that repeat (--domain, --remote-pool: together they replace the
+// list of the file and the environment; --domain-dsn NAME=DSN: one domain
+// each). When any other option repeats, the last one wins.
 //
-// The other `cmdbus` commands parse their arguments with cli::args
-// (apps/cli.hpp). The two stay apart because they read different command
-// lines: cli::args collects positional arguments and a per-command list of
-// flags and options for the command to interpret, while the worker's
-// options are the settings table's, converted and checked as they are read,
-// and a worker takes no positional argument at all (one is most likely a
-// DSN missing its --dsn, so it is shown masked).
+// The other `cmdbus` commands parse their arguments with the tool's own
+// parser (apps/args.hpp), over option tables of the same kind. The two stay
+// apart because they read different command lines: the tool's collects
+// positional arguments and options for the command to interpret, while
+// these options are settings, converted and checked as they are read, and
+// a worker or a node takes no positional argument at all (one is most
+// likely a DSN missing its --dsn, so it is shown masked).
 
+#include <map>
+
+#include "cmdbus/config/node_config.hpp"
 #include "cmdbus/config/settings.hpp"
-#include "cmdbus/config/values.hpp"
 #include "cmdbus/config/worker_config.hpp"
 #include "cmdbus/db/dsn.hpp"
 #include "cmdbus/db/queue_name.hpp"
@@ -33,17 +35,35 @@ std::string shown(const std::string& arg) {
   return db::mask_dsn(arg);
 }
 
+/// Returns an option's name as a message shows it: in single quotes, or
+/// escaped when it holds anything but printable ASCII.
+std::string quoted_name(const std::string& name) {
+  for (unsigned char c : name)
+    if (c < 0x20 || c > 0x7e)
+      return db::printable(name);
+  return "'" + name + "'";
+}
+
 } // namespace
 
-std::optional<std::string> apply_args(worker_config& cfg,
-                                      const std::vector<std::string>& args) {
+namespace detail {
+
+template <class Config>
+command_line apply_args(Config& cfg, const settings_table<Config>& table,
+                        const std::vector<std::string>& args,
+                        const std::vector<option>& program_flags) {
   for (const auto& arg : args)
-    if (arg == "--help" || arg == "-h")
-      throw help_requested{};
-  using namespace detail;
-  std::optional<std::string> config_file;
-  bool domains_given = false;
-  bool pools_given = false;
+    if (arg == help_option.name || arg == help_option.short_name)
+      throw help_requested{table.help()};
+  auto is_program_flag = [&](const std::string& name) {
+    for (const auto& f : program_flags)
+      if (f.name == name)
+        return true;
+    return false;
+  };
+  command_line out;
+  // The items of the options that repeat, by setting, in order.
+  std::map<const setting<Config>*, raw_value> lists;
   for (size_t i = 0; i < args.size(); ++i) {
     const auto& arg = args[i];
     if (arg.size() < 3 || arg.compare(0, 2, "--") != 0)
@@ -53,55 +73,82 @@ std::optional<std::string> apply_args(worker_config& cfg,
     std::optional<std::string> value;
     if (eq != std::string::npos)
       value = arg.substr(eq + 1);
-    if (name == "--no-notify" || name == "--tick" || name == "--dump-config") {
+    const auto* s = find_option(table, name);
+    bool flag = is_program_flag(name)
+                || (s != nullptr
+                    && (s->how == form::set || s->how == form::clear));
+    if (s == nullptr && !flag && name != table.config_option.name) {
+      // The name only: a mistyped --dsn=... may carry a password.
+      std::vector<std::string> known{std::string{table.config_option.name}};
+      for (const auto& x : table.settings)
+        if (x.how != form::none)
+          known.emplace_back(x.opt.name);
+      for (const auto& f : program_flags)
+        known.emplace_back(f.name);
+      known.emplace_back(help_option.name);
+      throw config_error("unknown option " + quoted_name(name)
+                         + did_you_mean(name, known));
+    }
+    if (flag) {
       if (value)
         throw config_error("option " + name + " takes no value");
-      if (name == "--no-notify")
-        cfg.use_notify = false;
-      else if (name == "--tick")
-        cfg.tick = true;
+      if (s == nullptr)
+        out.flags.push_back(name);
       else
-        cfg.dump_config = true;
+        s->store(cfg, bare(s->how == form::set ? "true" : "false"), false);
       continue;
     }
-    const auto* s = find_option(name);
-    if (s == nullptr && name != "--config" && name != "--domain"
-        && name != "--remote-pool" && name != "--domain-dsn")
-      throw config_error("unknown option " + db::printable(name));
     if (!value) {
       if (i + 1 >= args.size())
         throw config_error("option " + name + " needs a value");
       value = args[++i];
     }
-    if (name == "--config") {
+    if (s == nullptr) {
       if (value->empty())
-        throw config_error("option --config needs a file name");
-      config_file = *value;
-    } else if (name == "--domain") {
-      if (!domains_given)
-        cfg.domains.clear();
-      domains_given = true;
-      cfg.domains.push_back(*value);
-    } else if (name == "--remote-pool") {
-      if (!pools_given)
-        cfg.remote.pools.clear();
-      pools_given = true;
-      cfg.remote.pools.push_back(*value);
-    } else if (name == "--domain-dsn") {
-      try {
-        assign_domain_dsn(cfg, *value);
-      } catch (const value_error& e) {
-        throw config_error("option --domain-dsn " + std::string{e.what()});
-      }
-    } else {
-      try {
-        assign(cfg, *s, from_text(*s, *value), true);
-      } catch (const value_error& e) {
-        throw config_error("option " + name + " " + e.what());
-      }
+        throw config_error("option " + name + " needs a file name");
+      out.config_file = *value;
+      continue;
+    }
+    if (s->how == form::each) {
+      auto& list = lists[s];
+      list.shape = raw_value::form::list;
+      list.items.push_back(s->type == kind::string_list ? quoted(*value)
+                                                        : bare(*value));
+      continue;
+    }
+    try {
+      s->store(cfg, from_text(s->type, *value), true);
+    } catch (const value_error& e) {
+      throw config_error("option " + name + " " + e.what());
     }
   }
-  return config_file;
+  for (const auto& [s, list] : lists) {
+    try {
+      s->store(cfg, list, true);
+    } catch (const value_error& e) {
+      throw config_error("option " + std::string{s->opt.name} + " " + e.what());
+    }
+  }
+  return out;
+}
+
+template command_line
+apply_args(worker_config&, const settings_table<worker_config>&,
+           const std::vector<std::string>&, const std::vector<option>&);
+template command_line
+apply_args(node_config&, const settings_table<node_config>&,
+           const std::vector<std::string>&, const std::vector<option>&);
+
+} // namespace detail
+
+std::optional<std::string> apply_args(worker_config& cfg,
+                                      const std::vector<std::string>& args) {
+  return detail::apply_args(cfg, detail::worker_table(), args).config_file;
+}
+
+std::optional<std::string> apply_args(node_config& cfg,
+                                      const std::vector<std::string>& args) {
+  return detail::apply_args(cfg, detail::node_table(), args).config_file;
 }
 
 } // namespace cmdbus::config

@@ -34,11 +34,20 @@ public:
 };
 
 /// Thrown by apply_args() and load() when the command line contains --help or
-/// -h: the caller prints worker_help() (also what()) and exits with 0.
-/// Deliberately not a config_error.
+/// -h: the caller prints the help (what(): worker_help(), or node_help() for
+/// a node's command line) and exits with 0. Deliberately not a config_error.
 class help_requested : public std::exception {
 public:
+  /// `text` is the help, a string that outlives the exception; nullptr
+  /// stands for worker_help().
+  explicit help_requested(const char* text = nullptr) noexcept : text_(text) {
+    // nop
+  }
+
   const char* what() const noexcept override;
+
+private:
+  const char* text_;
 };
 
 /// Looks up an environment variable by name (std::getenv in production, a map

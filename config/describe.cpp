@@ -2,11 +2,36 @@
 // and what a log may show. The DSNs' secrets are masked, and the TLS key's
 // passphrase is never printed.
 
+#include "cmdbus/config/node_config.hpp"
 #include "cmdbus/config/values.hpp"
 #include "cmdbus/config/worker_config.hpp"
 #include "cmdbus/db/dsn.hpp"
 
 namespace cmdbus::config {
+
+namespace {
+
+/// The [tls] section, when any of it is set.
+std::string tls_section(const tls_config& tls) {
+  if (!tls.enabled())
+    return {};
+  using detail::ini_string;
+  std::string out = "[tls]\n";
+  auto path = [&](const char* key, const std::string& value) {
+    if (!value.empty())
+      out += std::string{key} + " = " + ini_string(value) + "\n";
+  };
+  path("certificate", tls.certificate);
+  path("key", tls.key);
+  path("ca-file", tls.ca_file);
+  path("ca-path", tls.ca_path);
+  // The passphrase is never shown, not even masked.
+  if (!tls.passphrase.empty())
+    out += "; passphrase: set (not shown)\n";
+  return out;
+}
+
+} // namespace
 
 std::string describe(const worker_config& cfg) {
   using namespace detail;
@@ -14,10 +39,7 @@ std::string describe(const worker_config& cfg) {
   std::string out;
   out += "dsn = " + ini_string(db::mask_dsn(cfg.dsn)) + "\n";
   out += "[worker]\n";
-  out += "domains = [";
-  for (size_t i = 0; i < cfg.domains.size(); ++i)
-    out += (i == 0 ? "" : ", ") + ini_string(cfg.domains[i]);
-  out += "]\n";
+  out += "domains = " + ini_list(cfg.domains) + "\n";
   out += "concurrency = " + std::to_string(cfg.concurrency) + "\n";
   out += "prefetch = " + std::to_string(cfg.prefetch) + "\n";
   out += "visibility-timeout = "
@@ -42,34 +64,35 @@ std::string describe(const worker_config& cfg) {
   out += "jitter = " + real_text(cfg.retry.jitter) + "\n";
   if (!cfg.remote.pools.empty()) {
     out += "[remote]\n";
-    out += "pools = [";
-    for (size_t i = 0; i < cfg.remote.pools.size(); ++i)
-      out += (i == 0 ? "" : ", ") + ini_string(cfg.remote.pools[i]);
-    out += "]\n";
+    out += "pools = " + ini_list(cfg.remote.pools) + "\n";
     out += "connect-timeout = " + duration_text(cfg.remote.connect_timeout)
            + "\n";
     out += "reconnect-max = " + duration_text(cfg.remote.reconnect_max) + "\n";
     out += "heartbeat-interval = "
            + duration_text(cfg.remote.heartbeat_interval) + "\n";
   }
-  if (cfg.tls.enabled()) {
-    // The passphrase is never shown, not even masked.
-    out += "[tls]\n";
-    auto path = [&](const char* key, const std::string& value) {
-      if (!value.empty())
-        out += std::string{key} + " = " + ini_string(value) + "\n";
-    };
-    path("certificate", cfg.tls.certificate);
-    path("key", cfg.tls.key);
-    path("ca-file", cfg.tls.ca_file);
-    path("ca-path", cfg.tls.ca_path);
-    if (!cfg.tls.passphrase.empty())
-      out += "; passphrase: set (not shown)\n";
-  }
+  out += tls_section(cfg.tls);
   for (const auto& [domain, dsn] : cfg.domain_dsn) {
     out += "[domains." + domain + "]\n";
     out += "dsn = " + ini_string(db::mask_dsn(dsn)) + "\n";
   }
+  if (!cfg.admin.empty())
+    out += "[admin]\nlisten = " + ini_string(cfg.admin) + "\n";
+  return out;
+}
+
+std::string describe(const node_config& cfg) {
+  using namespace detail;
+  std::string out = "[node]\n";
+  out += "domains = " + ini_list(cfg.domains) + "\n";
+  out += "concurrency = " + std::to_string(cfg.concurrency) + "\n";
+  out += "listen = " + ini_string(cfg.listen) + "\n";
+  out += "name = " + ini_string(cfg.name) + "\n";
+  out += "heartbeat = " + duration_text(cfg.heartbeat_interval) + "\n";
+  out += "shutdown-timeout = " + duration_text(cfg.shutdown_timeout) + "\n";
+  if (!cfg.port_file.empty())
+    out += "port-file = " + ini_string(cfg.port_file) + "\n";
+  out += tls_section(cfg.tls);
   if (!cfg.admin.empty())
     out += "[admin]\nlisten = " + ini_string(cfg.admin) + "\n";
   return out;

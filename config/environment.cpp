@@ -1,26 +1,29 @@
-// The environment: one CMDBUS_* variable per setting (see the table in
-// config/settings.hpp). Lists are comma-separated, booleans also take 1 and
-// 0 in any case, and a variable set to the empty string counts as unset.
-// CMDBUS_DOMAIN_DSN_<domain> is read for each served domain (the names are
-// not in the table: the domains are known only once the rest is read).
+// The environment: one variable per setting (see the tables,
+// config/worker_settings.cpp and config/node_settings.cpp). Lists are
+// comma-separated, booleans also take 1 and 0 in any case, and a variable
+// set to the empty string counts as unset. The worker's
+// CMDBUS_DOMAIN_DSN_<domain> is read for each served domain (not in the
+// table: the domains are known only once the rest is read).
 
+#include "cmdbus/config/node_config.hpp"
 #include "cmdbus/config/settings.hpp"
-#include "cmdbus/config/values.hpp"
 #include "cmdbus/config/worker_config.hpp"
 
 namespace cmdbus::config {
 
 namespace detail {
 
-void apply_settings_env(worker_config& cfg, const env_lookup& getenv) {
-  for (const auto& s : settings) {
+template <class Config>
+void apply_env(Config& cfg, const settings_table<Config>& table,
+               const env_lookup& getenv) {
+  for (const auto& s : table.settings) {
     if (s.env == nullptr)
       continue;
     auto value = getenv(s.env);
     if (!value || value->empty())
       continue;
     try {
-      assign(cfg, s, from_text(s, *value), true);
+      s.store(cfg, from_text(s.type, *value), true);
     } catch (const value_error& e) {
       throw config_error(std::string{"environment variable "} + s.env + " "
                          + e.what());
@@ -28,23 +31,37 @@ void apply_settings_env(worker_config& cfg, const env_lookup& getenv) {
   }
 }
 
-void apply_domain_dsn_env(worker_config& cfg, const env_lookup& getenv,
-                          const std::map<std::string, std::string>& keep) {
-  for (const auto& domain : cfg.domains) {
-    if (keep.count(domain) != 0)
-      continue;
-    auto name = domain_dsn_env_prefix + domain;
-    auto value = getenv(name.c_str());
-    if (value && !value->empty())
-      cfg.domain_dsn[domain] = *value;
-  }
-}
+template void apply_env(worker_config&, const settings_table<worker_config>&,
+                        const env_lookup&);
+template void apply_env(node_config&, const settings_table<node_config>&,
+                        const env_lookup&);
+template void apply_env(tls_holder&, const settings_table<tls_holder>&,
+                        const env_lookup&);
 
 } // namespace detail
 
 void apply_env(worker_config& cfg, const env_lookup& getenv) {
-  detail::apply_settings_env(cfg, getenv);
-  detail::apply_domain_dsn_env(cfg, getenv, {});
+  const auto& table = detail::worker_table();
+  detail::apply_env(cfg, table, getenv);
+  table.late_env(cfg, getenv, worker_config{});
+}
+
+void apply_env(node_config& cfg, const env_lookup& getenv) {
+  detail::apply_env(cfg, detail::node_table(), getenv);
+}
+
+void apply_tls_env(tls_config& tls, const env_lookup& getenv) {
+  static const detail::settings_table<detail::tls_holder> table{
+    detail::tls_settings<detail::tls_holder>(),
+    {},
+    {},
+    {},
+    nullptr,
+    nullptr,
+    nullptr};
+  detail::tls_holder holder{tls};
+  detail::apply_env(holder, table, getenv);
+  tls = std::move(holder.tls);
 }
 
 } // namespace cmdbus::config

@@ -1,73 +1,29 @@
-// The help text of `cmdbus worker`: its options, environment variables and
-// an example config file. --log-level is listed here but read by the cmdbus
-// tool before these options (cli::take_log_level in apps/cli.hpp), since
-// every command takes it.
+// The help texts of `cmdbus worker` and `cmdbus node` (and of the programs
+// built on worker_main and node_main): the usage line and the prose are
+// written here, the "Options:" block is generated from the settings tables
+// (config/worker_settings.cpp, config/node_settings.cpp). --log-level and
+// --log-format are options of the programs (cli/program.hpp), listed by
+// them with their other options of the command line only.
 
+#include "cmdbus/config/help.hpp"
+
+#include "cmdbus/config/node_config.hpp"
+#include "cmdbus/config/settings.hpp"
 #include "cmdbus/config/worker_config.hpp"
 
 namespace cmdbus::config {
 
-const char* help_requested::what() const noexcept {
-  return worker_help();
-}
+namespace {
 
-const char* worker_help() {
-  return R"(usage: cmdbus worker [options]
+constexpr const char* worker_usage = "cmdbus worker";
+
+constexpr const char* worker_intro = R"(usage: cmdbus worker [options]
 
 Runs the command handlers of the configured domains until stopped (SIGINT or
 SIGTERM), or drains every domain once with --tick.
+)";
 
-Options:
-  --config FILE            CAF-INI config file (else $CMDBUS_CONFIG, else none)
-  --dsn DSN                libpq connection string or URI (default:
-                           $CMDBUS_DSN, else the libpq environment)
-  --domain D               domain to serve; repeat for several; replaces the
-                           domains of the file and of $CMDBUS_DOMAINS
-  --domain-dsn NAME=DSN    the served domain NAME lives on the database DSN
-                           (default: --dsn); repeat for several domains
-  --concurrency N          handler slots per domain, 1..4096 (16)
-  --prefetch N             messages read ahead of free handler slots per
-                           domain, 0..4096 (0)
-  --visibility-timeout S   seconds or a duration, >= 1s (30s)
-  --poll-interval DUR      poll period, 10ms..1h (1s)
-  --no-notify              poll only, without LISTEN/NOTIFY
-  --statement-timeout DUR  > 0 and below the visibility timeout (25s)
-  --shutdown-timeout DUR   how long a stop waits for in-flight commands (30s)
-  --flush-interval DUR     batching delay of side effects and of freed
-                           handler slots, 0..1000ms (2ms)
-  --max-attempts N         >= 1 (3); read for compatibility only: each
-                           command's own max_attempts, set when it is sent,
-                           decides when its retries run out
-  --backoff LIST           retry delays in seconds (10,60,300); an empty
-                           list (--backoff=) means 30s after every attempt
-  --jitter X               random fraction 0..1 of each delay (0)
-  --http ADDR:PORT          serve /healthz, /readyz, /metrics and a status
-                           page on ADDR:PORT (off; e.g. 127.0.0.1:9464;
-                           port 0 picks a free one)
-  --remote-pool HOST:PORT  a handler node (`cmdbus node`) whose command types
-                           run there; repeat for several; replaces the pools
-                           of the file and of $CMDBUS_REMOTE_POOLS (none)
-  --remote-connect-timeout DUR  one connection attempt, 100ms..1min (3s)
-  --remote-reconnect-max DUR    longest wait between reconnection attempts,
-                           250ms..10min (10s)
-  --remote-heartbeat-interval DUR  connection heartbeat; three silent
-                           intervals drop a pool, 100ms..1min (1s)
-  --tls-certificate FILE   PEM certificate presented to the nodes; with
-  --tls-key FILE           its key, and a CA (--tls-ca-file and/or
-  --tls-ca-file FILE       --tls-ca-path DIR) that signed the nodes'
-  --tls-ca-path DIR        certificates: all together or none (TLS off)
-  --tls-passphrase TEXT    passphrase of an encrypted key (never printed;
-                           prefer $CMDBUS_TLS_PASSPHRASE)
-  --admin HOST:PORT        publish the admin actor for `cmdbus cluster
-                           status/drain` (off; ":PORT" is 127.0.0.1; uses
-                           the --tls-* set when given)
-  --tick                   drain every domain once, then exit
-  --dump-config            print the effective configuration and exit
-  --log-level LEVEL        trace, debug, info, warn, error, critical or off
-                           (info: start, stop, outages and recoveries,
-                           completed batches; warn hides them)
-  -h, --help               show this help
-
+constexpr const char* worker_prose = R"(
 Durations are an integer with a unit: ms, s, min or h (250ms, 30s, 1min).
 Precedence: defaults < config file < environment < command line.
 
@@ -81,9 +37,10 @@ Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DOMAINS (a,b),
   CMDBUS_REMOTE_POOLS (h1:7400,h2:7400), CMDBUS_REMOTE_CONNECT_TIMEOUT,
   CMDBUS_REMOTE_RECONNECT_MAX, CMDBUS_REMOTE_HEARTBEAT_INTERVAL,
   CMDBUS_TLS_CERTIFICATE, CMDBUS_TLS_KEY, CMDBUS_TLS_CA_FILE,
-  CMDBUS_TLS_CA_PATH, CMDBUS_TLS_PASSPHRASE, CMDBUS_DOMAIN_DSN_<domain>
-  (CMDBUS_DOMAIN_DSN_reports: that served domain's DSN); the log level:
-  CMDBUS_LOG_LEVEL, else SPDLOG_LEVEL, else info.
+  CMDBUS_TLS_CA_PATH, CMDBUS_TLS_PASSPHRASE, CMDBUS_ADMIN,
+  CMDBUS_DOMAIN_DSN_<domain> (CMDBUS_DOMAIN_DSN_reports: that served
+  domain's DSN); the log level: CMDBUS_LOG_LEVEL, else SPDLOG_LEVEL, else
+  info.
 
 Config file (CAF INI; ';' starts a comment):
   dsn = "host=db dbname=app"
@@ -116,6 +73,102 @@ Config file (CAF INI; ';' starts a comment):
   [admin]
   listen = "127.0.0.1:7500"
 )";
+
+constexpr const char* node_usage = "cmdbus node";
+
+constexpr const char* node_intro
+  = R"(usage: cmdbus node --domain DOMAIN [--domain DOMAIN ...] [options]
+
+Runs command handlers for workers elsewhere, without any database access: a
+worker configured with this node's address (`[remote] pools`, or
+--remote-pool HOST:PORT) connects, checks the protocol version, and sends it
+the commands of the types this node has handlers for. Every side effect
+stays on the worker. Handlers run at least once: when a node dies or its
+connection drops, the worker makes its commands visible again at once and
+they may run a second time elsewhere.
+)";
+
+constexpr const char* node_options_heading
+  = "Options (environment variable in brackets; the command line wins over\n"
+    "the environment, which wins over the config file):\n";
+
+constexpr const char* node_prose = R"(
+Durations are an integer with a unit: ms, s, min or h (500ms, 1s, 2min); a
+bare integer is seconds.
+
+Config file (CAF INI; ';' starts a comment):
+  [node]
+  domains = ["payments"]
+  concurrency = 16
+  listen = "0.0.0.0:7400"
+  name = "node-1"
+  heartbeat = 1s
+  shutdown-timeout = 30s
+  [tls]
+  certificate = "/etc/cmdbus/node.pem"
+  key = "/etc/cmdbus/node.key"
+  ca-file = "/etc/cmdbus/ca.pem"
+  [admin]
+  listen = "127.0.0.1:7501"
+
+TLS: give the certificate, its key and a CA file or directory together, or
+none. With TLS both sides present certificates signed by a trusted CA (any
+certificate of that CA is accepted: no host name check). Without TLS the
+connection is cleartext and unauthenticated: anyone who reaches the port can
+run the handlers with any payload, and commands and results can be read and
+altered on the way. Off loopback, use TLS or a private network.
+)";
+
+/// Puts a help together: `intro` with the program's name in its usage line
+/// and its description after it, the heading and the options, the prose
+/// and the program's epilogue.
+std::string assemble(const char* intro, const char* usage, const char* heading,
+                     const std::vector<option_help>& options, const char* prose,
+                     const detail::program_help& program) {
+  std::string text = intro;
+  auto at = text.find(usage);
+  if (at != std::string::npos && !program.name.empty())
+    text.replace(at, std::string_view{usage}.size(), program.name);
+  if (!program.description.empty())
+    text += "\n" + program.description + "\n";
+  text += "\n";
+  text += heading;
+  text += render_options(options);
+  text += prose;
+  text += program.epilogue;
+  return text;
+}
+
+} // namespace
+
+namespace detail {
+
+std::string worker_help(const program_help& program) {
+  return assemble(worker_intro, worker_usage, "Options:\n",
+                  options_help(worker_table(), false, program.options),
+                  worker_prose, program);
+}
+
+std::string node_help(const program_help& program) {
+  return assemble(node_intro, node_usage, node_options_heading,
+                  options_help(node_table(), true, program.options), node_prose,
+                  program);
+}
+
+} // namespace detail
+
+const char* help_requested::what() const noexcept {
+  return text_ != nullptr ? text_ : worker_help();
+}
+
+const char* worker_help() {
+  static const std::string text = detail::worker_help({});
+  return text.c_str();
+}
+
+const char* node_help() {
+  static const std::string text = detail::node_help({});
+  return text.c_str();
 }
 
 } // namespace cmdbus::config

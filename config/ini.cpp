@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cctype>
 
+#include "cmdbus/config/node_config.hpp"
+#include "cmdbus/config/worker_config.hpp"
+
 namespace cmdbus::config {
 
 namespace detail {
 
-void ini_parser::run() {
+template <class Config>
+void ini_parser<Config>::run() {
   while (true) {
     skip_blanks();
     if (at_end())
@@ -25,21 +29,25 @@ void ini_parser::run() {
   }
 }
 
-void ini_parser::fail(int line, const std::string& message) const {
+template <class Config>
+void ini_parser<Config>::fail(int line, const std::string& message) const {
   throw config_error(file_name_ + ":" + std::to_string(line) + ": " + message);
 }
 
-void ini_parser::skip_blanks() {
+template <class Config>
+void ini_parser<Config>::skip_blanks() {
   while (!at_end() && (peek() == ' ' || peek() == '\t' || peek() == '\r'))
     ++pos_;
 }
 
-void ini_parser::skip_comment() {
+template <class Config>
+void ini_parser<Config>::skip_comment() {
   while (!at_end() && peek() != '\n')
     ++pos_;
 }
 
-void ini_parser::skip_space() {
+template <class Config>
+void ini_parser<Config>::skip_space() {
   while (true) {
     skip_blanks();
     if (peek() == ';')
@@ -51,7 +59,8 @@ void ini_parser::skip_space() {
   }
 }
 
-void ini_parser::end_of_line(const std::string& after) {
+template <class Config>
+void ini_parser<Config>::end_of_line(const std::string& after) {
   skip_blanks();
   if (peek() == ';')
     skip_comment();
@@ -62,12 +71,14 @@ void ini_parser::end_of_line(const std::string& after) {
   next_line();
 }
 
-bool ini_parser::is_key_char(char c) {
+template <class Config>
+bool ini_parser<Config>::is_key_char(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'
          || c == '.';
 }
 
-void ini_parser::parse_section() {
+template <class Config>
+void ini_parser<Config>::parse_section() {
   auto line = line_;
   ++pos_;
   auto start = pos_;
@@ -79,27 +90,39 @@ void ini_parser::parse_section() {
   ++pos_;
   if (name.empty() || !std::all_of(name.begin(), name.end(), is_key_char))
     fail(line, "invalid section header");
-  if (name == "global")
+  if (name == "global") {
     section_.clear();
-  else if (name.size() > domain_section_prefix.size()
-           && name.compare(0, domain_section_prefix.size(),
-                           domain_section_prefix)
-                == 0
-           && name.find('.', domain_section_prefix.size())
-                == std::string_view::npos)
-    // A domain's own settings; whether NAME is served is validate()'s.
+  } else if (is_named_section(name)
+             || std::find(table_.sections.begin(), table_.sections.end(), name)
+                  != table_.sections.end()) {
+    // (A named section's NAME, e.g. a domain, is validate()'s to check.)
     section_ = std::string{name};
-  else if (std::find(std::begin(sections), std::end(sections), name)
-           != std::end(sections))
-    section_ = std::string{name};
-  else
-    fail(line, "unknown section [" + std::string{name}
-                 + "] (expected [worker], [retry], [remote], [tls] or "
-                   "[domains.NAME])");
+  } else {
+    std::string expected;
+    const auto& known = table_.sections;
+    auto count = known.size() + (table_.named.prefix.empty() ? 0 : 1);
+    for (size_t i = 0; i < count; ++i) {
+      expected += i == 0 ? "" : i + 1 == count ? " or " : ", ";
+      expected += i < known.size()
+                    ? "[" + std::string{known[i]} + "]"
+                    : "[" + std::string{table_.named.prefix} + "NAME]";
+    }
+    fail(line, "unknown section [" + std::string{name} + "] (expected "
+                 + expected + ")");
+  }
   end_of_line("the section header [" + std::string{name} + "]");
 }
 
-void ini_parser::parse_entry() {
+template <class Config>
+bool ini_parser<Config>::is_named_section(std::string_view name) const {
+  const auto& prefix = table_.named.prefix;
+  return !prefix.empty() && name.size() > prefix.size()
+         && name.compare(0, prefix.size(), prefix) == 0
+         && name.find('.', prefix.size()) == std::string_view::npos;
+}
+
+template <class Config>
+void ini_parser<Config>::parse_entry() {
   auto line = line_;
   auto start = pos_;
   while (!at_end() && is_key_char(peek()))
@@ -123,14 +146,13 @@ void ini_parser::parse_entry() {
     fail(line, "expected '=' after key '" + key + "'");
   ++pos_;
   auto where = "key '" + key + "' " + section_label(section_);
-  if (section_.compare(0, domain_section_prefix.size(), domain_section_prefix)
-      == 0) {
-    parse_domain_entry(line, key, where);
+  if (is_named_section(section_)) {
+    parse_named_entry(line, key, where);
     return;
   }
-  const auto* s = find_setting(section_, key);
+  const auto* s = find_setting(table_, section_, key);
   if (s == nullptr)
-    fail(line, "unknown " + where + key_hint(section_, key));
+    fail(line, "unknown " + where + key_hint(table_, section_, key));
   auto [it, added] = seen_.emplace(
     std::string{s->section} + " " + std::string{s->key}, line);
   if (!added)
@@ -140,33 +162,36 @@ void ini_parser::parse_entry() {
   // Converting first reports an unquoted string (e.g. a DSN with spaces)
   // as such rather than as trailing text.
   try {
-    assign(cfg_, *s, value, false);
+    s->store(cfg_, value, false);
   } catch (const value_error& e) {
     fail(line, where + " " + e.what());
   }
   end_of_line("the value of '" + key + "'");
 }
 
-void ini_parser::parse_domain_entry(int line, const std::string& key,
-                                    const std::string& where) {
-  if (key != "dsn")
-    fail(line, "unknown " + where + " (a [domains.NAME] section holds 'dsn' "
-                 "only)");
+template <class Config>
+void ini_parser<Config>::parse_named_entry(int line, const std::string& key,
+                                           const std::string& where) {
+  const auto& named = table_.named;
+  if (key != named.key)
+    fail(line, "unknown " + where + " (a [" + std::string{named.prefix}
+                 + "NAME] section holds '" + std::string{named.key}
+                 + "' only)");
   auto [it, added] = seen_.emplace(section_ + " " + key, line);
   if (!added)
     fail(line, "duplicate " + where + " (first set on line "
                  + std::to_string(it->second) + ")");
   auto value = parse_value(key, true);
   try {
-    assign_domain_dsn(cfg_, section_.substr(domain_section_prefix.size()),
-                      value);
+    named.store(cfg_, section_.substr(named.prefix.size()), value);
   } catch (const value_error& e) {
     fail(line, where + " " + e.what());
   }
   end_of_line("the value of '" + key + "'");
 }
 
-raw_value ini_parser::parse_value(const std::string& key, bool top) {
+template <class Config>
+raw_value ini_parser<Config>::parse_value(const std::string& key, bool top) {
   skip_blanks();
   auto c = peek();
   if (at_end() || c == '\n' || c == ';')
@@ -191,7 +216,8 @@ raw_value ini_parser::parse_value(const std::string& key, bool top) {
   return bare(std::string{text_.substr(start, pos_ - start)});
 }
 
-std::string ini_parser::parse_string() {
+template <class Config>
+std::string ini_parser<Config>::parse_string() {
   auto line = line_;
   auto quote = peek();
   ++pos_;
@@ -222,7 +248,8 @@ std::string ini_parser::parse_string() {
   }
 }
 
-raw_value ini_parser::parse_list(const std::string& key) {
+template <class Config>
+raw_value ini_parser<Config>::parse_list(const std::string& key) {
   auto open_line = line_;
   ++pos_;
   raw_value list{raw_value::form::list, {}, {}};
@@ -250,11 +277,27 @@ raw_value ini_parser::parse_list(const std::string& key) {
   }
 }
 
+template <class Config>
+void apply_ini(Config& cfg, const settings_table<Config>& table,
+               std::string_view text, const std::string& file_name) {
+  ini_parser<Config>{cfg, table, text, file_name}.run();
+}
+
+template void apply_ini(worker_config&, const settings_table<worker_config>&,
+                        std::string_view, const std::string&);
+template void apply_ini(node_config&, const settings_table<node_config>&,
+                        std::string_view, const std::string&);
+
 } // namespace detail
 
 void apply_ini(worker_config& cfg, std::string_view text,
                const std::string& file_name) {
-  detail::ini_parser{cfg, text, file_name}.run();
+  detail::apply_ini(cfg, detail::worker_table(), text, file_name);
+}
+
+void apply_ini(node_config& cfg, std::string_view text,
+               const std::string& file_name) {
+  detail::apply_ini(cfg, detail::node_table(), text, file_name);
 }
 
 } // namespace cmdbus::config

@@ -1,6 +1,8 @@
 #pragma once
 
-// The config file: the subset of CAF's INI format that the worker reads.
+// The config file: the subset of CAF's INI format that a worker and a
+// handler node read (the worker's file here; a node's has [node], [tls] and
+// [admin]).
 //
 //   ; a comment                      top-level keys, or [global]
 //   dsn = "host=db dbname=app"
@@ -16,26 +18,27 @@
 // (`worker.concurrency`), `key { ... }` blocks, unknown sections or keys,
 // duplicate keys and values of the wrong type are errors naming `file:line`,
 // with a hint for a misspelt or misplaced key. Internal to cmdbus_config;
-// the public entry is apply_ini().
+// the public entries are the apply_ini() of each configuration.
 
 #include <map>
 #include <string>
 #include <string_view>
 
-#include "cmdbus/config/values.hpp"
-#include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/config/settings.hpp"
 
 namespace cmdbus::config::detail {
 
-/// Parses a config file and applies each entry onto a worker_config as it
-/// goes; the first problem throws config_error with `file:line`.
+/// Parses a config file and applies each entry onto a configuration through
+/// its settings table as it goes; the first problem throws config_error
+/// with `file:line`. Instantiated for worker_config and node_config.
+template <class Config>
 class ini_parser {
 public:
   /// Reads `text` into `cfg`; `file_name` is used in messages. Keeps
-  /// references to all three.
-  ini_parser(worker_config& cfg, std::string_view text,
-             const std::string& file_name)
-    : cfg_(cfg), text_(text), file_name_(file_name) {
+  /// references to all four.
+  ini_parser(Config& cfg, const settings_table<Config>& table,
+             std::string_view text, const std::string& file_name)
+    : cfg_(cfg), table_(table), text_(text), file_name_(file_name) {
     // nop
   }
 
@@ -81,12 +84,17 @@ private:
   /// Reads `[name]`: `global` is the top level.
   void parse_section();
 
+  /// Returns whether `name` is one of the table's named sections
+  /// ([domains.NAME]).
+  bool is_named_section(std::string_view name) const;
+
   /// Reads `key = value` and applies it.
   void parse_entry();
 
-  /// Reads the value of `key` in a [domains.NAME] section (`dsn` only).
-  void parse_domain_entry(int line, const std::string& key,
-                          const std::string& where);
+  /// Reads the value of `key` in a named section ([domains.NAME], `dsn`
+  /// only).
+  void parse_named_entry(int line, const std::string& key,
+                         const std::string& where);
 
   /// Reads a quoted string, a list (only at the `top`) or a bare value.
   raw_value parse_value(const std::string& key, bool top);
@@ -99,7 +107,8 @@ private:
 
   // -- state ---------------------------------------------------------------
 
-  worker_config& cfg_;
+  Config& cfg_;
+  const settings_table<Config>& table_;
   std::string_view text_;
   const std::string& file_name_;
   size_t pos_ = 0;

@@ -71,18 +71,6 @@ std::string describe_tls(const tls_config& tls) {
   return text + ")";
 }
 
-void apply_tls_env(tls_config& tls, const env_lookup& getenv) {
-  auto read = [&](const char* name, std::string& field) {
-    if (auto value = getenv(name); value && !value->empty())
-      field = *value;
-  };
-  read("CMDBUS_TLS_CERTIFICATE", tls.certificate);
-  read("CMDBUS_TLS_KEY", tls.key);
-  read("CMDBUS_TLS_CA_FILE", tls.ca_file);
-  read("CMDBUS_TLS_CA_PATH", tls.ca_path);
-  read("CMDBUS_TLS_PASSPHRASE", tls.passphrase);
-}
-
 http_address parse_node_address(std::string_view text) {
   if (text.rfind(':') == std::string_view::npos)
     throw std::invalid_argument("expected HOST:PORT, e.g. 10.0.0.5:7400");

@@ -55,7 +55,8 @@ std::string describe_tls(const tls_config& tls);
 
 /// Applies CMDBUS_TLS_CERTIFICATE, CMDBUS_TLS_KEY, CMDBUS_TLS_CA_FILE,
 /// CMDBUS_TLS_CA_PATH and CMDBUS_TLS_PASSPHRASE (an empty variable counts as
-/// unset).
+/// unset): the [tls] settings of a worker's or a node's configuration, for a
+/// program that reads nothing else (`cmdbus cluster`).
 void apply_tls_env(tls_config& tls, const env_lookup& getenv);
 
 /// This machine's host name ("localhost" when it has none).

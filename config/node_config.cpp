@@ -1,3 +1,6 @@
+// The rules a node_config must meet, each checked on its own so that one
+// run reports every problem.
+
 #include "cmdbus/config/node_config.hpp"
 
 #include <algorithm>
@@ -42,6 +45,10 @@ std::vector<std::string> validate(const node_config& cfg) {
     problems.push_back("heartbeat ("
                        + std::to_string(cfg.heartbeat_interval.count())
                        + "ms) must be 100ms .. 1h");
+  if (cfg.shutdown_timeout < std::chrono::milliseconds::zero())
+    problems.push_back("shutdown-timeout ("
+                       + std::to_string(cfg.shutdown_timeout.count())
+                       + "ms) must not be negative");
   if (cfg.extend_timeout <= std::chrono::milliseconds::zero())
     problems.emplace_back("extend-timeout must be above 0");
   for (auto& p : validate_tls(cfg.tls))

@@ -1,139 +1,151 @@
 #pragma once
 
-// The worker's settings: one table naming each setting in the config file,
-// the environment and on the command line, and the lookups that the INI
-// parser, apply_env() and apply_args() share. Internal to cmdbus_config.
+// The settings of a configuration (the worker's, a handler node's): one
+// table per configuration names each setting in the config file, in the
+// environment and on the command line, with its option's help and where
+// its value goes. What reads the file (ini.hpp), the environment
+// (environment.cpp) and the command line (args.cpp), and load(), work on
+// either table; they are instantiated for the two configurations.
+// Internal to cmdbus_config.
 
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "cmdbus/config/common.hpp"
+#include "cmdbus/config/network_config.hpp"
+#include "cmdbus/config/options.hpp"
+#include "cmdbus/config/values.hpp"
+#include "cmdbus/model/text.hpp"
+
+namespace cmdbus::config {
+
+struct worker_config;
+struct node_config;
+
+} // namespace cmdbus::config
 
 namespace cmdbus::config::detail {
 
-// -- the settings ------------------------------------------------------------
+// -- the table ---------------------------------------------------------------
 
-/// How a setting's value is written.
-enum class kind {
-  string,
-  string_list,
-  integer,
-  integer_list,
-  real,
-  boolean,
-  /// An integer with a unit (ms, s, min, h).
-  duration,
-  /// Like `duration`, but a bare integer means seconds; whole seconds only.
-  seconds_duration,
+/// How a setting's option reads the command line.
+enum class form {
+  /// No option: the file and the environment only.
+  none,
+  /// `--opt VALUE` or `--opt=VALUE`; when repeated, the last one wins
+  /// (unless the setting's store accumulates, like --domain-dsn).
+  value,
+  /// Repeats, one list item each; together they replace the list of the
+  /// file and the environment (--domain).
+  each,
+  /// A flag that sets the boolean setting (--tick).
+  set,
+  /// A flag that clears the boolean setting (--no-notify).
+  clear,
 };
 
-/// Names a setting; assign() stores a value by it.
-enum class setting_id {
-  dsn,
-  domains,
-  concurrency,
-  prefetch,
-  visibility_timeout,
-  poll_interval,
-  use_notify,
-  statement_timeout,
-  shutdown_timeout,
-  flush_interval,
-  http,
-  tick,
-  max_attempts,
-  backoff,
-  jitter,
-  remote_pools,
-  remote_connect_timeout,
-  remote_reconnect_max,
-  remote_heartbeat_interval,
-  tls_certificate,
-  tls_key,
-  tls_ca_file,
-  tls_ca_path,
-  tls_passphrase,
-  admin_listen,
-};
-
-/// One setting and its names in the file, the environment and the CLI.
+/// One setting of a configuration `Config`.
+template <class Config>
 struct setting {
-  setting_id id;
+  /// How its value is written.
   kind type;
   /// Section in the file; "" is the top level.
   std::string_view section;
+  /// Key in the file; "" for a setting of the command line only.
   std::string_view key;
   /// Environment variable, or nullptr.
   const char* env;
-  /// Command-line option taking a value, or "".
-  std::string_view option;
+  /// How the command line sets it (form::none: not at all) ...
+  form how;
+  /// ... and its option (name, metavar, help).
+  option opt;
+  /// Converts a value (values.hpp) and stores it in the configuration;
+  /// throws value_error. `lenient` (environment, command line) also takes
+  /// 1/0 and any case for booleans.
+  void (*store)(Config& cfg, const raw_value& v, bool lenient);
 };
 
-/// Every setting, in the order describe() and the help list them.
-inline constexpr setting settings[] = {
-  {setting_id::dsn, kind::string, "", "dsn", "CMDBUS_DSN", "--dsn"},
-  {setting_id::domains, kind::string_list, "worker", "domains",
-   "CMDBUS_DOMAINS", ""},
-  {setting_id::concurrency, kind::integer, "worker", "concurrency",
-   "CMDBUS_CONCURRENCY", "--concurrency"},
-  {setting_id::prefetch, kind::integer, "worker", "prefetch", "CMDBUS_PREFETCH",
-   "--prefetch"},
-  {setting_id::visibility_timeout, kind::seconds_duration, "worker",
-   "visibility-timeout", "CMDBUS_VISIBILITY_TIMEOUT", "--visibility-timeout"},
-  {setting_id::poll_interval, kind::duration, "worker", "poll-interval",
-   "CMDBUS_POLL_INTERVAL", "--poll-interval"},
-  {setting_id::use_notify, kind::boolean, "worker", "use-notify",
-   "CMDBUS_USE_NOTIFY", ""},
-  {setting_id::statement_timeout, kind::duration, "worker", "statement-timeout",
-   "CMDBUS_STATEMENT_TIMEOUT", "--statement-timeout"},
-  {setting_id::shutdown_timeout, kind::duration, "worker", "shutdown-timeout",
-   "CMDBUS_SHUTDOWN_TIMEOUT", "--shutdown-timeout"},
-  {setting_id::flush_interval, kind::duration, "worker", "flush-interval",
-   "CMDBUS_FLUSH_INTERVAL", "--flush-interval"},
-  {setting_id::http, kind::string, "worker", "http", "CMDBUS_HTTP", "--http"},
-  {setting_id::tick, kind::boolean, "worker", "tick", nullptr, ""},
-  {setting_id::max_attempts, kind::integer, "retry", "max-attempts",
-   "CMDBUS_MAX_ATTEMPTS", "--max-attempts"},
-  {setting_id::backoff, kind::integer_list, "retry", "backoff",
-   "CMDBUS_BACKOFF", "--backoff"},
-  {setting_id::jitter, kind::real, "retry", "jitter", "CMDBUS_BACKOFF_JITTER",
-   "--jitter"},
-  // --remote-pool repeats and replaces (args.cpp), like --domain.
-  {setting_id::remote_pools, kind::string_list, "remote", "pools",
-   "CMDBUS_REMOTE_POOLS", ""},
-  {setting_id::remote_connect_timeout, kind::duration, "remote",
-   "connect-timeout", "CMDBUS_REMOTE_CONNECT_TIMEOUT",
-   "--remote-connect-timeout"},
-  {setting_id::remote_reconnect_max, kind::duration, "remote", "reconnect-max",
-   "CMDBUS_REMOTE_RECONNECT_MAX", "--remote-reconnect-max"},
-  {setting_id::remote_heartbeat_interval, kind::duration, "remote",
-   "heartbeat-interval", "CMDBUS_REMOTE_HEARTBEAT_INTERVAL",
-   "--remote-heartbeat-interval"},
-  {setting_id::tls_certificate, kind::string, "tls", "certificate",
-   "CMDBUS_TLS_CERTIFICATE", "--tls-certificate"},
-  {setting_id::tls_key, kind::string, "tls", "key", "CMDBUS_TLS_KEY",
-   "--tls-key"},
-  {setting_id::tls_ca_file, kind::string, "tls", "ca-file",
-   "CMDBUS_TLS_CA_FILE", "--tls-ca-file"},
-  {setting_id::tls_ca_path, kind::string, "tls", "ca-path",
-   "CMDBUS_TLS_CA_PATH", "--tls-ca-path"},
-  {setting_id::tls_passphrase, kind::string, "tls", "passphrase",
-   "CMDBUS_TLS_PASSPHRASE", "--tls-passphrase"},
-  {setting_id::admin_listen, kind::string, "admin", "listen", "CMDBUS_ADMIN",
-   "--admin"},
+/// Sections [PREFIX.NAME] that each hold one key for NAME, like the worker's
+/// [domains.NAME] dsn.
+template <class Config>
+struct named_section {
+  /// "domains."; empty: the configuration has none.
+  std::string_view prefix;
+  /// The one key such a section holds.
+  std::string_view key;
+  /// Stores the value of NAME.
+  void (*store)(Config& cfg, const std::string& name, const raw_value& v);
 };
 
-/// The sections of the file besides the top level ([global]), in order.
-inline constexpr std::string_view sections[] = {"worker", "retry", "remote",
-                                                "tls",    "admin"};
+/// One configuration's settings and what loading it needs besides.
+template <class Config>
+struct settings_table {
+  /// Every setting, in the order the help lists their options.
+  std::vector<setting<Config>> settings;
+  /// The sections of the file besides the top level ([global]), in order.
+  std::vector<std::string_view> sections;
+  /// Sections of one key per name, if any.
+  named_section<Config> named;
+  /// --config FILE, listed first in the help.
+  option config_option;
+  /// The environment variable naming the config file when --config is not
+  /// given.
+  const char* config_env;
+  /// The help text that help_requested carries.
+  const char* (*help)();
+  /// Environment read once the rest is known (the worker's
+  /// CMDBUS_DOMAIN_DSN_<domain> of its served domains), or null;
+  /// `command_line` holds what the command line alone set, which wins.
+  void (*late_env)(Config& cfg, const env_lookup& getenv,
+                   const Config& command_line);
+};
+
+/// The worker's table (config/worker_settings.cpp).
+const settings_table<worker_config>& worker_table();
+
+/// A handler node's table (config/node_settings.cpp).
+const settings_table<node_config>& node_table();
+
+/// The TLS settings every configuration with a `tls` member shares: [tls]
+/// certificate, key, ca-file, ca-path and passphrase, CMDBUS_TLS_*,
+/// --tls-*.
+template <class Config>
+std::vector<setting<Config>> tls_settings();
+
+/// The options of the TLS settings (--tls-certificate, ...), for a command
+/// that reads them itself (`cmdbus cluster`).
+std::vector<option> tls_options();
+
+/// A configuration of the TLS settings alone (config::apply_tls_env).
+struct tls_holder {
+  tls_config tls;
+};
 
 // -- lookups -----------------------------------------------------------------
 
 /// Returns the setting of `key` in `section` ("" is the top level), or
 /// nullptr.
-const setting* find_setting(std::string_view section, std::string_view key);
+template <class Config>
+const setting<Config>* find_setting(const settings_table<Config>& table,
+                                    std::string_view section,
+                                    std::string_view key) {
+  for (const auto& s : table.settings)
+    if (!s.key.empty() && s.section == section && s.key == key)
+      return &s;
+  return nullptr;
+}
 
-/// Returns the setting of a command-line option taking a value (`--dsn`), or
-/// nullptr.
-const setting* find_option(std::string_view option);
+/// Returns the setting of a command-line option (`--dsn`), or nullptr.
+template <class Config>
+const setting<Config>*
+find_option(const settings_table<Config>& table, std::string_view name) {
+  for (const auto& s : table.settings)
+    if (s.how != form::none && s.opt.name == name)
+      return &s;
+  return nullptr;
+}
 
 /// Returns where an entry is, for messages: "at the top level" or
 /// "in section [worker]".
@@ -142,6 +154,82 @@ std::string section_label(std::string_view section);
 /// Returns a hint for an unknown key, with a leading space: the section the
 /// key belongs in (" ('concurrency' belongs in section [worker])"), else the
 /// closest key of the section (" (did you mean 'concurrency'?)"), else "".
-std::string key_hint(std::string_view section, std::string_view key);
+template <class Config>
+std::string key_hint(const settings_table<Config>& table,
+                     std::string_view section, std::string_view key) {
+  auto dashed = std::string{key};
+  for (auto& c : dashed)
+    if (c == '_')
+      c = '-';
+  for (const auto& s : table.settings)
+    if (!s.key.empty() && s.key == dashed && s.section != section)
+      return " ('" + dashed + "' belongs " + section_label(s.section) + ")";
+  const setting<Config>* best = nullptr;
+  size_t best_distance = 3;
+  for (const auto& s : table.settings) {
+    if (s.key.empty() || s.section != section)
+      continue;
+    auto d = edit_distance(dashed, s.key);
+    if (d < best_distance) {
+      best = &s;
+      best_distance = d;
+    }
+  }
+  if (best != nullptr)
+    return " (did you mean '" + std::string{best->key} + "'?)";
+  return {};
+}
+
+/// The entries of the help's "Options:" block: --config, the settings'
+/// options, then `program_options` (the program's own flags) and -h,
+/// --help. With `with_env`, each setting's environment variable follows
+/// its text in brackets ("[CMDBUS_NODE_NAME]").
+template <class Config>
+std::vector<option_help>
+options_help(const settings_table<Config>& table, bool with_env,
+             const std::vector<option>& program_options = {});
+
+// -- reading -----------------------------------------------------------------
+
+/// What a command line says besides the settings.
+struct command_line {
+  /// --config FILE, if given.
+  std::optional<std::string> config_file;
+  /// The program's own flags that were given, in order (see load()).
+  std::vector<std::string> flags;
+};
+
+/// Applies a CAF-INI text onto `cfg`; `file_name` is used in messages.
+/// Throws config_error with `file:line`.
+template <class Config>
+void apply_ini(Config& cfg, const settings_table<Config>& table,
+               std::string_view text, const std::string& file_name);
+
+/// Applies the table's environment variables (not `late_env`). Throws
+/// config_error naming the variable.
+template <class Config>
+void apply_env(Config& cfg, const settings_table<Config>& table,
+               const env_lookup& getenv);
+
+/// Applies command-line options onto `cfg`. `program_flags` are flags of the
+/// program's own (no value) that are accepted and reported back. Throws
+/// help_requested for --help / -h, and config_error for unknown options
+/// (naming the nearest), positional arguments, missing or bad values.
+template <class Config>
+command_line apply_args(Config& cfg, const settings_table<Config>& table,
+                        const std::vector<std::string>& args,
+                        const std::vector<option>& program_flags = {});
+
+/// The whole sequence: defaults, then the file (from --config, else the
+/// table's config_env, else none), then the environment, then the command
+/// line, then `late_env`; then validate(). The program flags given are
+/// stored in `*flags_given` when not null. Throws help_requested (before
+/// reading any file), or config_error for parse errors and, when invalid,
+/// with all problems, one per line.
+template <class Config>
+Config load(const settings_table<Config>& table,
+            const std::vector<std::string>& args, const env_lookup& getenv,
+            const std::vector<option>& program_flags = {},
+            std::vector<std::string>* flags_given = nullptr);
 
 } // namespace cmdbus::config::detail

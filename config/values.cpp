@@ -22,6 +22,20 @@ std::string got(const raw_value& v) {
   return "a value";
 }
 
+std::string lower(std::string_view text) {
+  std::string out{text};
+  for (auto& c : out)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+/// The largest magnitude of a duration: about 31 years.
+constexpr long long max_duration_ms = 1'000'000'000'000LL;
+
+} // namespace
+
+// -- conversion --------------------------------------------------------------
+
 std::string as_string(const raw_value& v) {
   if (v.shape != raw_value::form::quoted)
     // Never echo: this is the DSN, which may contain a password.
@@ -88,14 +102,6 @@ double as_real(const raw_value& v) {
   return x;
 }
 
-std::string lower(std::string_view text) {
-  std::string out{text};
-  for (auto& c : out)
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-/// Parses true/false; `lenient` (environment) also accepts 1/0 and any case.
 bool as_bool(const raw_value& v, bool lenient) {
   const char* expected = lenient ? "expects true, false, 1 or 0, got "
                                  : "expects true or false, got ";
@@ -109,10 +115,6 @@ bool as_bool(const raw_value& v, bool lenient) {
   throw value_error(expected + got(v));
 }
 
-/// The largest magnitude of a duration: about 31 years.
-constexpr long long max_duration_ms = 1'000'000'000'000LL;
-
-/// Parses `<integer><unit>`; without a unit, seconds if `bare_seconds`.
 milliseconds as_duration(const raw_value& v, bool bare_seconds) {
   const std::string expected
     = bare_seconds ? "expects seconds or a duration such as 30s or 2min, got "
@@ -152,73 +154,6 @@ seconds as_seconds(const raw_value& v) {
   return std::chrono::duration_cast<seconds>(ms);
 }
 
-} // namespace
-
-// -- conversion --------------------------------------------------------------
-
-void assign(worker_config& cfg, const setting& s, const raw_value& v,
-            bool lenient) {
-  switch (s.id) {
-    case setting_id::dsn: cfg.dsn = as_string(v); break;
-    case setting_id::domains: cfg.domains = as_string_list(v); break;
-    case setting_id::concurrency: cfg.concurrency = as_int(v); break;
-    case setting_id::prefetch: cfg.prefetch = as_int(v); break;
-    case setting_id::visibility_timeout:
-      cfg.visibility_timeout = as_seconds(v);
-      break;
-    case setting_id::poll_interval:
-      cfg.poll_interval = as_duration(v, false);
-      break;
-    case setting_id::use_notify: cfg.use_notify = as_bool(v, lenient); break;
-    case setting_id::statement_timeout:
-      cfg.statement_timeout = as_duration(v, false);
-      break;
-    case setting_id::shutdown_timeout:
-      cfg.shutdown_timeout = as_duration(v, false);
-      break;
-    case setting_id::flush_interval:
-      cfg.flush_interval = as_duration(v, false);
-      break;
-    case setting_id::http: cfg.http = as_string(v); break;
-    case setting_id::tick: cfg.tick = as_bool(v, lenient); break;
-    case setting_id::max_attempts: cfg.retry.max_attempts = as_int(v); break;
-    case setting_id::backoff: cfg.retry.backoff_seconds = as_int_list(v); break;
-    case setting_id::jitter: cfg.retry.jitter = as_real(v); break;
-    case setting_id::remote_pools: cfg.remote.pools = as_string_list(v); break;
-    case setting_id::remote_connect_timeout:
-      cfg.remote.connect_timeout = as_duration(v, false);
-      break;
-    case setting_id::remote_reconnect_max:
-      cfg.remote.reconnect_max = as_duration(v, false);
-      break;
-    case setting_id::remote_heartbeat_interval:
-      cfg.remote.heartbeat_interval = as_duration(v, false);
-      break;
-    case setting_id::tls_certificate: cfg.tls.certificate = as_string(v); break;
-    case setting_id::tls_key: cfg.tls.key = as_string(v); break;
-    case setting_id::tls_ca_file: cfg.tls.ca_file = as_string(v); break;
-    case setting_id::tls_ca_path: cfg.tls.ca_path = as_string(v); break;
-    case setting_id::tls_passphrase: cfg.tls.passphrase = as_string(v); break;
-    case setting_id::admin_listen: cfg.admin = as_string(v); break;
-  }
-}
-
-void assign_domain_dsn(worker_config& cfg, const std::string& domain,
-                       const raw_value& v) {
-  cfg.domain_dsn[domain] = as_string(v);
-}
-
-void assign_domain_dsn(worker_config& cfg, std::string_view value) {
-  auto eq = value.find('=');
-  if (eq == std::string_view::npos || eq == 0)
-    // Never echo: the value is mostly a DSN, which may hold a password.
-    throw value_error("expects NAME=DSN (a served domain and its DSN)");
-  auto dsn = value.substr(eq + 1);
-  if (trim(dsn).empty())
-    throw value_error("expects NAME=DSN with a DSN after the '='");
-  cfg.domain_dsn[std::string{value.substr(0, eq)}] = std::string{dsn};
-}
-
 std::string_view trim(std::string_view text) {
   auto blank = [](char c) {
     return c == ' ' || c == '\t' || c == '\r' || c == '\n';
@@ -230,8 +165,8 @@ std::string_view trim(std::string_view text) {
   return text;
 }
 
-raw_value from_text(const setting& s, std::string_view text) {
-  switch (s.type) {
+raw_value from_text(kind type, std::string_view text) {
+  switch (type) {
     case kind::string: return quoted(std::string{text});
     case kind::string_list:
     case kind::integer_list: {
@@ -244,7 +179,7 @@ raw_value from_text(const setting& s, std::string_view text) {
         auto item = trim(text.substr(start, comma - start));
         if (item.empty())
           throw value_error("has an empty entry in its comma-separated list");
-        list.items.push_back(s.type == kind::string_list
+        list.items.push_back(type == kind::string_list
                                ? quoted(std::string{item})
                                : bare(std::string{item}));
         if (comma == std::string_view::npos)
@@ -299,6 +234,13 @@ std::string ini_string(std::string_view text) {
     }
   }
   return out + "\"";
+}
+
+std::string ini_list(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (size_t i = 0; i < items.size(); ++i)
+    out += (i == 0 ? "" : ", ") + ini_string(items[i]);
+  return out + "]";
 }
 
 } // namespace cmdbus::config::detail

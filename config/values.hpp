@@ -1,20 +1,16 @@
 #pragma once
 
-// Values of the worker's settings: as written (a raw_value from the file, the
-// environment or the command line), converted into a worker_config, and
-// written back as text for messages and describe(). Internal to
-// cmdbus_config.
+// Values of settings: as written (a raw_value from the file, the environment
+// or the command line), converted to the setting's type, and written back as
+// text for messages and describe(). Shared by every configuration (the
+// worker's, a handler node's). Internal to cmdbus_config.
 
 #include <chrono>
-#include <map>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include "cmdbus/config/settings.hpp"
-#include "cmdbus/config/worker_config.hpp"
 
 namespace cmdbus::config::detail {
 
@@ -47,41 +43,51 @@ public:
   using std::runtime_error::runtime_error;
 };
 
-// -- conversion --------------------------------------------------------------
+/// How a setting's value is written.
+enum class kind {
+  string,
+  string_list,
+  integer,
+  integer_list,
+  real,
+  boolean,
+  /// An integer with a unit (ms, s, min, h).
+  duration,
+  /// Like `duration`, but a bare integer means seconds; whole seconds only.
+  seconds_duration,
+  /// Like `duration`, but a bare integer means seconds.
+  duration_or_seconds,
+};
 
-/// Converts `v` and stores it in `cfg`; `lenient` (environment and command
-/// line) also accepts 1/0 and any case for booleans. Throws value_error.
-void assign(worker_config& cfg, const setting& s, const raw_value& v,
-            bool lenient);
+/// Turns an environment or command-line text into a raw value of a setting
+/// of type `type`: lists are comma-separated (an empty text is an empty
+/// list), strings are taken as is. Throws value_error for an empty list
+/// entry.
+raw_value from_text(kind type, std::string_view text);
 
-/// Turns an environment or command-line text into a raw value: lists are
-/// comma-separated (an empty text is an empty list), strings are taken as is.
-/// Throws value_error for an empty list entry.
-raw_value from_text(const setting& s, std::string_view text);
+// -- conversion (each throws value_error) --------------------------------
 
-// -- per-domain DSNs ---------------------------------------------------------
+/// A quoted string. Its text is never echoed (it may be a DSN).
+std::string as_string(const raw_value& v);
 
-/// The prefix of a domain's DSN variable: CMDBUS_DOMAIN_DSN_<domain>.
-inline constexpr const char* domain_dsn_env_prefix = "CMDBUS_DOMAIN_DSN_";
+/// A list of quoted strings, or one quoted string.
+std::vector<std::string> as_string_list(const raw_value& v);
 
-/// Applies the CMDBUS_DOMAIN_DSN_<domain> variables of the served domains
-/// (cfg.domains), except those of the domains in `keep` (set on the command
-/// line, which wins).
-void apply_domain_dsn_env(worker_config& cfg, const env_lookup& getenv,
-                          const std::map<std::string, std::string>& keep);
+int as_int(const raw_value& v);
 
-/// Applies the other CMDBUS_* variables (the settings table's).
-void apply_settings_env(worker_config& cfg, const env_lookup& getenv);
+std::vector<int> as_int_list(const raw_value& v);
 
-/// Stores `--domain-dsn NAME=DSN`'s value. Throws value_error.
-void assign_domain_dsn(worker_config& cfg, std::string_view value);
+double as_real(const raw_value& v);
 
-/// Stores `dsn = "..."` of a [domains.NAME] section. Throws value_error.
-void assign_domain_dsn(worker_config& cfg, const std::string& domain,
-                       const raw_value& v);
+/// true/false; `lenient` (environment and command line) also accepts 1/0
+/// and any case.
+bool as_bool(const raw_value& v, bool lenient);
 
-/// The prefix of a domain's section in the file: [domains.NAME].
-inline constexpr std::string_view domain_section_prefix = "domains.";
+/// `<integer><unit>`; without a unit, seconds if `bare_seconds`.
+std::chrono::milliseconds as_duration(const raw_value& v, bool bare_seconds);
+
+/// Seconds or a duration of whole seconds.
+std::chrono::seconds as_seconds(const raw_value& v);
 
 /// Returns `text` without leading and trailing blanks and line breaks.
 std::string_view trim(std::string_view text);
@@ -102,5 +108,8 @@ std::string real_text(double x);
 
 /// Quotes `text` as a CAF-INI string.
 std::string ini_string(std::string_view text);
+
+/// Returns `items` as a CAF-INI list of strings: ["a", "b"].
+std::string ini_list(const std::vector<std::string>& items);
 
 } // namespace cmdbus::config::detail

@@ -29,16 +29,9 @@ command_bus::create_batch(const std::string& domain,
       if (c.reply_to)
         ensure_queue(*c.reply_to);
   }
-  auto conn = pool_.acquire();
-  conn->exec("BEGIN");
-  try {
-    auto out = create_batch(domain, commands, opts, *conn);
-    conn->exec("COMMIT");
-    return out;
-  } catch (...) {
-    db::rollback_if_open(*conn);
-    throw;
-  }
+  return db::in_transaction(pool_, [&](db::connection& conn) {
+    return create_batch(domain, commands, opts, conn);
+  });
 }
 
 create_batch_result
@@ -123,31 +116,33 @@ std::optional<batch_metadata> command_bus::get_batch(const std::string& domain,
 
 std::optional<batch_metadata>
 command_bus::refresh_batch(const std::string& domain, const uuid& batch_id) {
-  auto conn = pool_.acquire();
-  db::transaction tx{*conn};
-  auto before = conn->query("SELECT status FROM commandbus.batch WHERE domain "
-                            "= $1 AND batch_id = $2::uuid FOR UPDATE",
-                            domain, batch_id.to_string());
-  if (before.rows() == 0)
-    return std::nullopt;
-  auto was_finished = before.text(0, 0) == "COMPLETED"
-                      || before.text(0, 0) == "COMPLETED_WITH_FAILURES";
-  // The function's UPDATE is visible to the next statement only (a
-  // statement's snapshot predates the function's writes), hence the
-  // separate read.
-  conn->query("SELECT 1 FROM commandbus.sp_refresh_batch_stats($1, $2::uuid)",
-              domain, batch_id.to_string());
-  auto after = read_batch(*conn, domain, batch_id);
-  // A batch that the repair finished gets its completion callback: the
-  // delivery is recorded as the worker records the batches it finishes.
-  if (!was_finished && after
-      && (after->status == batch_status::completed
-          || after->status == batch_status::completed_with_failures))
-    conn->query("INSERT INTO commandbus.cmdbus_batch_delivery (domain, "
-                "batch_id) VALUES ($1, $2::uuid) ON CONFLICT DO NOTHING",
-                domain, batch_id.to_string());
-  tx.commit();
-  return after;
+  return db::in_transaction(
+    pool_, [&](db::connection& conn) -> std::optional<batch_metadata> {
+      auto before = conn.query(
+        "SELECT status FROM commandbus.batch WHERE domain "
+        "= $1 AND batch_id = $2::uuid FOR UPDATE",
+        domain, batch_id.to_string());
+      if (before.rows() == 0)
+        return std::nullopt;
+      auto was_finished = before.text(0, 0) == "COMPLETED"
+                          || before.text(0, 0) == "COMPLETED_WITH_FAILURES";
+      // The function's UPDATE is visible to the next statement only (a
+      // statement's snapshot predates the function's writes), hence the
+      // separate read.
+      conn.query(
+        "SELECT 1 FROM commandbus.sp_refresh_batch_stats($1, $2::uuid)", domain,
+        batch_id.to_string());
+      auto after = read_batch(conn, domain, batch_id);
+      // A batch that the repair finished gets its completion callback: the
+      // delivery is recorded as the worker records the batches it finishes.
+      if (!was_finished && after
+          && (after->status == batch_status::completed
+              || after->status == batch_status::completed_with_failures))
+        conn.query("INSERT INTO commandbus.cmdbus_batch_delivery (domain, "
+                   "batch_id) VALUES ($1, $2::uuid) ON CONFLICT DO NOTHING",
+                   domain, batch_id.to_string());
+      return after;
+    });
 }
 
 std::vector<batch_metadata>

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 #include "cmdbus/db/rows.hpp"
 #include "cmdbus/db/send_statement.hpp"
 
@@ -41,8 +42,7 @@ void command_bus::ensure_queue(const std::string& queue) {
   // Created outside any caller transaction, so that a caller's rollback
   // cannot undo a queue this bus believes exists.
   auto conn = pool_.acquire();
-  conn->query("SELECT pgmq.create($1)", queue);
-  conn->take_notices();
+  db::create_queue(*conn, queue);
   std::lock_guard<std::mutex> guard{queues_mtx_};
   queues_.insert(queue);
 }

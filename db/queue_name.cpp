@@ -11,6 +11,16 @@ bool is_name_char(unsigned char c) {
          || (c >= '0' && c <= '9') || c == '_';
 }
 
+// `name` with ASCII upper-case letters lowered, as PostgreSQL folds an
+// unquoted identifier.
+std::string lower_case(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  for (char c : name)
+    out += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  return out;
+}
+
 } // namespace
 
 std::string printable(std::string_view name) {
@@ -70,15 +80,12 @@ std::string command_queue(std::string_view domain) {
 
 std::string notify_channel(std::string_view queue) {
   validate_queue_name(queue);
-  return "pgmq_notify_" + std::string{queue};
+  return "pgmq_notify_" + lower_case(queue);
 }
 
 std::string queue_table(std::string_view queue) {
   validate_queue_name(queue);
-  std::string out = "q_";
-  for (char c : queue)
-    out += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-  return out;
+  return "q_" + lower_case(queue);
 }
 
 } // namespace cmdbus::db

@@ -26,7 +26,10 @@ void validate_domain(std::string_view domain);
 /// Returns `{domain}__commands` after validating `domain`.
 std::string command_queue(std::string_view domain);
 
-/// Returns the NOTIFY channel of `queue`: `pgmq_notify_{queue}`.
+/// Returns the NOTIFY channel of `queue`, `pgmq_notify_{queue}` in lower
+/// case, after validating `queue`: the reference's channel, which NOTIFY and
+/// LISTEN fold to lower case as an unquoted identifier. The one place in C++
+/// that writes this rule (docs/database.md, *Queues and notifications*).
 std::string notify_channel(std::string_view queue);
 
 /// Returns the name of `queue`'s table in schema pgmq, as PGMQ's

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 #include "cmdbus/db/rows.hpp"
 #include "cmdbus/db/send_statement.hpp"
 #include "cmdbus/model/errors.hpp"
@@ -221,9 +222,7 @@ std::vector<send_result> copy_chunk(const chunk& c, connection& conn,
   // its own transaction; bulk sends once per queue), COMMIT.
   std::vector<connection::statement> last;
   for (size_t g = 0; g < c.groups.size(); ++g)
-    last.push_back({"SELECT pg_notify(lower('pgmq_notify_' || $1), '')",
-                    {c.first_of(g).queue},
-                    "cmdbus_notify_queue"});
+    last.push_back(notify_statement(c.first_of(g).queue));
   if (own_transaction)
     last.push_back({"COMMIT", {}});
   conn.pipeline(last);

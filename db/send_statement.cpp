@@ -19,10 +19,11 @@ bool is_duplicate_command(const error& e) {
 
 // One send as one statement, prepared once per queue and connection (the
 // connection keeps its plan): the message, the PENDING row, the SENT audit
-// and NOTIFY, the writes of cmdbus_send_command, without its PL/pgSQL call
-// and its duplicate pre-check: the unique index rejects a duplicate (23505)
-// and the statement rolls back with the message. The message is inserted
-// into the queue's table as pgmq.send(queue, msg, 0) does (PGMQ 1.5: `vt` =
+// and NOTIFY (its channel, `notify_channel(queue)`, a parameter), the writes
+// of cmdbus_send_command, without its PL/pgSQL call and its duplicate
+// pre-check: the unique index rejects a duplicate (23505) and the statement
+// rolls back with the message. The message is inserted into the queue's
+// table as pgmq.send(queue, msg, 0) does (PGMQ 1.5: `vt` =
 // clock_timestamp(), no headers; the table named by format_table_name), but
 // with a cached plan instead of pgmq.send's dynamic SQL, which is planned
 // anew on every call. With a batch id every write depends on the batch
@@ -46,13 +47,13 @@ connection::statement send_statement(const prepared_command& p) {
                "jsonb_build_object('command_type', $4::text, "
                "'correlation_id', $6::uuid, 'reply_to', $7::text, 'msg_id', "
                "c.msg_id, 'batch_id', $9::uuid) FROM c) "
-               "SELECT c.msg_id, pg_notify(lower('pgmq_notify_' || $2), '') "
-               "FROM c";
+               "SELECT c.msg_id, pg_notify($10, '') FROM c";
   return {std::move(sql),
           {p.domain, p.queue, p.command_id.to_string(), p.command_type,
            p.message, p.correlation_id.to_string(), p.reply_to,
            to_param(p.max_attempts),
-           p.batch_id ? param{p.batch_id->to_string()} : std::nullopt},
+           p.batch_id ? param{p.batch_id->to_string()} : std::nullopt,
+           notify_channel(p.queue)},
           "cmdbus_send1_" + p.queue};
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 #include "cmdbus/db/text_format.hpp"
 
 namespace cmdbus::db {
@@ -95,12 +96,6 @@ SELECT domain,
    AND status IN ('COMPLETED', 'FAILED', 'IN_TROUBLESHOOTING_QUEUE')
    AND domain = ANY($1::text[])
  GROUP BY domain)";
-
-bool queue_exists(connection& conn, const std::string& queue) {
-  return conn.query("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", queue)
-           .rows()
-         > 0;
-}
 
 // The queue figures: one sequential pass over the queue table, whose size
 // is the backlog (messages are deleted or archived when their command

@@ -1,6 +1,7 @@
 #include "cmdbus/db/transaction.hpp"
 
 #include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/pool.hpp"
 #include "cmdbus/model/log.hpp"
 
 namespace cmdbus::db {
@@ -29,5 +30,26 @@ void rollback_if_open(connection& conn) noexcept {
               log::one_line(e.what()));
   }
 }
+
+namespace detail {
+
+void run_in_transaction(connection& conn,
+                        const std::function<void(connection&)>& body) {
+  if (conn.in_transaction()) {
+    body(conn);
+    return;
+  }
+  transaction tx{conn};
+  body(conn);
+  tx.commit();
+}
+
+void run_in_transaction(pool& pool,
+                        const std::function<void(connection&)>& body) {
+  auto conn = pool.acquire();
+  run_in_transaction(*conn, body);
+}
+
+} // namespace detail
 
 } // namespace cmdbus::db

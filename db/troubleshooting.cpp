@@ -9,7 +9,9 @@
 
 #include "cmdbus/db/connection.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 #include "cmdbus/db/rows.hpp"
+#include "cmdbus/db/transaction.hpp"
 #include "cmdbus/model/log.hpp"
 #include "cmdbus/model/wire.hpp"
 
@@ -154,16 +156,10 @@ locked_command lock_in_tsq(db::connection& conn, const std::string& domain,
 // queue nobody created, as the worker's completion does).
 int64_t send_and_notify(db::connection& conn, const std::string& queue,
                         const std::string& message) {
-  db::validate_queue_name(queue);
-  if (conn.query("SELECT 1 FROM pgmq.meta WHERE queue_name = $1", queue).rows()
-      == 0) {
-    conn.query("SELECT pgmq.create($1)", queue);
-    conn.take_notices();
-  }
+  db::create_queue(conn, queue);
   auto id = conn.query("SELECT pgmq.send($1, $2::jsonb, 0)", queue, message)
               .int64(0, 0);
-  // NOTIFY folds unquoted channel names to lower case; so do we.
-  conn.query("SELECT pg_notify(lower($1), '')", db::notify_channel(queue));
+  db::notify(conn, queue);
   return id;
 }
 
@@ -196,17 +192,6 @@ tsq_result count_in_batch(db::connection& conn, const std::string& domain,
     conn.query("INSERT INTO commandbus.cmdbus_batch_delivery (domain, "
                "batch_id) VALUES ($1, $2::uuid) ON CONFLICT DO NOTHING",
                domain, cmd.batch_id->to_string());
-  return out;
-}
-
-// Runs `fn` in a transaction on a pooled connection (rolled back when `fn`
-// throws).
-template <class F>
-auto in_transaction(db::pool& pool, F fn) {
-  auto conn = pool.acquire();
-  db::transaction tx{*conn};
-  auto out = fn(*conn);
-  tx.commit();
   return out;
 }
 
@@ -328,7 +313,7 @@ int64_t
 troubleshooting_queue::retry(const std::string& domain, const uuid& command_id,
                              const std::optional<std::string>& operator_name) {
   auto queue = db::command_queue(domain);
-  auto msg_id = in_transaction(pool_, [&](db::connection& conn) {
+  auto msg_id = db::in_transaction(pool_, [&](db::connection& conn) {
     auto cmd = lock_in_tsq(conn, domain, command_id);
     std::optional<std::string> message;
     if (archive_exists(conn, queue))
@@ -368,7 +353,7 @@ troubleshooting_queue::cancel(const std::string& domain, const uuid& command_id,
                               const std::optional<std::string>& reason,
                               const std::optional<std::string>& operator_name) {
   db::validate_domain(domain);
-  auto out = in_transaction(pool_, [&](db::connection& conn) {
+  auto out = db::in_transaction(pool_, [&](db::connection& conn) {
     auto cmd = settle(conn, domain, command_id, "CANCELED",
                       reply_outcome::canceled,
                       [&](reply& r) { r.reason = reason; });
@@ -388,7 +373,7 @@ tsq_result troubleshooting_queue::complete(
   const std::optional<json>& result,
   const std::optional<std::string>& operator_name) {
   db::validate_domain(domain);
-  auto out = in_transaction(pool_, [&](db::connection& conn) {
+  auto out = db::in_transaction(pool_, [&](db::connection& conn) {
     auto cmd = settle(conn, domain, command_id, "COMPLETED",
                       reply_outcome::success, [&](reply& r) {
                         r.result = result ? *result : json::null();

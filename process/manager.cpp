@@ -1,6 +1,7 @@
 #include "cmdbus/process/manager.hpp"
 
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 
 namespace cmdbus {
 
@@ -29,7 +30,7 @@ void process_manager::ensure_reply_queue(db::connection& conn,
     if (queues_.count(queue) > 0)
       return;
   }
-  conn.query("SELECT pgmq.create($1)", queue);
+  db::create_queue(conn, queue);
   std::lock_guard<std::mutex> guard{mtx_};
   queues_.insert(queue);
 }

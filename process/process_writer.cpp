@@ -103,15 +103,15 @@ namespace {
 std::vector<apply_outcome>
 apply_together(process_writer_state& st,
                const std::vector<process_reply_message>& ms) {
-  auto& conn = st.session->get();
-  db::transaction tx{conn};
-  std::vector<int64_t> done;
-  std::vector<apply_outcome> out;
-  for (auto& m : ms)
-    out.push_back(apply_in_transaction(st, conn, m, done));
-  delete_applied(st, conn, done);
-  maybe_crash(fault_point::before_process_commit);
-  tx.commit();
+  auto out = db::in_transaction(st.session->get(), [&](db::connection& conn) {
+    std::vector<int64_t> done;
+    std::vector<apply_outcome> applied;
+    for (auto& m : ms)
+      applied.push_back(apply_in_transaction(st, conn, m, done));
+    delete_applied(st, conn, done);
+    maybe_crash(fault_point::before_process_commit);
+    return applied;
+  });
   maybe_crash(fault_point::after_process_commit);
   st.session->succeeded();
   return out;

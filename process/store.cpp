@@ -6,6 +6,7 @@
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/db/rows.hpp"
 #include "cmdbus/db/send_statement.hpp"
+#include "cmdbus/db/transaction.hpp"
 #include "cmdbus/model/errors.hpp"
 
 namespace cmdbus {
@@ -71,18 +72,6 @@ db::param json_param(const std::optional<json>& x) {
   if (!x)
     return std::nullopt;
   return x->text();
-}
-
-// Runs `fn` inside the transaction open on `conn`, or in one of its own
-// (committed after `fn`, rolled back when it throws).
-template <class F>
-auto in_transaction(db::connection& conn, F fn) {
-  if (conn.in_transaction())
-    return fn();
-  db::transaction tx{conn};
-  auto out = fn();
-  tx.commit();
-  return out;
 }
 
 // The statements that send the command of `s` for process `process_id`
@@ -168,7 +157,7 @@ uuid process_store::start(db::connection& conn, const workflow& w,
   auto first = w.first_step(state);
   step_send s{first, w.command_for(first, state)};
   auto process_id = uuid::random();
-  return in_transaction(conn, [&] {
+  return db::in_transaction(conn, [&](db::connection&) {
     if (batch_id) {
       auto b = conn.query("SELECT batch_type, status FROM commandbus.batch "
                           "WHERE domain = $1 AND batch_id = $2::uuid",
@@ -263,7 +252,7 @@ transition process_store::apply(db::connection& conn, const std::string& domain,
 transition process_store::apply(db::connection& conn, const std::string& domain,
                                 const uuid& process_id, const reply& r,
                                 const workflow_lookup& lookup) const {
-  return in_transaction(conn, [&] {
+  return db::in_transaction(conn, [&](db::connection&) {
     // The process (locked), the reply queue of its commands, and its trail,
     // in one round trip. The trail is a statement of its own, after the
     // lock: a reply applied by whoever held the lock before is visible to
@@ -340,7 +329,7 @@ transition process_store::apply(db::connection& conn, const std::string& domain,
 std::vector<uuid> process_store::mark_waiting_for_tsq(
   db::connection& conn, const std::string& domain,
   const std::optional<std::vector<std::string>>& types) const {
-  return in_transaction(conn, [&] {
+  return db::in_transaction(conn, [&](db::connection&) {
     // The current command of a WAITING process: its audit row of the
     // current step that has no reply yet. Found from the TSQ's commands
     // (few, by the status index), then their audit rows (by command id),

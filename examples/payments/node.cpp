@@ -1,8 +1,10 @@
 // payments-node: a handler node of its own. It runs the Debit handler for
 // workers that connect to it (their `--remote-pool`), never touches the
-// database, and takes the same options and environment as `cmdbus node`
-// (run it with --help): --domain, --concurrency, --listen, --port-file,
-// --name, --heartbeat and the --tls-* certificates.
+// database, and takes the same settings as `cmdbus node` (run it with
+// --help): a config file (--config FILE, see deploy/node.ini), the
+// CMDBUS_NODE_* environment and the options --domain, --concurrency,
+// --listen, --port-file, --name, --heartbeat, the --tls-* certificates and
+// --dump-config.
 
 #include <string>
 

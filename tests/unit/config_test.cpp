@@ -320,7 +320,7 @@ TEST(ConfigIni, reports_unknown_keys_and_sections) {
             "worker.ini:1: unknown key 'frobnicate' at the top level");
   EXPECT_EQ(ini_error("\n[workers]\n"),
             "worker.ini:2: unknown section [workers] (expected [worker], "
-            "[retry], [remote], [tls] or [domains.NAME])");
+            "[retry], [remote], [tls], [admin] or [domains.NAME])");
   EXPECT_EQ(ini_error("[worker]\nvisibility_timeout = 3s\n"),
             "worker.ini:2: unknown key 'visibility_timeout' in section "
             "[worker] (did you mean 'visibility-timeout'?)");
@@ -536,7 +536,7 @@ TEST(ConfigArgs, reports_bad_command_lines) {
     });
   };
   EXPECT_EQ(args_error({"--concurency", "4"}),
-            "unknown option \"--concurency\"");
+            "unknown option '--concurency'; did you mean --concurrency?");
   EXPECT_EQ(args_error({"--concurrency"}),
             "option --concurrency needs a value");
   EXPECT_EQ(args_error({"--concurrency=x"}),

@@ -1,0 +1,270 @@
+// The worker's settings table: each setting's key in the file, its
+// environment variable, its option with the help --help shows, and where
+// its value goes (see the table in config/worker_config.hpp).
+
+#include "cmdbus/config/settings.hpp"
+#include "cmdbus/config/worker_config.hpp"
+
+namespace cmdbus::config::detail {
+
+namespace {
+
+/// The prefix of a domain's DSN variable: CMDBUS_DOMAIN_DSN_<domain>.
+constexpr const char* domain_dsn_env_prefix = "CMDBUS_DOMAIN_DSN_";
+
+/// Stores `--domain-dsn NAME=DSN`'s value. Throws value_error.
+void store_domain_dsn_option(worker_config& cfg, const raw_value& v, bool) {
+  std::string_view value = v.text;
+  auto eq = value.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    // Never echo: the value is mostly a DSN, which may hold a password.
+    throw value_error("expects NAME=DSN (a served domain and its DSN)");
+  auto dsn = value.substr(eq + 1);
+  if (trim(dsn).empty())
+    throw value_error("expects NAME=DSN with a DSN after the '='");
+  cfg.domain_dsn[std::string{value.substr(0, eq)}] = std::string{dsn};
+}
+
+/// Stores `dsn = "..."` of a [domains.NAME] section.
+void store_domain_dsn_entry(worker_config& cfg, const std::string& domain,
+                            const raw_value& v) {
+  cfg.domain_dsn[domain] = as_string(v);
+}
+
+/// Applies the CMDBUS_DOMAIN_DSN_<domain> variables of the served domains,
+/// except those of the domains whose DSN the command line set.
+void apply_domain_dsn_env(worker_config& cfg, const env_lookup& getenv,
+                          const worker_config& command_line) {
+  for (const auto& domain : cfg.domains) {
+    if (command_line.domain_dsn.count(domain) != 0)
+      continue;
+    auto name = domain_dsn_env_prefix + domain;
+    auto value = getenv(name.c_str());
+    if (value && !value->empty())
+      cfg.domain_dsn[domain] = *value;
+  }
+}
+
+settings_table<worker_config> make_worker_table() {
+  using c = worker_config;
+  using v = raw_value;
+  std::vector<setting<c>> rows{
+    {kind::string,
+     "",
+     "dsn",
+     "CMDBUS_DSN",
+     form::value,
+     {"--dsn", "DSN",
+      "libpq connection string or URI (default: $CMDBUS_DSN, else the libpq "
+      "environment)"},
+     [](c& x, const v& y, bool) { x.dsn = as_string(y); }},
+    {kind::string_list,
+     "worker",
+     "domains",
+     "CMDBUS_DOMAINS",
+     form::each,
+     {"--domain", "D",
+      "domain to serve; repeat for several; replaces the domains of the file "
+      "and of $CMDBUS_DOMAINS"},
+     [](c& x, const v& y, bool) { x.domains = as_string_list(y); }},
+    // Per domain: [domains.NAME] dsn (the table's named section) and
+    // CMDBUS_DOMAIN_DSN_<domain> (late_env).
+    {kind::string,
+     "",
+     "",
+     nullptr,
+     form::value,
+     {"--domain-dsn", "NAME=DSN",
+      "the served domain NAME lives on the database DSN (default: --dsn); "
+      "repeat for several domains"},
+     store_domain_dsn_option},
+    {kind::integer,
+     "worker",
+     "concurrency",
+     "CMDBUS_CONCURRENCY",
+     form::value,
+     {"--concurrency", "N", "handler slots per domain, 1..4096 (16)"},
+     [](c& x, const v& y, bool) { x.concurrency = as_int(y); }},
+    {kind::integer,
+     "worker",
+     "prefetch",
+     "CMDBUS_PREFETCH",
+     form::value,
+     {"--prefetch", "N",
+      "messages read ahead of free handler slots per domain, 0..4096 (0)"},
+     [](c& x, const v& y, bool) { x.prefetch = as_int(y); }},
+    {kind::seconds_duration,
+     "worker",
+     "visibility-timeout",
+     "CMDBUS_VISIBILITY_TIMEOUT",
+     form::value,
+     {"--visibility-timeout", "S", "seconds or a duration, >= 1s (30s)"},
+     [](c& x, const v& y, bool) { x.visibility_timeout = as_seconds(y); }},
+    {kind::duration,
+     "worker",
+     "poll-interval",
+     "CMDBUS_POLL_INTERVAL",
+     form::value,
+     {"--poll-interval", "DUR", "poll period, 10ms..1h (1s)"},
+     [](c& x, const v& y, bool) { x.poll_interval = as_duration(y, false); }},
+    {kind::boolean,
+     "worker",
+     "use-notify",
+     "CMDBUS_USE_NOTIFY",
+     form::clear,
+     {"--no-notify", "", "poll only, without LISTEN/NOTIFY"},
+     [](c& x, const v& y, bool lenient) {
+       x.use_notify = as_bool(y, lenient);
+     }},
+    {kind::duration,
+     "worker",
+     "statement-timeout",
+     "CMDBUS_STATEMENT_TIMEOUT",
+     form::value,
+     {"--statement-timeout", "DUR",
+      "> 0 and below the visibility timeout (25s)"},
+     [](c& x, const v& y, bool) {
+       x.statement_timeout = as_duration(y, false);
+     }},
+    {kind::duration,
+     "worker",
+     "shutdown-timeout",
+     "CMDBUS_SHUTDOWN_TIMEOUT",
+     form::value,
+     {"--shutdown-timeout", "DUR",
+      "how long a stop waits for in-flight commands (30s)"},
+     [](c& x, const v& y, bool) {
+       x.shutdown_timeout = as_duration(y, false);
+     }},
+    {kind::duration,
+     "worker",
+     "flush-interval",
+     "CMDBUS_FLUSH_INTERVAL",
+     form::value,
+     {"--flush-interval", "DUR",
+      "batching delay of side effects and of freed handler slots, "
+      "0..1000ms (2ms)"},
+     [](c& x, const v& y, bool) { x.flush_interval = as_duration(y, false); }},
+    {kind::string,
+     "worker",
+     "http",
+     "CMDBUS_HTTP",
+     form::value,
+     {"--http", "ADDR:PORT",
+      "serve /healthz, /readyz, /metrics and a status page on ADDR:PORT "
+      "(off; e.g. 127.0.0.1:9464; port 0 picks a free one)"},
+     [](c& x, const v& y, bool) { x.http = as_string(y); }},
+    {kind::boolean,
+     "worker",
+     "tick",
+     nullptr,
+     form::set,
+     {"--tick", "", "drain every domain once, then exit"},
+     [](c& x, const v& y, bool lenient) { x.tick = as_bool(y, lenient); }},
+    {kind::integer,
+     "retry",
+     "max-attempts",
+     "CMDBUS_MAX_ATTEMPTS",
+     form::value,
+     {"--max-attempts", "N",
+      ">= 1 (3); read for compatibility only: each command's own "
+      "max_attempts, set when it is sent, decides when its retries run out"},
+     [](c& x, const v& y, bool) { x.retry.max_attempts = as_int(y); }},
+    {kind::integer_list,
+     "retry",
+     "backoff",
+     "CMDBUS_BACKOFF",
+     form::value,
+     {"--backoff", "LIST",
+      "retry delays in seconds (10,60,300); an empty list (--backoff=) means "
+      "30s after every attempt"},
+     [](c& x, const v& y, bool) { x.retry.backoff_seconds = as_int_list(y); }},
+    {kind::real,
+     "retry",
+     "jitter",
+     "CMDBUS_BACKOFF_JITTER",
+     form::value,
+     {"--jitter", "X", "random fraction 0..1 of each delay (0)"},
+     [](c& x, const v& y, bool) { x.retry.jitter = as_real(y); }},
+    {kind::string_list,
+     "remote",
+     "pools",
+     "CMDBUS_REMOTE_POOLS",
+     form::each,
+     {"--remote-pool", "HOST:PORT",
+      "a handler node (`cmdbus node`) whose command types run there; repeat "
+      "for several; replaces the pools of the file and of "
+      "$CMDBUS_REMOTE_POOLS (none)"},
+     [](c& x, const v& y, bool) { x.remote.pools = as_string_list(y); }},
+    {kind::duration,
+     "remote",
+     "connect-timeout",
+     "CMDBUS_REMOTE_CONNECT_TIMEOUT",
+     form::value,
+     {"--remote-connect-timeout", "DUR",
+      "one connection attempt, 100ms..1min (3s)"},
+     [](c& x, const v& y, bool) {
+       x.remote.connect_timeout = as_duration(y, false);
+     }},
+    {kind::duration,
+     "remote",
+     "reconnect-max",
+     "CMDBUS_REMOTE_RECONNECT_MAX",
+     form::value,
+     {"--remote-reconnect-max", "DUR",
+      "longest wait between reconnection attempts, 250ms..10min (10s)"},
+     [](c& x, const v& y, bool) {
+       x.remote.reconnect_max = as_duration(y, false);
+     }},
+    {kind::duration,
+     "remote",
+     "heartbeat-interval",
+     "CMDBUS_REMOTE_HEARTBEAT_INTERVAL",
+     form::value,
+     {"--remote-heartbeat-interval", "DUR",
+      "connection heartbeat; three silent intervals drop a pool, "
+      "100ms..1min (1s)"},
+     [](c& x, const v& y, bool) {
+       x.remote.heartbeat_interval = as_duration(y, false);
+     }},
+  };
+  for (auto& row : tls_settings<c>())
+    rows.push_back(row);
+  rows.push_back(
+    {kind::string,
+     "admin",
+     "listen",
+     "CMDBUS_ADMIN",
+     form::value,
+     {"--admin", "HOST:PORT",
+      "publish the admin actor for `cmdbus cluster status/drain` (off; "
+      "\":PORT\" is 127.0.0.1; uses the --tls-* set when given)"},
+     [](c& x, const v& y, bool) { x.admin = as_string(y); }});
+  rows.push_back(
+    {kind::boolean,
+     "",
+     "",
+     nullptr,
+     form::set,
+     {"--dump-config", "", "print the effective configuration and exit"},
+     [](c& x, const v& y, bool lenient) {
+       x.dump_config = as_bool(y, lenient);
+     }});
+  return {std::move(rows),
+          {"worker", "retry", "remote", "tls", "admin"},
+          {"domains.", "dsn", store_domain_dsn_entry},
+          {"--config", "FILE",
+           "CAF-INI config file (else $CMDBUS_CONFIG, else none)"},
+          "CMDBUS_CONFIG",
+          worker_help,
+          apply_domain_dsn_env};
+}
+
+} // namespace
+
+const settings_table<worker_config>& worker_table() {
+  static const auto table = make_worker_table();
+  return table;
+}
+
+} // namespace cmdbus::config::detail

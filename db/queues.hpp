@@ -1,0 +1,34 @@
+#pragma once
+
+// The queue operations every part of cmdbus shares: creating a queue and
+// notifying its listeners. The NOTIFY channel's name is `notify_channel`
+// (queue_name.hpp); docs/database.md says where else the rule is written.
+
+#include <string_view>
+
+#include "cmdbus/db/connection.hpp"
+
+namespace cmdbus::db {
+
+/// Returns whether PGMQ knows `queue` (a row in `pgmq.meta`). Validates the
+/// name first (`invalid_argument`).
+bool queue_exists(connection& conn, std::string_view queue);
+
+/// Creates `queue` unless PGMQ knows it already: `pgmq.create(queue)` in one
+/// statement that runs it only when `pgmq.meta` has no row for the queue, so
+/// an existing queue costs no DDL and no lock (concurrent creators of one new
+/// queue are serialised by PGMQ's own queue lock). Validates the name before
+/// any SQL (`invalid_argument`); PGMQ's notices are dropped. Inside a
+/// transaction, the queue exists once that commits.
+void create_queue(connection& conn, std::string_view queue);
+
+/// The statement that notifies `queue`'s listeners (`pg_notify` on
+/// `notify_channel(queue)`, no payload), for callers that send it in a
+/// pipeline; `notify` runs it.
+connection::statement notify_statement(std::string_view queue);
+
+/// Notifies `queue`'s listeners: at commit inside a transaction, at once
+/// outside one. Validates the name first (`invalid_argument`).
+void notify(connection& conn, std::string_view queue);
+
+} // namespace cmdbus::db
