@@ -15,7 +15,7 @@
 #include <caf/atom.hpp>
 
 #include "cmdbus/actors/handler_actor.hpp"
-#include "cmdbus/db/worker_store.hpp"
+#include "cmdbus/db/worker_writes.hpp"
 #include "cmdbus/model/outcome.hpp"
 #include "cmdbus/process/runtime_types.hpp"
 

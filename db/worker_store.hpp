@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/worker_writes.hpp"
 #include "cmdbus/model/outcome.hpp"
 
 namespace cmdbus::db {
@@ -31,21 +32,6 @@ struct receive_result {
   std::vector<rejected_message> rejected;
   /// Messages returned by pgmq.read (commands + rejected).
   int read = 0;
-};
-
-/// A finished handler run, ready for its side effects.
-struct finished_command {
-  received_command rc;
-  outcome out;
-  /// Transient failure whose attempts are used up: moves to the TSQ.
-  bool exhausted = false;
-};
-
-/// A transient failure to reschedule.
-struct retry_command {
-  received_command rc;
-  outcome out;
-  int backoff_seconds = 0;
 };
 
 /// What became of one outcome handed to `finish` or `reschedule`.

@@ -92,10 +92,6 @@ public:
   using command_bus_error::command_bus_error;
 };
 
-} // namespace cmdbus
-
-namespace cmdbus {
-
 /// Base of the errors a command handler throws to choose the outcome of a
 /// command, as the reference's exceptions do. `code` and `message` end up in
 /// last_error_code / last_error_msg and the audit trail; `details` (a JSON
