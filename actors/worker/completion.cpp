@@ -11,26 +11,14 @@ void completion_state::commit(pointer self, size_t n) {
   std::vector<db::finished_command> items;
   auto res = write_prefix(st, n, items);
   maybe_crash(fault_point::after_commit);
-  // Written now or by an earlier attempt of this write: the worker's own.
-  size_t stale = 0;
-  size_t already_written = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    auto state = db::state_of(res.states, i);
-    if (state == db::write_state::stale) {
-      ++stale;
-      continue;
-    }
-    if (state == db::write_state::already_written)
-      ++already_written;
-    auto& x = items[i];
+  for_each_own(st, items, res.states, [&](const db::finished_command& x) {
     auto& m = st.settings.metrics->of(x.rc.cmd.command_type);
     switch (x.out.kind) {
       case outcome_kind::success: m.completed += 1; break;
       case outcome_kind::business_rule: m.failed += 1; break;
       default: m.moved_to_tsq += 1; break;
     }
-  }
-  count_unwritten(st.name, st.settings, stale, already_written);
+  });
   if (!res.completed_batches.empty())
     self->send(st.parent, atom::batches::value, st.settings.domain,
                std::move(res.completed_batches));

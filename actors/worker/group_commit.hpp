@@ -37,6 +37,7 @@
 #include "cmdbus/actors/interfaces.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
 #include "cmdbus/db/error.hpp"
+#include "cmdbus/db/worker_store.hpp"
 #include "cmdbus/model/log.hpp"
 
 namespace cmdbus::actors {
@@ -101,6 +102,28 @@ using writer_behavior_type = typename State::handle_type::behavior_type;
 /// already by an earlier attempt of the same write.
 void count_unwritten(const std::string& who, const domain_settings& settings,
                      size_t stale, size_t already_written);
+
+/// Calls `own(item)` for each item of one write whose outcome is the
+/// worker's own: written by this write or by an earlier attempt of it whose
+/// answer was lost (`states` as the store returned them). The stale ones
+/// are left out, counted and logged (count_unwritten).
+template <class State, class Item, class F>
+void for_each_own(const State& st, const std::vector<Item>& items,
+                  const std::vector<db::write_state>& states, F own) {
+  size_t stale = 0;
+  size_t already_written = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto state = db::state_of(states, i);
+    if (state == db::write_state::stale) {
+      ++stale;
+      continue;
+    }
+    if (state == db::write_state::already_written)
+      ++already_written;
+    own(items[i]);
+  }
+  count_unwritten(st.name, st.settings, stale, already_written);
+}
 
 /// Returns whether the database refused a write because of what one of its
 /// items holds (bad data, a broken constraint; or the item could not even be

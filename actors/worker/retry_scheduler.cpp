@@ -12,20 +12,9 @@ void retry_scheduler_state::commit(pointer self, size_t n) {
   std::vector<db::retry_command> items;
   auto res = write_prefix(st, n, items);
   maybe_crash(fault_point::after_commit);
-  // Written now or by an earlier attempt of this write: the worker's own.
-  size_t stale = 0;
-  size_t already_written = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    auto state = db::state_of(res.states, i);
-    if (state == db::write_state::stale) {
-      ++stale;
-      continue;
-    }
-    if (state == db::write_state::already_written)
-      ++already_written;
-    st.settings.metrics->of(items[i].rc.cmd.command_type).retried += 1;
-  }
-  count_unwritten(st.name, st.settings, stale, already_written);
+  for_each_own(st, items, res.states, [&](const db::retry_command& x) {
+    st.settings.metrics->of(x.rc.cmd.command_type).retried += 1;
+  });
   self->send(st.parent, atom::committed::value, static_cast<int64_t>(n));
 }
 

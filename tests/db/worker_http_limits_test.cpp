@@ -150,6 +150,22 @@ std::string describe(const std::map<int, size_t>& statuses) {
   return out.str();
 }
 
+// What both abuse scenarios require of the worker once they end: no probe
+// failed while they ran, its descriptors never went past the endpoint's
+// limit and are back where they were, and a scrape says it is ready.
+void expect_probes_held_and_descriptors_back(const probing& p, pid_t pid,
+                                            int baseline, int port) {
+  EXPECT_TRUE(p.failed.empty())
+    << p.failed.size() << " of " << p.probes << " probes failed:\n"
+    << joined(p.failed);
+  EXPECT_LE(p.largest, baseline + endpoint_descriptor_limit())
+    << "baseline " << baseline;
+  EXPECT_TRUE(eventually([&] { return open_descriptors(pid) <= baseline; }))
+    << open_descriptors(pid) << " open, " << baseline << " before";
+  auto m = scrape(port);
+  EXPECT_EQ(m.value("cmdbus_ready", {}), 1) << m.text;
+}
+
 } // namespace
 
 TEST(WorkerHttpLimits, HealthAnswersWhileHundredsOfConnectionsHang) {
@@ -182,24 +198,14 @@ TEST(WorkerHttpLimits, HealthAnswersWhileHundredsOfConnectionsHang) {
             << closed_slow + closed_idle << " closed by the worker ("
             << answered_slow << " with 408); descriptors " << baseline
             << " -> at most " << p.largest << std::endl;
-  EXPECT_TRUE(p.failed.empty())
-    << p.failed.size() << " of " << p.probes << " probes failed:\n"
-    << joined(p.failed);
   // Commands went on completing while the connections hung.
   EXPECT_GT(completed, 100);
   // The worker cut them (a read deadline, or to make room) instead of
-  // waiting on them...
+  // waiting on them, never held more of them than its limit, and once the
+  // clients are gone its descriptors are back where they were.
   EXPECT_GE(closed_slow, 300u);
   EXPECT_GE(closed_idle, 100u);
-  // ...and never held more of them than its limit.
-  EXPECT_LE(p.largest, baseline + endpoint_descriptor_limit())
-    << "baseline " << baseline;
-  // Once the clients are gone, its descriptors are back where they were,
-  // and a scrape works.
-  EXPECT_TRUE(eventually([&] { return open_descriptors(pid) <= baseline; }))
-    << open_descriptors(pid) << " open, " << baseline << " before";
-  auto m = scrape(w.port());
-  EXPECT_EQ(m.value("cmdbus_ready", {}), 1) << m.text;
+  expect_probes_held_and_descriptors_back(p, pid, baseline, w.port());
 }
 
 TEST(WorkerHttpLimits, AFloodOfScrapesLeavesHealthAnswering) {
@@ -226,9 +232,6 @@ TEST(WorkerHttpLimits, AFloodOfScrapesLeavesHealthAnswering) {
             << " commands completed; scrapes by status " << describe(statuses)
             << "; descriptors " << baseline << " -> at most " << p.largest
             << std::endl;
-  EXPECT_TRUE(p.failed.empty())
-    << p.failed.size() << " of " << p.probes << " probes failed:\n"
-    << joined(p.failed);
   EXPECT_GT(completed, 100);
   // Scrapes were answered (200, or 503 when too many waited) or their
   // connection closed; none waited until the client gave up.
@@ -237,12 +240,7 @@ TEST(WorkerHttpLimits, AFloodOfScrapesLeavesHealthAnswering) {
     EXPECT_TRUE(status == 200 || status == 503 || status == 0)
       << describe(statuses);
   EXPECT_EQ(statuses.count(-1), 0u) << describe(statuses);
-  EXPECT_LE(p.largest, baseline + endpoint_descriptor_limit())
-    << "baseline " << baseline;
-  EXPECT_TRUE(eventually([&] { return open_descriptors(pid) <= baseline; }))
-    << open_descriptors(pid) << " open, " << baseline << " before";
-  auto m = scrape(w.port());
-  EXPECT_EQ(m.value("cmdbus_ready", {}), 1) << m.text;
+  expect_probes_held_and_descriptors_back(p, pid, baseline, w.port());
 }
 
 TEST(WorkerHttpLimits, ExcessConnectionsAreAnsweredOrClosed) {
