@@ -23,6 +23,7 @@
 #include "cmdbus/actors/network.hpp"
 #include "cmdbus/actors/node.hpp"
 #include "cmdbus/model/errors.hpp"
+#include "tests/support/eventually.hpp"
 
 using namespace cmdbus;
 using namespace std::chrono_literals;
@@ -344,8 +345,11 @@ CAF_TEST(a handler node serves a worker over loopback) {
         CAF_CHECK(wo.handler_ns > 0);
       },
       [](caf::error& err) { CAF_FAIL("handle failed: " << to_string(err)); });
+  // The lease hears of the extension, and the node counts the command,
+  // on their own threads: maybe only after the outcome reached us.
+  CAF_CHECK(cmdbus::test::eventually([&] { return extends->load() == 1; }, 10s));
+  CAF_CHECK(cmdbus::test::eventually([&] { return node.status().completed == 1; }, 10s));
   CAF_CHECK_EQUAL(extends->load(), 1);
-  CAF_CHECK_EQUAL(node.status().completed, 1);
   // The worker's lease goes away: its session ends.
   self->monitor(pool);
   self->send_exit(lease_hdl, caf::exit_reason::kill);
@@ -353,9 +357,7 @@ CAF_TEST(a handler node serves a worker over loopback) {
   self->receive([&](caf::down_msg&) { down = true; },
                 caf::after(10s) >> [] {});
   CAF_CHECK(down);
-  for (int i = 0; i < 100 && node.status().sessions > 0; ++i)
-    std::this_thread::sleep_for(50ms);
-  CAF_CHECK_EQUAL(node.status().sessions, 0);
+  CAF_CHECK(cmdbus::test::eventually([&] { return node.status().sessions == 0; }, 10s));
   node.stop(5s);
 }
 
@@ -418,15 +420,13 @@ CAF_TEST(a stopping node finishes running commands and refuses new ones) {
   // One command runs, a second one waits for the only handler.
   self->send(pool, atom::handle::value, remote::to_wire(rc));
   self->send(pool, atom::handle::value, remote::to_wire(rc));
-  for (int i = 0; i < 400 && (entered->load() < 1 || node.status().queued < 1);
-       ++i)
-    std::this_thread::sleep_for(5ms);
+  CAF_REQUIRE(cmdbus::test::eventually(
+    [&] { return entered->load() >= 1 && node.status().queued >= 1; }, 10s));
   CAF_REQUIRE_EQUAL(node.status().busy, 1);
   CAF_REQUIRE_EQUAL(node.status().queued, 1);
   std::thread stopper{[&] { node.stop(10s); }};
-  for (int i = 0; i < 400 && !stopping->load(); ++i)
-    std::this_thread::sleep_for(5ms);
-  CAF_REQUIRE(stopping->load());
+  CAF_REQUIRE(
+    cmdbus::test::eventually([&] { return stopping->load(); }, 10s));
   // Once the stop began, a new command is refused at once (one that still
   // slipped in before the pool heard of the stop waits in its queue: its
   // request times out here, and it runs like the others).
