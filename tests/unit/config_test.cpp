@@ -9,48 +9,20 @@
 #include <string>
 #include <unistd.h>
 
+#include "tests/support/config_fakes.hpp"
+
 using namespace cmdbus::config;
+using namespace cmdbus::test;
 using namespace std::chrono_literals;
 
 namespace {
 
-/// A fake environment for apply_env() and load().
-class fake_env {
-public:
-  explicit fake_env(std::map<std::string, std::string> vars = {})
-    : vars_(std::move(vars)) {
-    // nop
-  }
-
-  env_lookup lookup() const {
-    return [this](const char* name) -> std::optional<std::string> {
-      auto i = vars_.find(name);
-      if (i == vars_.end())
-        return std::nullopt;
-      return i->second;
-    };
-  }
-
-private:
-  std::map<std::string, std::string> vars_;
-};
 
 /// A valid configuration: the defaults plus one domain.
 worker_config valid() {
   worker_config cfg;
   cfg.domains = {"payments"};
   return cfg;
-}
-
-/// Returns the message of the config_error thrown by `f`, or "".
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const config_error& e) {
-    return e.what();
-  }
-  return {};
 }
 
 std::string ini_error(std::string_view text) {
@@ -60,10 +32,6 @@ std::string ini_error(std::string_view text) {
   });
 }
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
 bool has_problem(const std::vector<std::string>& problems,
                  const std::string& part) {
   for (const auto& p : problems)
@@ -71,31 +39,6 @@ bool has_problem(const std::vector<std::string>& problems,
       return true;
   return false;
 }
-
-/// A temporary file removed on destruction.
-class temp_file {
-public:
-  explicit temp_file(const std::string& content) {
-    char name[] = "/tmp/cmdbus-config-test-XXXXXX";
-    int fd = mkstemp(name);
-    if (fd < 0)
-      throw std::runtime_error("mkstemp failed");
-    close(fd);
-    path_ = name;
-    std::ofstream{path_} << content;
-  }
-
-  ~temp_file() {
-    std::remove(path_.c_str());
-  }
-
-  const std::string& path() const noexcept {
-    return path_;
-  }
-
-private:
-  std::string path_;
-};
 
 constexpr const char* full_ini = R"(; cmdbus worker configuration
 dsn = "host=db dbname=app"   ; the database

@@ -14,42 +14,14 @@
 #include <string>
 #include <unistd.h>
 
+#include "tests/support/config_fakes.hpp"
+
 using namespace cmdbus::config;
+using namespace cmdbus::test;
 using namespace std::chrono_literals;
 
 namespace {
 
-/// A fake environment for apply_env() and load_node().
-class fake_env {
-public:
-  explicit fake_env(std::map<std::string, std::string> vars = {})
-    : vars_(std::move(vars)) {
-    // nop
-  }
-
-  env_lookup lookup() const {
-    return [this](const char* name) -> std::optional<std::string> {
-      auto i = vars_.find(name);
-      if (i == vars_.end())
-        return std::nullopt;
-      return i->second;
-    };
-  }
-
-private:
-  std::map<std::string, std::string> vars_;
-};
-
-/// Returns the message of the config_error thrown by `f`, or "".
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const config_error& e) {
-    return e.what();
-  }
-  return {};
-}
 
 std::string ini_error(std::string_view text) {
   return error_of([&] {
@@ -64,35 +36,6 @@ std::string args_error(const std::vector<std::string>& args) {
     apply_args(cfg, args);
   });
 }
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-/// A temporary file removed on destruction.
-class temp_file {
-public:
-  explicit temp_file(const std::string& content) {
-    char name[] = "/tmp/cmdbus-node-config-test-XXXXXX";
-    int fd = mkstemp(name);
-    if (fd < 0)
-      throw std::runtime_error("mkstemp failed");
-    close(fd);
-    path_ = name;
-    std::ofstream{path_} << content;
-  }
-
-  ~temp_file() {
-    std::remove(path_.c_str());
-  }
-
-  const std::string& path() const noexcept {
-    return path_;
-  }
-
-private:
-  std::string path_;
-};
 
 std::string read_file(const std::string& path) {
   std::ifstream in{path};
