@@ -475,10 +475,12 @@ TEST(CliBatch, ListFiltersByBatchAndShowsTheColumn) {
   std::string line;
   int with_id = 0;
   while (std::getline(lines, line)) {
-    if (contains(line, plain.command_id.to_string()))
+    if (contains(line, plain.command_id.to_string())) {
       EXPECT_FALSE(contains(line, id)) << line;
-    if (contains(line, b.command_results[0].command_id.to_string()))
+    }
+    if (contains(line, b.command_results[0].command_id.to_string())) {
       EXPECT_TRUE(contains(line, id)) << line;
+    }
     with_id += contains(line, id) ? 1 : 0;
   }
   EXPECT_EQ(with_id, 2) << r.out;
