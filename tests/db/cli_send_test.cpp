@@ -25,6 +25,7 @@
 #include "cmdbus/model/uuid.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
 #include "tests/support/sql_checks.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -104,36 +105,6 @@ bool balanced_json(const std::string& text) {
   }
   return started && depth == 0 && !in_string && text.substr(i) == "\n";
 }
-
-/// A temporary directory, removed on destruction.
-class temp_dir {
-public:
-  temp_dir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "cmdbus-cli-XXXXXX")
-                         .string();
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (mkdtemp(buf.data()) == nullptr)
-      throw std::runtime_error("mkdtemp failed");
-    path_ = buf.data();
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  /// Writes `content` to `name` in the directory and returns its path.
-  std::string write(const std::string& name, const std::string& content) const {
-    auto p = (path_ / name).string();
-    std::ofstream out{p, std::ios::binary};
-    out << content;
-    return p;
-  }
-
-private:
-  std::filesystem::path path_;
-};
 
 } // namespace
 

@@ -38,6 +38,7 @@
 #include "tests/support/certificates.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace cmdbus;
 using namespace cmdbus::test;
@@ -45,21 +46,6 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A directory of its own, removed at the end.
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / unique_name("cmdbus_node");
-  temp_dir() {
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const {
-    return (path / name).string();
-  }
-};
 
 // Reads the port a node wrote to `file`, waiting for it.
 int read_port(const std::string& file) {

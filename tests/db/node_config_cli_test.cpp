@@ -15,32 +15,13 @@
 #include "tests/db/background_cmdbus.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/temp_dir.hpp"
 
 using namespace cmdbus::test;
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 namespace {
-
-// A directory of its own, removed at the end.
-struct temp_dir {
-  fs::path path = fs::temp_directory_path() / unique_name("cmdbus_nodecfg");
-  temp_dir() {
-    fs::create_directories(path);
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const {
-    return (path / name).string();
-  }
-  std::string write(const std::string& name, const std::string& text) const {
-    auto p = file(name);
-    std::ofstream{p} << text;
-    return p;
-  }
-};
 
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

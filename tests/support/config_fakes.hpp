@@ -1,13 +1,14 @@
 #pragma once
 
 // What the configuration tests of the worker and the handler node share: a
-// fake environment, the message of a config_error, a temporary file, and a
-// substring check.
+// fake environment, the message of a config_error, a temporary file, reading a
+// file whole, and a substring check.
 
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
@@ -46,6 +47,16 @@ std::string error_of(F f) {
     return e.what();
   }
   return {};
+}
+
+/// The whole text of the file at `path`; throws when it cannot be read.
+inline std::string read_file(const std::string& path) {
+  std::ifstream in{path};
+  if (!in)
+    throw std::runtime_error("cannot read " + path);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
 }
 
 inline bool contains(const std::string& text, const std::string& part) {

@@ -11,21 +11,15 @@
 #include <sstream>
 #include <string>
 
+#include "tests/support/config_fakes.hpp"
+
 using namespace cmdbus::config;
+using cmdbus::test::read_file;
 using namespace std::chrono_literals;
 
 namespace {
 
 const std::string sample_path = CMDBUS_SOURCE_DIR "/deploy/worker.ini";
-
-std::string read_file(const std::string& path) {
-  std::ifstream in{path};
-  if (!in)
-    throw std::runtime_error("cannot read " + path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 } // namespace
 

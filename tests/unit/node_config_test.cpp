@@ -37,15 +37,6 @@ std::string args_error(const std::vector<std::string>& args) {
   });
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in{path};
-  if (!in)
-    throw std::runtime_error("cannot read " + path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 constexpr const char* full_ini = R"(; a handler node
 [node]
 domains = ["payments", "reports"]
