@@ -71,10 +71,9 @@ int list_scheduled(const args& a, command_bus& bus, db::pool& pool,
     rows.push_back({s.command.command_id.to_string(), s.command.command_type,
                     format_timestamp(s.due_at),
                     format_timestamp(s.command.created_at),
-                    s.command.batch_id ? s.command.batch_id->to_string()
-                                       : ""});
-  print_table(std::cout, {"command_id", "type", "due_at", "created_at", "batch"},
-              rows);
+                    s.command.batch_id ? s.command.batch_id->to_string() : ""});
+  print_table(std::cout,
+              {"command_id", "type", "due_at", "created_at", "batch"}, rows);
   return exit_ok;
 }
 

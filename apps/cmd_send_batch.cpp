@@ -88,8 +88,9 @@ id or missing queue, 3 database unavailable, 4 other failure.
 
 // The keys a line may have.
 const std::vector<std::string> line_keys{
-  "command_type", "data",  "command_id", "correlation_id", "reply_to",
-  "max_attempts", "delay", "not_before", "at"};
+  "command_type",   "data",       "command_id",
+  "correlation_id", "reply_to",   "max_attempts",
+  "delay",          "not_before", "at"};
 
 // Decodes one line of a send-batch file; throws usage_error naming the line.
 send_request parse_line(const std::string& where, const std::string& domain,

@@ -175,7 +175,8 @@ result_info find_result(db::connection& conn, const command_metadata& m) {
     return info;
   }
   auto& queue = *m.reply_to;
-  if (!db::queue_name_problem(queue).empty() || !db::queue_exists(conn, queue)) {
+  if (!db::queue_name_problem(queue).empty()
+      || !db::queue_exists(conn, queue)) {
     info.note = "not stored (reply queue " + queue + " does not exist)";
     return info;
   }
@@ -267,9 +268,9 @@ int run_show(const std::vector<std::string>& argv) {
            + seconds_text(msg.next_attempt_in_sec) + ")";
   std::string due = "-";
   if (msg.due_at)
-    due = format_timestamp(*msg.due_at) + " (in "
-          + seconds_text(msg.due_in_sec) + "; delayed, not read by any "
-          "worker before then)";
+    due = format_timestamp(*msg.due_at) + " (in " + seconds_text(msg.due_in_sec)
+          + "; delayed, not read by any "
+            "worker before then)";
   std::string result = res.note;
   if (res.source)
     result = res.result->text() + "  (from the reply in "

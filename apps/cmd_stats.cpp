@@ -141,8 +141,7 @@ void print_text(std::ostream& os, const std::vector<db::domain_stats>& xs) {
   os << '\n';
   print_table(os,
               {"domain", "queued", "visible", "scheduled", "invisible",
-               "oldest", "done_1m",
-               "failed_1m", "done_1h", "failed_1h"},
+               "oldest", "done_1m", "failed_1m", "done_1h", "failed_1h"},
               queues);
 }
 

@@ -202,8 +202,8 @@ void read_queue_figures(connection& conn, std::vector<queue_figures>& figures,
   for (size_t i = 0; i < figures.size(); ++i) {
     if (!figures[i].queue_exists)
       continue;
-    sql += "SELECT " + std::to_string(i) + ", "
-           + queue_pass(figures[i].queue) + " UNION ALL ";
+    sql += "SELECT " + std::to_string(i) + ", " + queue_pass(figures[i].queue)
+           + " UNION ALL ";
   }
   sql += "SELECT -1, count(*), array_position($1::text[], domain), NULL, "
          "NULL FROM commandbus.command WHERE status = "

@@ -208,10 +208,10 @@ public:
   /// complete the batch). Throws `command_not_found_error`, and
   /// `not_pending_error` when it has started or a worker is reading it at
   /// this moment (it is then left alone).
-  tsq_result
-  cancel_pending(const std::string& domain, const uuid& command_id,
-                 const std::optional<std::string>& reason,
-                 const std::optional<std::string>& operator_name = std::nullopt);
+  tsq_result cancel_pending(const std::string& domain, const uuid& command_id,
+                            const std::optional<std::string>& reason,
+                            const std::optional<std::string>& operator_name
+                            = std::nullopt);
 
   /// Makes the command COMPLETED, sends a SUCCESS reply with `result` (null
   /// when unset) to its reply_to (if any) and records OPERATOR_COMPLETE.

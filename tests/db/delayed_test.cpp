@@ -57,9 +57,9 @@ message_row message_of(db::connection& c, const std::string& domain,
 // What a reference worker does: pgmq.read of up to 10 messages with a 30 s
 // visibility timeout, FIFO. Returns, per message taken, whether the server's
 // clock had passed `not_before` at the read.
-std::vector<std::pair<int64_t, bool>>
-reference_read(db::connection& c, const std::string& domain,
-               timestamp not_before) {
+std::vector<std::pair<int64_t, bool>> reference_read(db::connection& c,
+                                                     const std::string& domain,
+                                                     timestamp not_before) {
   auto r = c.query("SELECT msg_id, clock_timestamp() >= $2::timestamptz FROM "
                    "pgmq.read($1, 30, 10)",
                    queue_of(domain), format_timestamp(not_before));
@@ -76,7 +76,8 @@ timestamp server_now(db::connection& c) {
 
 } // namespace
 
-TEST(DelayedSend, MessageIsHiddenUntilItsNotBeforeTimeAndTheRowsAreANormalSends) {
+TEST(DelayedSend,
+     MessageIsHiddenUntilItsNotBeforeTimeAndTheRowsAreANormalSends) {
   bus_env env;
   auto domain = unique_name("dly");
   env.bus.ensure_queue(queue_of(domain));
@@ -198,7 +199,8 @@ TEST(DelayedSend, EachCommandOfABulkSendAndOfABatchHasItsOwnTime) {
   cmds[1].command_id = uuid::random();
   cmds[1].not_before = server_now(env.conn) + 1h;
   auto b = env.bus.create_batch(domain, cmds);
-  EXPECT_FALSE(message_of(env.conn, domain, b.command_results[0].msg_id).hidden);
+  EXPECT_FALSE(
+    message_of(env.conn, domain, b.command_results[0].msg_id).hidden);
   EXPECT_TRUE(message_of(env.conn, domain, b.command_results[1].msg_id).hidden);
 }
 
@@ -248,7 +250,8 @@ TEST(DelayedSend, ScheduledCommandsAreListedCountedAndHaveADueTime) {
   EXPECT_EQ(figures[0].visible, 1);
 }
 
-// -- cancel before it runs -----------------------------------------------------
+// -- cancel before it runs
+// -----------------------------------------------------
 
 TEST(DelayedCancel, WritesWhatTheTsqCancelWritesAndArchivesTheMessage) {
   bus_env env;
@@ -260,8 +263,8 @@ TEST(DelayedCancel, WritesWhatTheTsqCancelWritesAndArchivesTheMessage) {
   req.reply_to = replies;
   req.not_before = server_now(env.conn) + 1h;
   auto sent = env.bus.send(req);
-  auto res = tsq.cancel_pending(domain, req.command_id, std::string{"not needed"},
-                                std::string{"alice"});
+  auto res = tsq.cancel_pending(
+    domain, req.command_id, std::string{"not needed"}, std::string{"alice"});
   EXPECT_FALSE(res.batch_id);
   auto meta = env.bus.get_command(domain, req.command_id);
   ASSERT_TRUE(meta);
