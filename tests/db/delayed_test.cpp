@@ -2,21 +2,26 @@
 // client library against the real PostgreSQL: a not-before time becomes the
 // message's vt, so that no reader of the queue, ours or a reference-style
 // pgmq.read, takes the command early; the rows are a normal send's; the
-// scheduled figures, listing and due time; the cancel before it runs.
+// scheduled figures, listing and due time; the cancel before it runs (also
+// under a cut connection).
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cmdbus/db/command_bus.hpp"
+#include "cmdbus/db/error.hpp"
 #include "cmdbus/db/queues.hpp"
 #include "cmdbus/db/stats.hpp"
 #include "cmdbus/db/troubleshooting.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/eventually.hpp"
+#include "tests/support/tcp_proxy.hpp"
 #include "tests/support/test_db.hpp"
 
 using namespace cmdbus;
@@ -363,4 +368,79 @@ TEST(DelayedCancel, CountsInTheBatchAndMayCompleteIt) {
   EXPECT_EQ(batch->canceled_count, 2);
   EXPECT_EQ(batch->in_troubleshooting_count, 0);
   EXPECT_EQ(batch->status, batch_status::completed_with_failures);
+}
+
+TEST(DelayedCancel, ACutConnectionMidCancelCommitsNothing) {
+  bus_env env;
+  auto domain = unique_name("dly");
+  env.bus.ensure_queue(queue_of(domain));
+  auto req = make_req(domain, "Later");
+  req.not_before = server_now(env.conn) + 1h;
+  auto sent = env.bus.send(req);
+  // The cancel runs through a proxy that is cut while it waits for the
+  // command row, which another transaction holds (after the cancel locked
+  // the message).
+  auto setting = env.conn.query("SELECT current_setting('port')");
+  auto proxy = std::make_shared<tcp_proxy>(
+    std::stoi(std::string{setting.text(0, 0)}));
+  auto opts = pool_options(1);
+  opts.dsn = dsn() + " host=127.0.0.1 port=" + std::to_string(proxy->port())
+             + " connect_timeout=2";
+  auto pool = std::make_shared<db::pool>(opts);
+  auto holder = connect();
+  holder.exec("BEGIN");
+  holder.query("SELECT 1 FROM commandbus.command WHERE domain = $1 AND "
+               "command_id = $2::uuid FOR UPDATE",
+               domain, req.command_id.to_string());
+  auto failed = std::make_shared<std::atomic<bool>>(false);
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread canceler{[pool, failed, done, domain, id = req.command_id] {
+    try {
+      troubleshooting_queue{*pool}.cancel_pending(domain, id, std::nullopt);
+    } catch (const db::error& e) {
+      failed->store(e.code() == db::errc::connection);
+    } catch (...) {
+    }
+    done->store(true);
+  }};
+  // Waiting on the command row (blocked by the holder): the message is
+  // locked by then.
+  auto holder_pid = holder.exec("SELECT pg_backend_pid()").int64(0, 0);
+  auto waiting = [&] {
+    return env.conn
+             .query("SELECT count(*) FROM pg_stat_activity WHERE "
+                    "$1::int = ANY(pg_blocking_pids(pid))",
+                    static_cast<int>(holder_pid))
+             .int64(0, 0)
+           > 0;
+  };
+  EXPECT_TRUE(eventually(waiting, 20s));
+  proxy->cut();
+  EXPECT_TRUE(eventually([&] { return done->load(); }, 20s));
+  canceler.join();
+  EXPECT_TRUE(failed->load());
+  holder.exec("ROLLBACK");
+  // Nothing of the cancel committed: still PENDING, message in the queue,
+  // never read, no audit but SENT.
+  EXPECT_EQ(env.bus.get_command(domain, req.command_id)->status,
+            command_status::pending);
+  auto m = message_of(env.conn, domain, sent.msg_id);
+  EXPECT_TRUE(m.exists);
+  EXPECT_EQ(m.read_ct, 0);
+  EXPECT_EQ(env.bus.get_audit_trail(req.command_id, domain).size(), 1u);
+  // Once the server has ended the cut session (and its message lock), a
+  // cancel goes through.
+  troubleshooting_queue tsq{env.pool};
+  EXPECT_TRUE(eventually(
+    [&] {
+      try {
+        tsq.cancel_pending(domain, req.command_id, std::nullopt);
+        return true;
+      } catch (const not_pending_error&) {
+        return false;
+      }
+    },
+    20s));
+  EXPECT_EQ(env.bus.get_command(domain, req.command_id)->status,
+            command_status::canceled);
 }
