@@ -14,12 +14,17 @@
 #include <string>
 #include <vector>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "tests/db/background_cmdbus.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/eventually.hpp"
+#include "tests/support/http_clients.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/tcp_proxy.hpp"
 #include "tests/support/test_db.hpp"
 
 using namespace cmdbus;
@@ -59,6 +64,21 @@ std::optional<std::string> jget(db::connection& c, const std::string& doc,
   return r.opt_text(0, 0);
 }
 
+// The worker's /metrics on `port` ("" when it does not answer).
+std::string metrics(int port) {
+  auto fd = connect_loopback(port);
+  if (fd < 0)
+    return "";
+  std::string req = "GET /metrics HTTP/1.0\r\n\r\n";
+  if (::send(fd, req.data(), req.size(), 0) < 0) {
+    ::close(fd);
+    return "";
+  }
+  auto answer = await_close(fd, 5s);
+  ::close(fd);
+  return answer.value_or("");
+}
+
 process_result cli(std::vector<std::string> args) {
   args.push_back("--dsn");
   args.push_back(dsn());
@@ -78,7 +98,10 @@ TEST(DelayedWorker, LeavesItAloneUntilDueAndRunsItThen) {
   soon.not_before = now + 1500ms;
   env.bus.send(far);
   env.bus.send(soon);
-  background_cmdbus worker{worker_args(domain)};
+  auto port = free_port();
+  auto args = worker_args(domain);
+  args.insert(args.end(), {"--http", "127.0.0.1:" + std::to_string(port)});
+  background_cmdbus worker{args};
   // A command sent after both runs first: the worker is polling.
   auto plain = demo_req(domain, R"({"outcome": "success"})");
   env.bus.send(plain);
@@ -101,6 +124,21 @@ TEST(DelayedWorker, LeavesItAloneUntilDueAndRunsItThen) {
   ASSERT_EQ(r.rows(), 1);
   EXPECT_EQ(r.int64(0, 0), 0);
   EXPECT_EQ(env.bus.scheduled_due_at(domain, far.command_id), far.not_before);
+  // The worker's /metrics counts it apart from the visible backlog.
+  auto line = "cmdbus_queue_scheduled{queue=\"" + db::command_queue(domain)
+              + "\"} 1\n";
+  std::string text;
+  EXPECT_TRUE(eventually(
+    [&] {
+      text = metrics(port);
+      return text.find(line) != std::string::npos;
+    },
+    20s))
+    << text;
+  EXPECT_NE(text.find("cmdbus_queue_visible{queue=\""
+                      + db::command_queue(domain) + "\"} 0\n"),
+            std::string::npos)
+    << text;
   EXPECT_TRUE(worker.stop());
 }
 
