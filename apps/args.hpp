@@ -30,6 +30,19 @@ inline constexpr option dsn_option{
 /// -h, --help.
 inline constexpr option help_option = config::help_option;
 
+/// --delay D: a delayed send (send, send-batch); see not_before_arg.
+inline constexpr option delay_option{
+  "--delay", "D",
+  "send now, run not before D from now (a duration: 90s, 10min, 2h, 1d); "
+  "the command is PENDING and invisible to workers until then"};
+
+/// --at T: a delayed send to an absolute time (send, send-batch).
+inline constexpr option at_option{
+  "--at", "T",
+  "send now, run not before T (ISO 8601 with a zone, e.g. "
+  "2026-12-01T03:00:00Z or 2026-12-01T04:00:00+01:00); a time in the past "
+  "means now"};
+
 // -- commands ----------------------------------------------------------------
 
 /// A command's help around its options; the options are also exactly what

@@ -17,21 +17,29 @@ namespace cmdbus::cli {
 namespace {
 
 const command_spec list_command{
-  R"(usage: cmdbus list DOMAIN [--status S] [--type T] [--batch B] [--limit N]
-                   [--offset N] [--dsn DSN] [--json]
+  R"(usage: cmdbus list DOMAIN [--status S] [--type T] [--batch B] [--scheduled]
+                   [--limit N] [--offset N] [--dsn DSN] [--json]
 
 Lists the domain's commands, newest first, with the batch each belongs to
 (empty when none). S is one of PENDING, IN_PROGRESS, COMPLETED, FAILED,
 CANCELED, IN_TROUBLESHOOTING_QUEUE (any case; TSQ for the last); B is a
 batch id: only that batch's commands.
+
+With --scheduled it lists the delayed commands that are not due yet
+(PENDING, their message never read and invisible until their not-before
+time), earliest due first, with the time each is due; a retry waiting for
+its backoff is not one of them.
 )",
   {{"--status", "S", "only commands in status S"},
    {"--type", "T", "only commands of type T"},
    {"--batch", "B", "only the commands of batch B"},
+   {"--scheduled", "",
+    "only delayed commands not due yet, earliest due first, with due_at"},
    {"--limit", "N", "at most N commands (default 100)"},
    {"--offset", "N", "skip the first N"},
    dsn_option,
-   {"--json", "", "print a JSON array of commands"},
+   {"--json", "",
+    "print a JSON array of commands (with --scheduled each has \"due_at\")"},
    help_option},
   R"(
 An empty list says nothing about whether DOMAIN exists: a mistyped domain
@@ -39,6 +47,35 @@ lists nothing, like a quiet one (`cmdbus queues` lists the real ones).
 
 Exit codes: 0 ok, 1 usage error (e.g. an unknown status or a bad UUID).
 )"};
+
+// --scheduled: the delayed commands not due yet, with their due time.
+int list_scheduled(const args& a, command_bus& bus, db::pool& pool,
+                   const command_query& q) {
+  auto cmds = bus.query_scheduled(q);
+  if (cmds.empty())
+    note_if_unknown_domain(pool, *q.domain);
+  if (a.flag("--json")) {
+    json_out out;
+    out.begin_array();
+    for (auto& s : cmds) {
+      out.begin_object();
+      write_command_fields(out, s.command);
+      out.field("due_at", s.due_at).end_object();
+    }
+    out.end_array();
+    out.print(std::cout);
+    return exit_ok;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (auto& s : cmds)
+    rows.push_back({s.command.command_id.to_string(), s.command.command_type,
+                    format_timestamp(s.due_at),
+                    format_timestamp(s.command.created_at),
+                    s.command.batch_id ? s.command.batch_id->to_string() : ""});
+  print_table(std::cout,
+              {"command_id", "type", "due_at", "created_at", "batch"}, rows);
+  return exit_ok;
+}
 
 } // namespace
 
@@ -58,6 +95,8 @@ int run_list(const std::vector<std::string>& argv) {
   q.offset = a.int_option("--offset", 0).value_or(0);
   db::pool pool{pool_options_for(a, 1)};
   command_bus bus{pool};
+  if (a.flag("--scheduled"))
+    return list_scheduled(a, bus, pool, q);
   auto cmds = bus.query_commands(q);
   if (cmds.empty())
     note_if_unknown_domain(pool, *q.domain);

@@ -20,12 +20,18 @@ namespace {
 const command_spec send_command{
   R"(usage: cmdbus send DOMAIN TYPE [--data JSON|@FILE|-] [--id UUID]
                    [--reply-to QUEUE] [--correlation-id UUID]
-                   [--max-attempts N] [--create] [--dsn DSN] [--json]
+                   [--max-attempts N] [--delay D | --at T] [--create]
+                   [--dsn DSN] [--json]
 
 Sends one command of type TYPE to the queue DOMAIN__commands in one
 transaction: PGMQ message, command row (PENDING), SENT audit and NOTIFY.
 The queue must exist (a worker or an earlier `--create` made it), so that a
 mistyped DOMAIN fails instead of creating a queue nobody reads.
+
+With --delay or --at the command is sent now but runs not before that time:
+its message stays invisible to every worker until then (`cmdbus show` says
+when it is due, `cmdbus list DOMAIN --scheduled` lists such commands, and
+`cmdbus cancel` cancels one before it runs).
 )",
   {{"--data", "JSON",
     "the payload, a JSON object (default {}); @FILE reads it from FILE, - "
@@ -36,9 +42,13 @@ mistyped DOMAIN fails instead of creating a queue nobody reads.
    {"--reply-to", "QUEUE", "queue for the reply (created when missing)"},
    {"--correlation-id", "UUID", "default: a new random UUID"},
    {"--max-attempts", "N", "default: 3"},
+   delay_option,
+   at_option,
    {"--create", "", "create DOMAIN__commands when it does not exist"},
    dsn_option,
-   {"--json", "", "print the result as JSON"},
+   {"--json", "",
+    "print the result as JSON: {command_id, msg_id, queue, correlation_id, "
+    "not_before} (not_before is null unless --delay or --at was given)"},
    help_option},
   R"(
 Use `--` before a TYPE that starts with '-'.
@@ -72,6 +82,7 @@ int run_send(const std::vector<std::string>& argv) {
     req.reply_to = *q;
   }
   req.max_attempts = a.int_option("--max-attempts", 1);
+  req.not_before = not_before_arg(a);
   auto queue = db::command_queue(req.domain);
   db::pool pool{pool_options_for(a)};
   require_queue(pool, queue, a.flag("--create"));
@@ -84,12 +95,16 @@ int run_send(const std::vector<std::string>& argv) {
       .field("msg_id", res.msg_id)
       .field("queue", queue)
       .field("correlation_id", *req.correlation_id)
+      .field("not_before", req.not_before)
       .end_object();
     out.print(std::cout);
   } else {
     std::cout << "sent command " << res.command_id.to_string() << " to "
               << queue << " (msg_id " << res.msg_id << ", correlation_id "
-              << req.correlation_id->to_string() << ")\n";
+              << req.correlation_id->to_string() << ")";
+    if (req.not_before)
+      std::cout << ", not before " << format_timestamp(*req.not_before);
+    std::cout << "\n";
   }
   return exit_ok;
 }

@@ -2,6 +2,7 @@
 // one batch.
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 
@@ -27,7 +28,7 @@ namespace {
 
 const command_spec send_batch_command{
   R"(usage: cmdbus send-batch DOMAIN --file F.jsonl [--create] [--chunk-size N]
-                         [--dsn DSN] [--json]
+                         [--delay D | --at T] [--dsn DSN] [--json]
        cmdbus send-batch DOMAIN --file F.jsonl --batch [--name NAME]
                          [--batch-id ID] [--custom-data JSON] [--create]
                          [--dsn DSN] [--json]
@@ -40,8 +41,15 @@ Each line:
    "command_id": "<uuid>",             optional (default: a new UUID)
    "correlation_id": "<uuid>",         optional (default: a new UUID)
    "reply_to": "queue_name",           optional
-   "max_attempts": 5}                  optional
-Any other key is an error. The whole file is validated before anything is
+   "max_attempts": 5,                  optional
+   "delay": "10min",                   optional: run not before then (a
+                                       duration as --delay takes, or a
+                                       number of seconds)
+   "not_before": "2026-12-01T03:00:00Z"}  optional: run not before this
+                                       time (ISO 8601 with a zone; "at" is
+                                       the same field); not with "delay"
+Any other key is an error. --delay or --at applies to the lines that have
+neither "delay" nor "not_before". The whole file is validated before anything is
 sent; an invalid line is reported as FILE:LINE: problem.
 
 Without --batch the commands are sent in chunks of N (default 1000), one
@@ -62,6 +70,8 @@ is ever added to an existing batch.
    {"--batch", "", "create one batch of all the file's commands"},
    {"--name", "NAME", "the batch's name"},
    {"--batch-id", "ID", "the batch's id (default: a new UUID)"},
+   delay_option,
+   at_option,
    {"--custom-data", "JSON",
     "the batch's custom data, an object (JSON text, @FILE, or - for standard "
     "input)"},
@@ -77,9 +87,10 @@ id or missing queue, 3 database unavailable, 4 other failure.
 )"};
 
 // The keys a line may have.
-const std::vector<std::string> line_keys{"command_type", "data",
-                                         "command_id",   "correlation_id",
-                                         "reply_to",     "max_attempts"};
+const std::vector<std::string> line_keys{
+  "command_type",   "data",       "command_id",
+  "correlation_id", "reply_to",   "max_attempts",
+  "delay",          "not_before", "at"};
 
 // Decodes one line of a send-batch file; throws usage_error naming the line.
 send_request parse_line(const std::string& where, const std::string& domain,
@@ -147,6 +158,35 @@ send_request parse_line(const std::string& where, const std::string& domain,
       fail("field \"max_attempts\" must be an integer >= 1");
     req.max_attempts = it->value.GetInt();
   }
+  // A delay, or a not-before time ("at" is the same field).
+  auto delay = doc.FindMember("delay");
+  auto at = str("not_before");
+  if (auto alias = str("at")) {
+    if (at)
+      fail("fields \"not_before\" and \"at\" are the same: give one");
+    at = alias;
+  }
+  if (delay != doc.MemberEnd() && !delay->value.IsNull()) {
+    if (at)
+      fail("fields \"delay\" and \"not_before\" exclude each other");
+    if (delay->value.IsNumber()) {
+      auto secs = delay->value.GetDouble();
+      if (!std::isfinite(secs) || secs < 0)
+        fail("field \"delay\" must be a number of seconds >= 0 or a "
+             "duration such as \"10min\"");
+      req.not_before = not_before_in(std::chrono::microseconds{
+        static_cast<int64_t>(std::llround(secs * 1e6))});
+    } else if (delay->value.IsString()) {
+      req.not_before = not_before_in(parse_duration(
+        where + ": field \"delay\"",
+        std::string{delay->value.GetString(), delay->value.GetStringLength()}));
+    } else {
+      fail("field \"delay\" must be a duration such as \"10min\" or a "
+           "number of seconds");
+    }
+  } else if (at) {
+    req.not_before = parse_time_arg(where + ": field \"not_before\"", *at);
+  }
   if (auto it = doc.FindMember("data"); it != doc.MemberEnd()) {
     if (!it->value.IsObject())
       fail("field \"data\" must be an object");
@@ -169,6 +209,7 @@ batch_command to_batch_command(send_request req) {
   c.correlation_id = req.correlation_id;
   c.reply_to = std::move(req.reply_to);
   c.max_attempts = req.max_attempts;
+  c.not_before = req.not_before;
   return c;
 }
 
@@ -251,12 +292,15 @@ int run_send_batch(const std::vector<std::string>& argv) {
       throw usage_error{"cannot read " + *file};
     src = &in;
   }
+  auto default_not_before = not_before_arg(a);
   std::vector<send_request> reqs;
   std::string line;
   for (int n = 1; std::getline(*src, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos)
       continue;
     reqs.push_back(parse_line(*file + ":" + std::to_string(n), domain, line));
+    if (!reqs.back().not_before)
+      reqs.back().not_before = default_not_before;
   }
   if (reqs.empty())
     throw usage_error{*file + " holds no commands"};

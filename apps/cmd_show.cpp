@@ -38,14 +38,19 @@ audit id).
   result      handler results are not stored: a completed command's result
               is shown only when it was sent to reply_to and the reply is
               still in that queue or its archive
-  next attempt  for a PENDING or IN_PROGRESS command whose message is
-              invisible: when it becomes visible again (a retry after a
-              transient failure, or the end of a running attempt's lease)
+  due at      for a delayed command that is not due yet (PENDING, its
+              message never read and invisible): its not-before time, when
+              workers may first read it
+  next attempt  for a PENDING or IN_PROGRESS command whose message was read
+              before and is invisible: when it becomes visible again (a
+              retry after a transient failure, or the end of a running
+              attempt's lease)
 )",
   {dsn_option,
    {"--json", "",
     "print {\"command\": {...}, \"payload\": ..., \"payload_source\": "
-    "\"queue\" | \"archive\" | null, \"next_attempt_at\": ... | null, "
+    "\"queue\" | \"archive\" | null, \"due_at\": ... | null, "
+    "\"next_attempt_at\": ... | null, "
     "\"result\": ... | null, \"result_source\": \"reply_queue\" | "
     "\"reply_archive\" | null, \"audit\": [...]}"},
    help_option},
@@ -81,6 +86,9 @@ struct message_info {
   std::optional<std::string> source;
   std::optional<timestamp> next_attempt_at;
   double next_attempt_in_sec = 0;
+  /// A delayed command not due yet: its not-before time.
+  std::optional<timestamp> due_at;
+  double due_in_sec = 0;
 };
 
 // The command's message: a primary-key probe of the queue table, then of
@@ -94,7 +102,7 @@ message_info find_message(db::connection& conn, const command_metadata& m) {
     return info;
   if (m.msg_id) {
     auto r = conn.query("SELECT message -> 'data', vt, vt > now(),"
-                        " EXTRACT(EPOCH FROM vt - now()) FROM pgmq."
+                        " EXTRACT(EPOCH FROM vt - now()), read_ct FROM pgmq."
                           + db::queue_table(queue) + " WHERE msg_id = $1",
                         *m.msg_id);
     if (r.rows() > 0) {
@@ -103,8 +111,18 @@ message_info find_message(db::connection& conn, const command_metadata& m) {
       if ((m.status == command_status::pending
            || m.status == command_status::in_progress)
           && r.boolean(0, 2)) {
-        info.next_attempt_at = db::time_at(r, 0, 1);
-        info.next_attempt_in_sec = std::stod(std::string{r.text(0, 3)});
+        // Never read: a delayed command waiting for its not-before time.
+        bool scheduled = m.status == command_status::pending
+                         && r.int64(0, 4) == 0;
+        auto at = db::time_at(r, 0, 1);
+        auto in = std::stod(std::string{r.text(0, 3)});
+        if (scheduled) {
+          info.due_at = at;
+          info.due_in_sec = in;
+        } else {
+          info.next_attempt_at = at;
+          info.next_attempt_in_sec = in;
+        }
       }
       return info;
     }
@@ -157,7 +175,8 @@ result_info find_result(db::connection& conn, const command_metadata& m) {
     return info;
   }
   auto& queue = *m.reply_to;
-  if (!db::queue_name_problem(queue).empty() || !db::queue_exists(conn, queue)) {
+  if (!db::queue_name_problem(queue).empty()
+      || !db::queue_exists(conn, queue)) {
     info.note = "not stored (reply queue " + queue + " does not exist)";
     return info;
   }
@@ -225,6 +244,7 @@ int run_show(const std::vector<std::string>& argv) {
     write_command(out, *m);
     out.field("payload", msg.payload)
       .field("payload_source", msg.source)
+      .field("due_at", msg.due_at)
       .field("next_attempt_at", msg.next_attempt_at)
       .field("result", res.result)
       .field("result_source", res.source);
@@ -246,6 +266,11 @@ int run_show(const std::vector<std::string>& argv) {
   if (msg.next_attempt_at)
     next = "due at " + format_timestamp(*msg.next_attempt_at) + " (in "
            + seconds_text(msg.next_attempt_in_sec) + ")";
+  std::string due = "-";
+  if (msg.due_at)
+    due = format_timestamp(*msg.due_at) + " (in " + seconds_text(msg.due_in_sec)
+          + "; delayed, not read by any "
+            "worker before then)";
   std::string result = res.note;
   if (res.source)
     result = res.result->text() + "  (from the reply in "
@@ -260,6 +285,7 @@ int run_show(const std::vector<std::string>& argv) {
       {"status", std::string{to_string(m->status)}},
       {"attempts",
        std::to_string(m->attempts) + " of " + std::to_string(m->max_attempts)},
+      {"due_at", due},
       {"next_attempt", next},
       {"msg_id", m->msg_id ? std::to_string(*m->msg_id) : ""},
       {"correlation_id", opt(m->correlation_id)},

@@ -32,9 +32,11 @@ when DOMAIN is omitted):
   * commands by status (every status, zeros included); `tsq` is the size of
     the troubleshooting queue (status IN_TROUBLESHOOTING_QUEUE);
   * the command queue: messages in it (`queued`), how many a worker may read
-    now (`visible`) and how many are held by a worker or wait for a retry
-    (`invisible`), and the age of the oldest visible message (`oldest`; it
-    grows when the workers fall behind);
+    now (`visible`), how many belong to delayed commands not due yet
+    (`scheduled`: never read, invisible until their not-before time; not
+    part of the backlog), how many are held by a worker or wait for a retry
+    (`invisible`), and the age of the oldest visible message since it was
+    enqueued (`oldest`; it grows when the workers fall behind);
   * what finished in the last minute and hour: commands that are COMPLETED
     now (`done`), or FAILED or in the troubleshooting queue now (`failed`),
     and whose row was last updated within that time (the finish, unless an
@@ -52,7 +54,7 @@ when DOMAIN is omitted):
    {"--json", "",
     "print one JSON document: an array of domain objects with domain, "
     "commands {STATUS: n, ...}, tsq, queue {exists, depth, visible, "
-    "invisible, oldest_visible_age_sec}, completed_last_minute, "
+    "scheduled, invisible, oldest_visible_age_sec}, completed_last_minute, "
     "completed_last_hour, failed_last_minute, failed_last_hour"},
    dsn_option,
    help_option},
@@ -96,6 +98,7 @@ void print_json(std::ostream& os, const std::vector<db::domain_stats>& xs) {
       .field("exists", st.queue_exists)
       .field("depth", st.queue_depth)
       .field("visible", st.visible)
+      .field("scheduled", st.scheduled)
       .field("invisible", st.invisible)
       .field("oldest_visible_age_sec", st.oldest_visible_age_sec)
       .end_object()
@@ -124,6 +127,7 @@ void print_text(std::ostream& os, const std::vector<db::domain_stats>& xs) {
     queues.push_back(
       {st.domain, st.queue_exists ? std::to_string(st.queue_depth) : "-",
        st.queue_exists ? std::to_string(st.visible) : "-",
+       st.queue_exists ? std::to_string(st.scheduled) : "-",
        st.queue_exists ? std::to_string(st.invisible) : "-",
        age(st.oldest_visible_age_sec), std::to_string(st.completed_last_minute),
        std::to_string(st.failed_last_minute),
@@ -136,8 +140,8 @@ void print_text(std::ostream& os, const std::vector<db::domain_stats>& xs) {
               commands);
   os << '\n';
   print_table(os,
-              {"domain", "queued", "visible", "invisible", "oldest", "done_1m",
-               "failed_1m", "done_1h", "failed_1h"},
+              {"domain", "queued", "visible", "scheduled", "invisible",
+               "oldest", "done_1m", "failed_1m", "done_1h", "failed_1h"},
               queues);
 }
 

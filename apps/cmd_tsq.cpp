@@ -5,9 +5,6 @@
 #include <iostream>
 #include <limits>
 
-#include <pwd.h>
-#include <unistd.h>
-
 #include "apps/args.hpp"
 #include "apps/commands.hpp"
 #include "apps/database.hpp"
@@ -293,16 +290,6 @@ const char* outcome_name(tsq_item_outcome::kind k) {
     case tsq_item_outcome::kind::not_in_tsq: return "not_in_tsq";
     default: return "failed";
   }
-}
-
-// The login name: $USER, else $LOGNAME, else the account of the process.
-std::optional<std::string> default_operator() {
-  for (const char* name : {"USER", "LOGNAME"})
-    if (const char* user = std::getenv(name); user != nullptr && *user != '\0')
-      return std::string{user};
-  if (const passwd* pw = getpwuid(geteuid()); pw != nullptr)
-    return std::string{pw->pw_name};
-  return std::nullopt;
 }
 
 int run_operation(tsq_operation::kind kind, const args& a) {

@@ -27,6 +27,7 @@ constexpr command_entry commands[] = {
   {"show", cli::run_show},
   {"list", cli::run_list},
   {"wait", cli::run_wait},
+  {"cancel", cli::run_cancel},
   {"tsq", cli::run_tsq},
   {"batch", cli::run_batch},
   {"process", cli::run_process},
@@ -48,9 +49,11 @@ Commands:
                applied and pending migrations
   send         send one command
   send-batch   send the commands of a JSON-lines file (optionally as a batch)
-  show         show a command: metadata, payload, audit trail, next retry
+  show         show a command: metadata, payload, audit trail, when it is
+               due, next retry
   list         list a domain's commands
   wait         wait until a command is finished (exit 0 completed, 5 not)
+  cancel       cancel a command before it runs (e.g. a delayed one)
   tsq          the troubleshooting queue: list, show, retry, cancel, complete
   batch        batches: list, show, refresh
   process      process managers: list, show, start (the demo workflow)

@@ -3,10 +3,14 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+
+#include <pwd.h>
+#include <unistd.h>
 
 #include "apps/args.hpp"
 #include "cmdbus/db/queue_name.hpp"
@@ -116,6 +120,36 @@ std::chrono::milliseconds parse_duration(const std::string& what,
                         "or d, e.g. 90s or 15m)"};
   return std::chrono::milliseconds{
     static_cast<int64_t>(std::llround(n * scale))};
+}
+
+std::optional<std::string> default_operator() {
+  for (const char* name : {"USER", "LOGNAME"})
+    if (const char* user = std::getenv(name); user != nullptr && *user != '\0')
+      return std::string{user};
+  if (const passwd* pw = getpwuid(geteuid()); pw != nullptr)
+    return std::string{pw->pw_name};
+  return std::nullopt;
+}
+
+timestamp parse_time_arg(const std::string& what, const std::string& text) {
+  auto t = parse_timestamp(text);
+  if (!t)
+    throw usage_error{what + ": '" + text
+                      + "' is not a time (ISO 8601 with a zone, e.g. "
+                        "2026-12-01T03:00:00Z)"};
+  return *t;
+}
+
+std::optional<timestamp> not_before_arg(const args& a) {
+  auto delay = a.option(std::string{delay_option.name});
+  auto at = a.option(std::string{at_option.name});
+  if (delay && at)
+    throw usage_error{"--delay and --at exclude each other"};
+  if (delay)
+    return not_before_in(parse_duration("--delay", *delay));
+  if (at)
+    return parse_time_arg("--at", *at);
+  return std::nullopt;
 }
 
 } // namespace cmdbus::cli

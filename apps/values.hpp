@@ -4,6 +4,7 @@
 // durations, each a usage error naming the argument when it does not parse.
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "cmdbus/model/json.hpp"
@@ -42,5 +43,18 @@ batch_status parse_batch_status_arg(const std::string& what,
 /// "1.5h"); a bare number is seconds. Usage error naming `what` otherwise.
 std::chrono::milliseconds parse_duration(const std::string& what,
                                          const std::string& text);
+
+/// The operator's name for audits: $USER, else $LOGNAME, else the account
+/// of the process; nullopt when none is known.
+std::optional<std::string> default_operator();
+
+/// Parses a point in time: ISO 8601 with a zone ("2026-12-01T03:00:00Z",
+/// "2026-12-01 04:00:00.5+01:00"). Usage error naming `what` otherwise.
+timestamp parse_time_arg(const std::string& what, const std::string& text);
+
+/// Returns the not-before time that --delay or --at asks for (see
+/// delay_option and at_option), or nullopt when neither was given. Usage
+/// error when both were.
+std::optional<timestamp> not_before_arg(const args& a);
 
 } // namespace cmdbus::cli

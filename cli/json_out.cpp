@@ -97,8 +97,13 @@ void json_out::print(std::ostream& out) const {
 }
 
 void write_command(json_out& out, const command_metadata& m) {
-  out.begin_object()
-    .field("domain", m.domain)
+  out.begin_object();
+  write_command_fields(out, m);
+  out.end_object();
+}
+
+void write_command_fields(json_out& out, const command_metadata& m) {
+  out.field("domain", m.domain)
     .field("command_id", m.command_id)
     .field("command_type", m.command_type)
     .field("status", to_string(m.status))
@@ -112,8 +117,7 @@ void write_command(json_out& out, const command_metadata& m) {
     .field("last_error_msg", m.last_error_msg)
     .field("created_at", m.created_at)
     .field("updated_at", m.updated_at)
-    .field("batch_id", m.batch_id)
-    .end_object();
+    .field("batch_id", m.batch_id);
 }
 
 void write_audit_event(json_out& out, const audit_event& ev) {

@@ -76,6 +76,10 @@ private:
 /// row; timestamps in ISO 8601).
 void write_command(json_out& out, const command_metadata& m);
 
+/// Writes the fields of `write_command` into an object the caller opened
+/// (and closes, after fields of its own).
+void write_command_fields(json_out& out, const command_metadata& m);
+
 /// Writes an audit event as an object.
 void write_audit_event(json_out& out, const audit_event& ev);
 

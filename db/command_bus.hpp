@@ -63,6 +63,16 @@ struct command_query {
   int offset = 0;
 };
 
+/// A delayed command that is not due yet: PENDING, its message never read
+/// and invisible until its not-before time (docs/scheduling.md, "Delayed
+/// commands"). A retry waiting for its backoff is not one (its message was
+/// read before).
+struct scheduled_command {
+  command_metadata command;
+  /// When its message becomes visible (its not-before time).
+  timestamp due_at{};
+};
+
 /// Options of `create_batch`.
 struct create_batch_options {
   /// Generated when unset.
@@ -137,6 +147,19 @@ public:
 
   /// Returns the commands matching `q`.
   std::vector<command_metadata> query_commands(const command_query& q);
+
+  /// Returns the scheduled commands of `q.domain` (required: throws
+  /// `command_bus_error` without it) that match the type, batch and
+  /// created_* filters of `q`, earliest due first, `q.limit` of them from
+  /// `q.offset`. A status filter other than PENDING matches nothing.
+  /// Throws `db::invalid_argument` for an invalid domain.
+  std::vector<scheduled_command> query_scheduled(const command_query& q);
+
+  /// Returns when the command is due if it is scheduled (see
+  /// `scheduled_command`), else nullopt (unknown, due, running, waiting for
+  /// a retry, finished).
+  std::optional<timestamp> scheduled_due_at(const std::string& domain,
+                                            const uuid& command_id);
 
   /// Returns the audit trail of a command ordered by (ts, audit_id), so that
   /// events with the same timestamp keep the order they were written in;

@@ -28,6 +28,7 @@ prepared_command prepare(const send_request& req, int default_max_attempts) {
                      ? *req.max_attempts
                      : default_max_attempts;
   p.batch_id = req.batch_id;
+  p.not_before = req.not_before;
   command msg;
   msg.domain = req.domain;
   msg.command_type = req.command_type;

@@ -31,6 +31,8 @@ struct prepared_command {
   /// The request's, or the bus's default when unset or 0.
   int max_attempts = 0;
   std::optional<uuid> batch_id;
+  /// The request's not-before time; unset for a command due at once.
+  std::optional<timestamp> not_before;
 };
 
 /// Checks what can be checked without the database and returns the

@@ -37,7 +37,9 @@ struct chunk {
 // -- INSERT path -------------------------------------------------------------
 
 // One cmdbus_send_commands statement per domain, all in one round trip:
-// the cheapest for small chunks.
+// the cheapest for small chunks. A domain's commands of which any has a
+// not-before time go through cmdbus_send_commands_at (V009), which takes
+// those times as one more array; the others keep the undelayed function.
 std::vector<send_result> insert_chunk(const chunk& c, connection& conn,
                                       bool own_transaction) {
   std::vector<connection::statement> statements;
@@ -45,8 +47,9 @@ std::vector<send_result> insert_chunk(const chunk& c, connection& conn,
     statements.push_back({"BEGIN", {}});
   for (auto* idx : c.groups) {
     std::vector<std::string> ids, types, messages, correlations;
-    std::vector<std::optional<std::string>> reply_tos, batch_ids;
+    std::vector<std::optional<std::string>> reply_tos, batch_ids, not_before;
     std::vector<int64_t> max_attempts;
+    bool delayed = false;
     for (auto i : *idx) {
       auto& p = c.items[i];
       ids.push_back(p.command_id.to_string());
@@ -58,17 +61,35 @@ std::vector<send_result> insert_chunk(const chunk& c, connection& conn,
       batch_ids.push_back(
         p.batch_id ? std::optional<std::string>{p.batch_id->to_string()}
                    : std::nullopt);
+      not_before.push_back(
+        p.not_before
+          ? std::optional<std::string>{format_timestamp(*p.not_before)}
+          : std::nullopt);
+      delayed = delayed || p.not_before.has_value();
     }
-    statements.push_back(
-      {"SELECT command_id, msg_id FROM commandbus.cmdbus_send_commands("
-       "$1, $2, $3::uuid[], $4::text[], $5::jsonb[], $6::uuid[], "
-       "$7::text[], $8::int[], $9::uuid[])",
-       {to_param(c.items[idx->front()].domain),
-        to_param(c.items[idx->front()].queue), array_literal(ids),
-        array_literal(types), array_literal(messages),
-        array_literal(correlations), array_literal(reply_tos),
-        array_literal(max_attempts), array_literal(batch_ids)},
-       "cmdbus_send_commands"});
+    std::vector<param> params{to_param(c.items[idx->front()].domain),
+                              to_param(c.items[idx->front()].queue),
+                              array_literal(ids),
+                              array_literal(types),
+                              array_literal(messages),
+                              array_literal(correlations),
+                              array_literal(reply_tos),
+                              array_literal(max_attempts),
+                              array_literal(batch_ids)};
+    if (delayed) {
+      params.push_back(array_literal(not_before));
+      statements.push_back(
+        {"SELECT command_id, msg_id FROM commandbus.cmdbus_send_commands_at("
+         "$1, $2, $3::uuid[], $4::text[], $5::jsonb[], $6::uuid[], "
+         "$7::text[], $8::int[], $9::uuid[], $10::timestamptz[])",
+         std::move(params), "cmdbus_send_commands_at"});
+    } else {
+      statements.push_back(
+        {"SELECT command_id, msg_id FROM commandbus.cmdbus_send_commands("
+         "$1, $2, $3::uuid[], $4::text[], $5::jsonb[], $6::uuid[], "
+         "$7::text[], $8::int[], $9::uuid[])",
+         std::move(params), "cmdbus_send_commands"});
+    }
   }
   if (own_transaction)
     statements.push_back({"COMMIT", {}});
@@ -96,7 +117,9 @@ std::vector<send_result> insert_chunk(const chunk& c, connection& conn,
 // audits can name them; COPY writes given identity values as INSERT ...
 // OVERRIDING SYSTEM VALUE would. The rows are those of
 // pgmq.send_batch(queue, msgs, 0) and cmdbus_send_commands: vt is the
-// server's clock_timestamp() at reservation, headers NULL. COPY cannot run
+// server's clock_timestamp() at reservation (a delayed command's not-before
+// time when that is later, as cmdbus_send_commands_at writes it), headers
+// NULL. COPY cannot run
 // in a pipeline, so a chunk takes five round trips: about 0.3 ms, which
 // pays off from about 60 commands on (copy_threshold).
 
@@ -161,6 +184,9 @@ void encode_group(const chunk& c, size_t g, const result& ids, copy_rows& rows,
   if (static_cast<size_t>(ids.rows()) != idx.size())
     throw command_bus_error("send_batch: unexpected msg_id reservation");
   auto vt = ids.text(0, 1);
+  // The server's clock at the reservation, to compare not-before times with
+  // (only parsed when a command of the group has one).
+  std::optional<timestamp> server_now;
   auto& commands = rows.commands;
   auto& audits = rows.audits;
   for (size_t k = 0; k < idx.size(); ++k) {
@@ -169,7 +195,19 @@ void encode_group(const chunk& c, size_t g, const result& ids, copy_rows& rows,
     auto msg_id = ids.text(row, 0);
     out[idx[k]] = {p.command_id, ids.int64(row, 0)};
     auto command_id = p.command_id.to_string();
-    m.append(msg_id).append(1, '\t').append(vt).append(1, '\t');
+    m.append(msg_id).append(1, '\t');
+    if (p.not_before) {
+      if (!server_now)
+        server_now = parse_timestamp(vt);
+      if (!server_now)
+        throw command_bus_error("send_batch: unexpected server time "
+                                + std::string{vt});
+      m.append(*p.not_before > *server_now ? format_timestamp(*p.not_before)
+                                           : std::string{vt});
+    } else {
+      m.append(vt);
+    }
+    m += '\t';
     append_copy_field(m, p.message);
     m += '\n';
     // Queue names, ids and numbers need no escaping.

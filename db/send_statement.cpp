@@ -26,14 +26,19 @@ bool is_duplicate_command(const error& e) {
 // table as pgmq.send(queue, msg, 0) does (PGMQ 1.5: `vt` =
 // clock_timestamp(), no headers; the table named by format_table_name), but
 // with a cached plan instead of pgmq.send's dynamic SQL, which is planned
-// anew on every call. With a batch id every write depends on the batch
-// existing: for an unknown batch the statement writes nothing and returns
-// no row (where cmdbus_send_command raises CB002).
+// anew on every call. A delayed command's vt is its not-before time when
+// that is later (pgmq.send(queue, msg, delay timestamptz)); for the others
+// the parameter is NULL, which GREATEST ignores, so their rows are exactly
+// those of an undelayed send and the plan is the same statement's. With a batch
+// id every write depends on the batch existing: for an unknown batch the
+// statement writes nothing and returns no row (where cmdbus_send_command raises
+// CB002).
 connection::statement send_statement(const prepared_command& p) {
   // p.queue was validated ([A-Za-z0-9_], at most 47 characters), so the
   // statement name fits in 63 bytes and the table name needs no escaping.
   auto sql = "WITH s AS (INSERT INTO pgmq.\"" + queue_table(p.queue)
-             + "\" (vt, message) SELECT clock_timestamp(), $5::jsonb "
+             + "\" (vt, message) SELECT GREATEST(clock_timestamp(), "
+               "$11::timestamptz), $5::jsonb "
                "WHERE $9::uuid IS NULL OR EXISTS (SELECT 1 FROM "
                "commandbus.batch b WHERE b.domain = $1 AND b.batch_id = "
                "$9::uuid) RETURNING msg_id AS id), "
@@ -48,13 +53,14 @@ connection::statement send_statement(const prepared_command& p) {
                "'correlation_id', $6::uuid, 'reply_to', $7::text, 'msg_id', "
                "c.msg_id, 'batch_id', $9::uuid) FROM c) "
                "SELECT c.msg_id, pg_notify($10, '') FROM c";
-  return {std::move(sql),
-          {p.domain, p.queue, p.command_id.to_string(), p.command_type,
-           p.message, p.correlation_id.to_string(), p.reply_to,
-           to_param(p.max_attempts),
-           p.batch_id ? param{p.batch_id->to_string()} : std::nullopt,
-           notify_channel(p.queue)},
-          "cmdbus_send1_" + p.queue};
+  return {
+    std::move(sql),
+    {p.domain, p.queue, p.command_id.to_string(), p.command_type, p.message,
+     p.correlation_id.to_string(), p.reply_to, to_param(p.max_attempts),
+     p.batch_id ? param{p.batch_id->to_string()} : std::nullopt,
+     notify_channel(p.queue),
+     p.not_before ? param{format_timestamp(*p.not_before)} : std::nullopt},
+    "cmdbus_send1_" + p.queue};
 }
 
 send_result sent(const prepared_command& p, const result& r) {

@@ -97,6 +97,19 @@ SELECT domain,
    AND domain = ANY($1::text[])
  GROUP BY domain)";
 
+// The figures of one queue table over one pass: depth, visible, scheduled
+// (never read and not due: a delayed command waiting for its not-before
+// time; a message read before and invisible is held by a worker or waits
+// for its retry) and the age of the oldest visible message since it was
+// enqueued.
+std::string queue_pass(const std::string& queue) {
+  return "count(*), count(*) FILTER (WHERE vt <= now()), "
+         "count(*) FILTER (WHERE read_ct = 0 AND vt > now()), "
+         "EXTRACT(EPOCH FROM now() - min(enqueued_at) FILTER (WHERE vt <= "
+         "now())) FROM pgmq."
+         + queue_table(queue);
+}
+
 // The queue figures: one sequential pass over the queue table, whose size
 // is the backlog (messages are deleted or archived when their command
 // finishes), never the history.
@@ -105,17 +118,14 @@ void add_queue_figures(connection& conn, domain_stats& st) {
   if (!queue_name_problem(queue).empty() || !queue_exists(conn, queue))
     return;
   st.queue_exists = true;
-  auto r = conn.exec(
-    "SELECT count(*), count(*) FILTER (WHERE vt <= now()), "
-    "EXTRACT(EPOCH FROM now() - min(enqueued_at) FILTER (WHERE vt <= now()))"
-    " FROM pgmq."
-    + queue_table(queue));
+  auto r = conn.exec("SELECT " + queue_pass(queue));
   st.queue_depth = r.int64(0, 0);
   st.visible = r.int64(0, 1);
-  st.invisible = st.queue_depth - st.visible;
-  if (!r.is_null(0, 2))
+  st.scheduled = r.int64(0, 2);
+  st.invisible = st.queue_depth - st.visible - st.scheduled;
+  if (!r.is_null(0, 3))
     st.oldest_visible_age_sec = std::max(0.0,
-                                         std::stod(std::string{r.text(0, 2)}));
+                                         std::stod(std::string{r.text(0, 3)}));
 }
 
 } // namespace
@@ -192,15 +202,13 @@ void read_queue_figures(connection& conn, std::vector<queue_figures>& figures,
   for (size_t i = 0; i < figures.size(); ++i) {
     if (!figures[i].queue_exists)
       continue;
-    sql += "SELECT " + std::to_string(i)
-           + ", count(*), count(*) FILTER (WHERE vt <= now()), "
-             "EXTRACT(EPOCH FROM now() - min(enqueued_at) FILTER (WHERE vt <= "
-             "now())) FROM pgmq."
-           + queue_table(figures[i].queue) + " UNION ALL ";
+    sql += "SELECT " + std::to_string(i) + ", " + queue_pass(figures[i].queue)
+           + " UNION ALL ";
   }
-  sql += "SELECT -1, count(*), array_position($1::text[], domain), NULL "
-         "FROM commandbus.command WHERE status = 'IN_TROUBLESHOOTING_QUEUE' "
-         "AND domain = ANY($1::text[]) GROUP BY domain";
+  sql += "SELECT -1, count(*), array_position($1::text[], domain), NULL, "
+         "NULL FROM commandbus.command WHERE status = "
+         "'IN_TROUBLESHOOTING_QUEUE' AND domain = ANY($1::text[]) GROUP BY "
+         "domain";
   auto r = conn.query(sql, array_literal(domains));
   for (int row = 0; row < r.rows(); ++row) {
     auto i = r.int64(row, 0);
@@ -211,9 +219,10 @@ void read_queue_figures(connection& conn, std::vector<queue_figures>& figures,
     auto& f = figures[static_cast<size_t>(i)];
     f.depth = r.int64(row, 1);
     f.visible = r.int64(row, 2);
-    if (!r.is_null(row, 3))
+    f.scheduled = r.int64(row, 3);
+    if (!r.is_null(row, 4))
       f.oldest_visible_age_sec = std::max(
-        0.0, std::stod(std::string{r.text(row, 3)}));
+        0.0, std::stod(std::string{r.text(row, 4)}));
   }
 }
 
@@ -241,7 +250,7 @@ collect_queue_figures(connection& conn,
       throw;
     for (auto& f : out) {
       f.queue_exists = queue_exists(conn, f.queue);
-      f.depth = f.visible = f.tsq = 0;
+      f.depth = f.visible = f.scheduled = f.tsq = 0;
       f.oldest_visible_age_sec.reset();
     }
     read_queue_figures(conn, out, domains);

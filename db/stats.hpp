@@ -37,9 +37,14 @@ struct domain_stats {
   int64_t queue_depth = 0;
   /// Messages a worker may read now (vt <= now).
   int64_t visible = 0;
-  /// Messages held by a worker or waiting for a retry (vt > now).
+  /// Messages of delayed commands that are not due yet: never read, and
+  /// invisible until their not-before time (read_ct = 0, vt > now).
+  int64_t scheduled = 0;
+  /// Messages held by a worker or waiting for a retry (read before and
+  /// vt > now).
   int64_t invisible = 0;
-  /// Seconds since the oldest visible message was enqueued; unset when no
+  /// Seconds since the oldest visible message was enqueued (a delayed
+  /// command's too: its send, not its not-before time); unset when no
   /// message is visible. A growing value means the workers fall behind.
   std::optional<double> oldest_visible_age_sec;
 
@@ -74,7 +79,10 @@ struct queue_figures {
   bool queue_exists = false;
   int64_t depth = 0;
   int64_t visible = 0;
-  /// Unset when no message is visible.
+  /// Delayed commands not due yet (as `domain_stats::scheduled`).
+  int64_t scheduled = 0;
+  /// Unset when no message is visible (as
+  /// `domain_stats::oldest_visible_age_sec`).
   std::optional<double> oldest_visible_age_sec;
   /// Commands IN_TROUBLESHOOTING_QUEUE.
   int64_t tsq = 0;

@@ -177,12 +177,21 @@ void audit(db::connection& conn, const std::string& domain, const uuid& id,
 // Counts the operator's decision in the batch (sp_tsq_cancel or
 // sp_tsq_complete) and, when that completed the batch, records it for
 // callback delivery like the worker does (V005), in the same transaction.
+// A command canceled before it ran was never in the TSQ: `from_pending`
+// counts it there first (sp_update_batch_counters' tsq_move, which never
+// completes a batch), so that sp_tsq_cancel's pair of changes nets out at
+// canceled + 1 with the reference's completion rule.
 tsq_result count_in_batch(db::connection& conn, const std::string& domain,
-                          const locked_command& cmd, const char* procedure) {
+                          const locked_command& cmd, const char* procedure,
+                          bool from_pending = false) {
   tsq_result out;
   out.batch_id = cmd.batch_id;
   if (!cmd.batch_id)
     return out;
+  if (from_pending)
+    conn.query("SELECT commandbus.sp_update_batch_counters($1, $2::uuid, "
+               "'tsq_move')",
+               domain, cmd.batch_id->to_string());
   out.batch_completed = conn
                           .query(std::string{"SELECT commandbus."} + procedure
                                    + "($1, $2::uuid)",
@@ -199,14 +208,13 @@ std::string printable_operator(const std::optional<std::string>& x) {
   return x ? *x : "(none)";
 }
 
-// The part that cancel and complete share: the command, locked and in the
-// TSQ, takes `status` and its reply (if it has a reply_to) is sent with the
+// The part that cancel and complete share: the command `cmd`, locked,
+// takes `status` and its reply (if it has a reply_to) is sent with the
 // outcome `outcome` filled in by `fill`.
 template <class Fill>
-locked_command settle(db::connection& conn, const std::string& domain,
-                      const uuid& command_id, const char* status,
-                      reply_outcome outcome, Fill fill) {
-  auto cmd = lock_in_tsq(conn, domain, command_id);
+void settle_locked(db::connection& conn, const std::string& domain,
+                   const uuid& command_id, const locked_command& cmd,
+                   const char* status, reply_outcome outcome, Fill fill) {
   conn.query("UPDATE commandbus.command SET status = $3, updated_at = NOW() "
              "WHERE domain = $1 AND command_id = $2::uuid",
              domain, command_id.to_string(), std::string{status});
@@ -218,7 +226,58 @@ locked_command settle(db::connection& conn, const std::string& domain,
     fill(r);
     send_and_notify(conn, *cmd.reply_to, wire::encode_reply(r));
   }
+}
+
+// settle_locked for a command in the TSQ, which it locks first.
+template <class Fill>
+locked_command settle(db::connection& conn, const std::string& domain,
+                      const uuid& command_id, const char* status,
+                      reply_outcome outcome, Fill fill) {
+  auto cmd = lock_in_tsq(conn, domain, command_id);
+  settle_locked(conn, domain, command_id, cmd, status, outcome, fill);
   return cmd;
+}
+
+// Locks a PENDING command whose message was never read, for a cancel before
+// it runs: first its message (FOR UPDATE SKIP LOCKED: a worker claiming it
+// holds its lock until the claim commits, and a worker locks the message
+// before the command row, so taking them in the same order never waits in
+// a cycle with one), then the command row, which must still be PENDING and
+// name that message.
+locked_command lock_pending(db::connection& conn, const std::string& domain,
+                            const std::string& queue, const uuid& id,
+                            int64_t& msg_id) {
+  auto r = conn.query("SELECT status, msg_id FROM commandbus.command WHERE "
+                      "domain = $1 AND command_id = $2::uuid",
+                      domain, id.to_string());
+  if (r.rows() == 0)
+    throw command_not_found_error{domain, id};
+  auto status = parse_command_status(r.text(0, 0));
+  if (!status)
+    throw command_bus_error("unknown command status "
+                            + std::string{r.text(0, 0)});
+  if (*status != command_status::pending || r.is_null(0, 1))
+    throw not_pending_error{id, *status};
+  msg_id = r.int64(0, 1);
+  auto m = conn.query("SELECT read_ct FROM pgmq." + db::queue_table(queue)
+                        + " WHERE msg_id = $1::bigint FOR UPDATE SKIP LOCKED",
+                      static_cast<long long>(msg_id));
+  if (m.rows() == 0 || m.int64(0, 0) != 0)
+    throw not_pending_error{id, command_status::pending};
+  auto c = conn.query("SELECT status, correlation_id, reply_queue, batch_id, "
+                      "msg_id FROM commandbus.command WHERE domain = $1 AND "
+                      "command_id = $2::uuid FOR UPDATE",
+                      domain, id.to_string());
+  auto now = c.rows() > 0 ? parse_command_status(c.text(0, 0)) : std::nullopt;
+  if (!now || *now != command_status::pending || c.is_null(0, 4)
+      || c.int64(0, 4) != msg_id)
+    throw not_pending_error{id, now.value_or(*status)};
+  locked_command out;
+  out.correlation_id = db::opt_uuid_at(c, 0, 1);
+  if (!c.text(0, 2).empty())
+    out.reply_to = std::string{c.text(0, 2)};
+  out.batch_id = db::opt_uuid_at(c, 0, 3);
+  return out;
 }
 
 } // namespace
@@ -365,6 +424,34 @@ troubleshooting_queue::cancel(const std::string& domain, const uuid& command_id,
   });
   log::info("operator cancel of {} in {}: operator {}", command_id.to_string(),
             domain, printable_operator(operator_name));
+  return out;
+}
+
+tsq_result troubleshooting_queue::cancel_pending(
+  const std::string& domain, const uuid& command_id,
+  const std::optional<std::string>& reason,
+  const std::optional<std::string>& operator_name) {
+  auto queue = db::command_queue(domain);
+  int64_t msg_id = 0;
+  auto out = db::in_transaction(pool_, [&](db::connection& conn) {
+    if (!db::queue_exists(conn, queue))
+      throw command_not_found_error{domain, command_id};
+    auto cmd = lock_pending(conn, domain, queue, command_id, msg_id);
+    conn.query("SELECT pgmq.archive($1, $2::bigint)", queue,
+               static_cast<long long>(msg_id));
+    settle_locked(conn, domain, command_id, cmd, "CANCELED",
+                  reply_outcome::canceled,
+                  [&](reply& r) { r.reason = reason; });
+    audit(conn, domain, command_id, "OPERATOR_CANCEL",
+          "jsonb_build_object('operator', $4::text, 'reason', $5::text, "
+          "'reply_to', $6::text)",
+          {operator_name, reason, cmd.reply_to});
+    return count_in_batch(conn, domain, cmd, "sp_tsq_cancel", true);
+  });
+  log::info("operator cancel of pending {} in {} before it ran: msg_id {} "
+            "archived, operator {}",
+            command_id.to_string(), domain, msg_id,
+            printable_operator(operator_name));
   return out;
 }
 

@@ -40,6 +40,30 @@ private:
   command_status status_;
 };
 
+/// An operator cancel of a command that has started, or is being read by a
+/// worker right now: only a PENDING command whose message was never read
+/// (a delayed command not due yet, or one still waiting in the backlog) can
+/// be canceled before it runs. Exit code 2 in the CLI.
+class not_pending_error : public invalid_operation_error {
+public:
+  not_pending_error(const uuid& command_id, command_status status)
+    : invalid_operation_error(
+      "command " + command_id.to_string()
+      + " cannot be canceled before it runs: it is "
+      + (status == command_status::pending
+           ? std::string{"being read by a worker, or was read before"}
+           : "in status " + std::string{to_string(status)})),
+      status_(status) {
+    // nop
+  }
+  command_status status() const noexcept {
+    return status_;
+  }
+
+private:
+  command_status status_;
+};
+
 /// Which commands of the TSQ a listing, count or bulk operation covers.
 /// Unset filters match everything.
 struct tsq_filter {
@@ -173,6 +197,21 @@ public:
   cancel(const std::string& domain, const uuid& command_id,
          const std::optional<std::string>& reason,
          const std::optional<std::string>& operator_name = std::nullopt);
+
+  /// Cancels a command before it runs: one that is PENDING and whose
+  /// message no worker has read (a delayed command that is not due yet, or
+  /// one still waiting in the backlog). Its message is archived (so no
+  /// worker, ours or the reference's, ever reads it, and its payload stays
+  /// for `show`), and the rest is what `cancel` writes: status CANCELED, a
+  /// CANCELED reply with `reason` to its reply_to (if any), the
+  /// OPERATOR_CANCEL audit, and the batch counted (canceled + 1; it may
+  /// complete the batch). Throws `command_not_found_error`, and
+  /// `not_pending_error` when it has started or a worker is reading it at
+  /// this moment (it is then left alone).
+  tsq_result cancel_pending(const std::string& domain, const uuid& command_id,
+                            const std::optional<std::string>& reason,
+                            const std::optional<std::string>& operator_name
+                            = std::nullopt);
 
   /// Makes the command COMPLETED, sends a SUCCESS reply with `result` (null
   /// when unset) to its reply_to (if any) and records OPERATOR_COMPLETE.

@@ -183,6 +183,12 @@ std::optional<timestamp> parse_timestamp(std::string_view text) noexcept {
   return timestamp{std::chrono::microseconds{secs * 1000000 + micros}};
 }
 
+timestamp not_before_in(std::chrono::microseconds delay) {
+  return std::chrono::time_point_cast<std::chrono::microseconds>(
+           std::chrono::system_clock::now())
+         + delay;
+}
+
 std::string format_timestamp(timestamp t) {
   constexpr int64_t us_per_day = 86400LL * 1000000;
   auto us = t.time_since_epoch().count();

@@ -185,7 +185,17 @@ struct send_request {
   std::optional<int> max_attempts;
   /// The batch this command belongs to (checked to exist).
   std::optional<uuid> batch_id;
+  /// Not before this time (UTC): the command is PENDING at once, but its
+  /// message stays invisible to every worker until then (PGMQ's send
+  /// delay; docs/scheduling.md, "Delayed commands"). Unset, or a time that
+  /// is not later than the database server's clock at the send: now. Use
+  /// `not_before_in` for a delay.
+  std::optional<timestamp> not_before;
 };
+
+/// The not-before time `delay` from now by this machine's clock (for
+/// `send_request::not_before` and `batch_command::not_before`).
+timestamp not_before_in(std::chrono::microseconds delay);
 
 /// What `send` returns.
 struct send_result {
@@ -209,6 +219,9 @@ struct batch_command {
   std::optional<uuid> correlation_id;
   std::optional<std::string> reply_to;
   std::optional<int> max_attempts;
+  /// As `send_request::not_before`: each command of a batch may have its
+  /// own.
+  std::optional<timestamp> not_before;
 };
 
 /// What `create_batch` returns.

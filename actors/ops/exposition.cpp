@@ -181,6 +181,12 @@ std::string render_metrics(const status_snapshot& s) {
             [](const db::queue_figures& q) {
               return static_cast<double>(q.visible);
             });
+  per_queue(out, s, "cmdbus_queue_scheduled",
+            "Messages of delayed commands not due yet (never read, invisible "
+            "until their not-before time); not part of the visible backlog.",
+            [](const db::queue_figures& q) {
+              return static_cast<double>(q.scheduled);
+            });
   per_queue(out, s, "cmdbus_queue_oldest_visible_age_seconds",
             "Age of the oldest visible message (0 when none is visible).",
             [](const db::queue_figures& q) {

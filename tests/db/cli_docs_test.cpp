@@ -86,6 +86,7 @@ const std::vector<documented_command> commands{
   {{"show"}, "### `cmdbus show DOMAIN COMMAND_ID`"},
   {{"list"}, "### `cmdbus list DOMAIN`"},
   {{"wait"}, "### `cmdbus wait DOMAIN COMMAND_ID`"},
+  {{"cancel"}, "### `cmdbus cancel DOMAIN COMMAND_ID`"},
   {{"tsq", "list"}, "### `cmdbus tsq`"},
   {{"tsq", "show"}, "### `cmdbus tsq`"},
   {{"tsq", "retry"}, "### `cmdbus tsq`"},

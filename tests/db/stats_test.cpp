@@ -24,7 +24,9 @@ namespace {
 
 /// Sends a command to `domain` and gives its row `status` and its
 /// updated_at `age` ago; `message` says what becomes of its message:
-/// "visible", "invisible" (vt an hour ahead), "deleted" or "archived".
+/// "visible", "invisible" (read by a worker and vt an hour ahead: held, or
+/// waiting for a retry), "scheduled" (never read and vt an hour ahead: a
+/// delayed command), "deleted" or "archived".
 void add_command(bus_env& env, const std::string& domain,
                  const std::string& status, const std::string& age,
                  const std::string& message) {
@@ -35,10 +37,12 @@ void add_command(bus_env& env, const std::string& domain,
                  " updated_at = now() - $2::interval"
                  " WHERE domain = $3 AND command_id = $4",
                  status, age, domain, req.command_id.to_string());
-  if (message == "invisible")
+  if (message == "invisible" || message == "scheduled")
     env.conn.exec("UPDATE pgmq.q_" + queue
-                    + " SET vt = now() + interval '1 hour' WHERE msg_id = $1",
-                  {std::to_string(sent.msg_id)});
+                    + " SET vt = now() + interval '1 hour', read_ct = $2 "
+                      "WHERE msg_id = $1",
+                  {std::to_string(sent.msg_id),
+                   std::string{message == "invisible" ? "1" : "0"}});
   else if (message == "deleted")
     env.conn.query("SELECT pgmq.delete($1, $2::bigint)", queue, sent.msg_id);
   else if (message == "archived")
@@ -46,6 +50,7 @@ void add_command(bus_env& env, const std::string& domain,
 }
 
 /// A domain with 2 PENDING (visible; the oldest enqueued 5 minutes ago),
+/// 1 PENDING scheduled (a delayed command not due yet),
 /// 1 IN_PROGRESS (invisible), 3 COMPLETED (30 s, 10 min and 2 h ago),
 /// 2 FAILED (20 s and 3 h ago), 1 CANCELED and 2 in the troubleshooting
 /// queue (30 min ago).
@@ -58,6 +63,7 @@ std::string prepared_domain(bus_env& env) {
                 + " SET enqueued_at = now() - interval '5 minutes'"
                   " WHERE msg_id = (SELECT min(msg_id) FROM pgmq.q_"
                 + queue_of(domain) + ")");
+  add_command(env, domain, "PENDING", "0s", "scheduled");
   add_command(env, domain, "IN_PROGRESS", "0s", "invisible");
   add_command(env, domain, "COMPLETED", "30 seconds", "deleted");
   add_command(env, domain, "COMPLETED", "10 minutes", "deleted");
@@ -73,15 +79,16 @@ std::string prepared_domain(bus_env& env) {
 }
 
 void expect_prepared_figures(const db::domain_stats& st) {
-  EXPECT_EQ(st.count(command_status::pending), 2);
+  EXPECT_EQ(st.count(command_status::pending), 3);
   EXPECT_EQ(st.count(command_status::in_progress), 1);
   EXPECT_EQ(st.count(command_status::completed), 3);
   EXPECT_EQ(st.count(command_status::failed), 2);
   EXPECT_EQ(st.count(command_status::canceled), 1);
   EXPECT_EQ(st.tsq(), 2);
   EXPECT_TRUE(st.queue_exists);
-  EXPECT_EQ(st.queue_depth, 3);
+  EXPECT_EQ(st.queue_depth, 4);
   EXPECT_EQ(st.visible, 2);
+  EXPECT_EQ(st.scheduled, 1);
   EXPECT_EQ(st.invisible, 1);
   ASSERT_TRUE(st.oldest_visible_age_sec.has_value());
   EXPECT_GE(*st.oldest_visible_age_sec, 299.0);
@@ -182,18 +189,20 @@ TEST(CliStats, TextOfOneDomain) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // pending in_progress completed failed canceled tsq
   EXPECT_EQ(row_of(r.out, domain, 0),
-            (std::vector<std::string>{domain, "2", "1", "3", "2", "1", "2"}))
+            (std::vector<std::string>{domain, "3", "1", "3", "2", "1", "2"}))
     << r.out;
   auto q = row_of(r.out, domain, 1);
-  ASSERT_EQ(q.size(), 9u) << r.out;
-  // queued visible invisible oldest done_1m failed_1m done_1h failed_1h
-  EXPECT_EQ(q[1], "3");
+  ASSERT_EQ(q.size(), 10u) << r.out;
+  // queued visible scheduled invisible oldest done_1m failed_1m done_1h
+  // failed_1h
+  EXPECT_EQ(q[1], "4");
   EXPECT_EQ(q[2], "2");
   EXPECT_EQ(q[3], "1");
-  EXPECT_EQ(q[5], "1");
+  EXPECT_EQ(q[4], "1");
   EXPECT_EQ(q[6], "1");
-  EXPECT_EQ(q[7], "2");
-  EXPECT_EQ(q[8], "3");
+  EXPECT_EQ(q[7], "1");
+  EXPECT_EQ(q[8], "2");
+  EXPECT_EQ(q[9], "3");
 }
 
 TEST(CliStats, JsonOfOneDomainAndOfAll) {
@@ -202,7 +211,7 @@ TEST(CliStats, JsonOfOneDomainAndOfAll) {
   auto check = [&](const std::string& array) {
     auto e = element_of(env.conn, array, domain);
     ASSERT_TRUE(e) << array;
-    EXPECT_EQ(jget(env.conn, *e, "{commands,PENDING}"), "2");
+    EXPECT_EQ(jget(env.conn, *e, "{commands,PENDING}"), "3");
     EXPECT_EQ(jget(env.conn, *e, "{commands,IN_PROGRESS}"), "1");
     EXPECT_EQ(jget(env.conn, *e, "{commands,COMPLETED}"), "3");
     EXPECT_EQ(jget(env.conn, *e, "{commands,FAILED}"), "2");
@@ -210,8 +219,9 @@ TEST(CliStats, JsonOfOneDomainAndOfAll) {
     EXPECT_EQ(jget(env.conn, *e, "{commands,IN_TROUBLESHOOTING_QUEUE}"), "2");
     EXPECT_EQ(jget(env.conn, *e, "{tsq}"), "2");
     EXPECT_EQ(jget(env.conn, *e, "{queue,exists}"), "true");
-    EXPECT_EQ(jget(env.conn, *e, "{queue,depth}"), "3");
+    EXPECT_EQ(jget(env.conn, *e, "{queue,depth}"), "4");
     EXPECT_EQ(jget(env.conn, *e, "{queue,visible}"), "2");
+    EXPECT_EQ(jget(env.conn, *e, "{queue,scheduled}"), "1");
     EXPECT_EQ(jget(env.conn, *e, "{queue,invisible}"), "1");
     EXPECT_TRUE(jget(env.conn, *e, "{queue,oldest_visible_age_sec}"));
     EXPECT_EQ(jget(env.conn, *e, "{completed_last_minute}"), "1");

@@ -99,6 +99,7 @@ status_snapshot sample_snapshot() {
   q.queue_exists = true;
   q.depth = 9;
   q.visible = 6;
+  q.scheduled = 2;
   q.oldest_visible_age_sec = 4.25;
   q.tsq = 3;
   d.queue = q;
@@ -128,6 +129,7 @@ TEST(Metrics, ExpositionHasEveryFamilyWithItsSamples) {
   EXPECT_TRUE(has("cmdbus_handler_slots{domain=\"payments\"} 8"));
   EXPECT_TRUE(has("cmdbus_queue_depth{queue=\"payments__commands\"} 9"));
   EXPECT_TRUE(has("cmdbus_queue_visible{queue=\"payments__commands\"} 6"));
+  EXPECT_TRUE(has("cmdbus_queue_scheduled{queue=\"payments__commands\"} 2"));
   EXPECT_TRUE(has("cmdbus_queue_oldest_visible_age_seconds{queue=\"payments__"
                   "commands\"} 4.25"));
   EXPECT_TRUE(has("cmdbus_tsq_commands{domain=\"payments\"} 3"));
