@@ -122,6 +122,25 @@ std::vector<std::string> validate(const worker_config& cfg) {
              + " is not a served domain (a DSN of [domains.NAME], "
                "CMDBUS_DOMAIN_DSN_NAME or --domain-dsn NAME=DSN must name "
                "one of the domains)");
+  for (const auto& [domain, sched] : cfg.scheduling) {
+    auto name = db::printable(domain);
+    if (seen.count(domain) == 0)
+      report("domains." + name
+             + ": priorities and per-type concurrency name a domain that is "
+               "not served");
+    if (sched.fifo_every < 1 || sched.fifo_every > 1000)
+      report("domains." + name + ".fifo-every ("
+             + std::to_string(sched.fifo_every)
+             + ") must be between 1 and 1000");
+    for (const auto& [type, cap] : sched.type_concurrency) {
+      if (type.empty())
+        report("domains." + name + ".types: a command type is empty");
+      if (cap < 1 || cap > 4096)
+        report("domains." + name + ".types." + db::printable(type)
+               + ".concurrency (" + std::to_string(cap)
+               + ") must be between 1 and 4096");
+    }
+  }
   if (!cfg.admin.empty()) {
     try {
       parse_http_address(cfg.admin);

@@ -58,6 +58,7 @@ command_bus::create_batch(const std::string& domain,
     req.correlation_id = c.correlation_id;
     req.reply_to = c.reply_to;
     req.max_attempts = c.max_attempts;
+    req.priority = c.priority;
     items.push_back(prepare(req));
     items.back().batch_id = out.batch_id;
   }

@@ -74,6 +74,12 @@ struct command {
   json data = json::object();
   std::optional<uuid> correlation_id;
   std::optional<std::string> reply_to;
+  /// Higher runs first among a domain's due commands when its worker reads
+  /// by priority (docs/scheduling.md, "Priorities"); the message member
+  /// "priority", absent when unset (the message is then exactly what it is
+  /// without priorities). Decoded leniently: a member that is not an
+  /// integer in int's range counts as unset.
+  std::optional<int> priority;
 };
 
 /// Field-wise equality; payloads compare by their compact text.
@@ -185,6 +191,9 @@ struct send_request {
   std::optional<int> max_attempts;
   /// The batch this command belongs to (checked to exist).
   std::optional<uuid> batch_id;
+  /// The command's priority (command::priority); unset: none, and the
+  /// message is byte for byte what it is without priorities.
+  std::optional<int> priority;
 };
 
 /// What `send` returns.
@@ -209,6 +218,8 @@ struct batch_command {
   std::optional<uuid> correlation_id;
   std::optional<std::string> reply_to;
   std::optional<int> max_attempts;
+  /// The command's priority (send_request::priority).
+  std::optional<int> priority;
 };
 
 /// What `create_batch` returns.
