@@ -36,6 +36,13 @@
 // | [tls] passphrase             | CMDBUS_TLS_PASSPHRASE    | --tls-passphrase
 // | [admin] listen               | CMDBUS_ADMIN             | --admin
 // | [domains.NAME] dsn           | CMDBUS_DOMAIN_DSN_NAME   | --domain-dsn NAME=DSN (many)
+// | [domains.NAME] priorities    | -                        | -
+// | [domains.NAME] fifo-every    | -                        | -
+// | [domains.NAME.types.TYPE] concurrency | -               | -
+//
+// `priorities`, `fifo-every` and the per-type caps ([domains.NAME.types.TYPE]
+// concurrency) are how the worker chooses and runs the domain's commands
+// (domain_scheduling, docs/scheduling.md); file and API only.
 //
 // A domain's own DSN (`[domains.payments] dsn = "..."`) puts that domain on
 // another database; a domain without one uses `dsn`. NAME must be a served
