@@ -1,6 +1,7 @@
 // `cmdbus send`: one command, in one transaction.
 
 #include <iostream>
+#include <limits>
 
 #include "apps/args.hpp"
 #include "apps/commands.hpp"
@@ -20,7 +21,8 @@ namespace {
 const command_spec send_command{
   R"(usage: cmdbus send DOMAIN TYPE [--data JSON|@FILE|-] [--id UUID]
                    [--reply-to QUEUE] [--correlation-id UUID]
-                   [--max-attempts N] [--create] [--dsn DSN] [--json]
+                   [--max-attempts N] [--priority N] [--create]
+                   [--dsn DSN] [--json]
 
 Sends one command of type TYPE to the queue DOMAIN__commands in one
 transaction: PGMQ message, command row (PENDING), SENT audit and NOTIFY.
@@ -36,6 +38,9 @@ mistyped DOMAIN fails instead of creating a queue nobody reads.
    {"--reply-to", "QUEUE", "queue for the reply (created when missing)"},
    {"--correlation-id", "UUID", "default: a new random UUID"},
    {"--max-attempts", "N", "default: 3"},
+   {"--priority", "N",
+    "an integer, higher runs first on workers that read the domain by "
+    "priority (default: none, the same as 0; docs/scheduling.md)"},
    {"--create", "", "create DOMAIN__commands when it does not exist"},
    dsn_option,
    {"--json", "", "print the result as JSON"},
@@ -72,6 +77,8 @@ int run_send(const std::vector<std::string>& argv) {
     req.reply_to = *q;
   }
   req.max_attempts = a.int_option("--max-attempts", 1);
+  req.priority =
+    a.int_option("--priority", std::numeric_limits<int>::min());
   auto queue = db::command_queue(req.domain);
   db::pool pool{pool_options_for(a)};
   require_queue(pool, queue, a.flag("--create"));

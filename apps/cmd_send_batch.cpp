@@ -40,7 +40,8 @@ Each line:
    "command_id": "<uuid>",             optional (default: a new UUID)
    "correlation_id": "<uuid>",         optional (default: a new UUID)
    "reply_to": "queue_name",           optional
-   "max_attempts": 5}                  optional
+   "max_attempts": 5,                  optional
+   "priority": 10}                     optional, an integer
 Any other key is an error. The whole file is validated before anything is
 sent; an invalid line is reported as FILE:LINE: problem.
 
@@ -79,7 +80,8 @@ id or missing queue, 3 database unavailable, 4 other failure.
 // The keys a line may have.
 const std::vector<std::string> line_keys{"command_type", "data",
                                          "command_id",   "correlation_id",
-                                         "reply_to",     "max_attempts"};
+                                         "reply_to",     "max_attempts",
+                                         "priority"};
 
 // Decodes one line of a send-batch file; throws usage_error naming the line.
 send_request parse_line(const std::string& where, const std::string& domain,
@@ -147,6 +149,11 @@ send_request parse_line(const std::string& where, const std::string& domain,
       fail("field \"max_attempts\" must be an integer >= 1");
     req.max_attempts = it->value.GetInt();
   }
+  if (auto it = doc.FindMember("priority"); it != doc.MemberEnd()) {
+    if (!it->value.IsInt())
+      fail("field \"priority\" must be an integer");
+    req.priority = it->value.GetInt();
+  }
   if (auto it = doc.FindMember("data"); it != doc.MemberEnd()) {
     if (!it->value.IsObject())
       fail("field \"data\" must be an object");
@@ -169,6 +176,7 @@ batch_command to_batch_command(send_request req) {
   c.correlation_id = req.correlation_id;
   c.reply_to = std::move(req.reply_to);
   c.max_attempts = req.max_attempts;
+  c.priority = req.priority;
   return c;
 }
 
