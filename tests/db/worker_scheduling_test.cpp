@@ -4,16 +4,21 @@
 // the capped messages that wait are never claimed (read_ct 0, attempts 1
 // once they run); under a saturating load of high-priority commands the
 // low ones are claimed within the starvation bound; and both hold while
-// the worker's connections are cut.
+// the worker's connections are cut, and across worker processes that are
+// frozen (SIGSTOP) and killed (kill -9), configured by a file.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "cmdbus/db/queue_name.hpp"
+#include "tests/db/background_cmdbus.hpp"
 #include "tests/support/worker_env.hpp"
 
 using namespace cmdbus;
@@ -225,4 +230,78 @@ TEST(WorkerTypeCaps, CapsAndPrioritiesHoldWhileConnectionsAreCut) {
             "0");
   EXPECT_LE(probe.max(), 2);
   EXPECT_GT(w.stats().db_errors, 0);
+}
+
+TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
+  // Two `cmdbus worker --demo` processes read one domain with priorities and
+  // a cap of 2 on its type, from a config file. The first is frozen
+  // (SIGSTOP) while it holds commands, then killed (kill -9); the second
+  // runs on and a third replaces the first. Every command completes exactly
+  // once, and the commands in progress never exceed two per worker that
+  // ever ran (the cap is per process).
+  bus_env e;
+  auto d = test::unique_name("wcapk");
+  e.bus.ensure_queue(db::command_queue(d));
+  std::vector<uuid> ids;
+  for (int i = 0; i < 60; ++i) {
+    auto req =
+      make_req(d, "Test", R"({"behavior": {"min_duration_ms": 30}})");
+    req.priority = i % 4;
+    ids.push_back(e.bus.send(req).command_id);
+  }
+  auto ini = (std::filesystem::temp_directory_path()
+              / (test::unique_name("wcapk") + ".ini"))
+               .string();
+  {
+    std::ofstream out{ini};
+    out << "[worker]\nconcurrency = 8\nvisibility-timeout = 2\n"
+           "statement-timeout = \"1s\"\n[retry]\nbackoff = [0]\n"
+           "[domains."
+        << d << "]\npriorities = true\nfifo-every = 3\n[domains." << d
+        << ".types.Test]\nconcurrency = 2\n";
+  }
+  finally remove{[&] { std::filesystem::remove(ini); }};
+  std::vector<std::string> args{"worker", "--demo",      "--config", ini,
+                                "--dsn",  test::dsn(), "--domain", d};
+  std::atomic<bool> sampling{true};
+  std::atomic<int64_t> max_in_progress{0};
+  std::thread sampler{[&] {
+    auto c = connect();
+    while (sampling) {
+      auto n = count_status(c, d, "IN_PROGRESS");
+      if (n > max_in_progress)
+        max_in_progress = n;
+      std::this_thread::sleep_for(5ms);
+    }
+  }};
+  finally stop_sampling{[&] {
+    sampling = false;
+    sampler.join();
+  }};
+  auto completed = [&] { return count_status(e.conn, d, "COMPLETED"); };
+  {
+    background_cmdbus first{args};
+    background_cmdbus second{args};
+    ASSERT_TRUE(eventually([&] { return completed() >= 6; }, 30s));
+    first.signal(SIGSTOP);
+    // The frozen worker's commands come back after their visibility
+    // timeout; the second one goes on meanwhile.
+    auto frozen_at = completed();
+    ASSERT_TRUE(eventually([&] { return completed() >= frozen_at + 10; },
+                           30s));
+    first.signal(SIGKILL);
+    first.wait(10s);
+    background_cmdbus third{args};
+    EXPECT_TRUE(eventually(
+      [&] { return all_have_status(e.conn, d, ids, "COMPLETED"); }, 60s))
+      << completed() << " of " << ids.size() << " completed";
+  }
+  EXPECT_EQ(*scalar(e.conn,
+                    "SELECT count(*)::text FROM (SELECT command_id FROM "
+                    "commandbus.audit WHERE domain = $1 AND event_type = "
+                    "'COMPLETED' GROUP BY command_id HAVING count(*) > 1) t",
+                    d),
+            "0");
+  EXPECT_LE(max_in_progress.load(), 2 * 3);
+  EXPECT_GE(max_in_progress.load(), 2);
 }
