@@ -255,7 +255,7 @@ TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
   {
     std::ofstream out{ini};
     out << "[worker]\nconcurrency = 8\nvisibility-timeout = 2\n"
-           "statement-timeout = \"1s\"\n[retry]\nbackoff = [0]\n"
+           "statement-timeout = 1s\n[retry]\nbackoff = [0]\n"
            "[domains."
         << d << "]\npriorities = true\nfifo-every = 3\n[domains." << d
         << ".types.Test]\nconcurrency = 2\n";
