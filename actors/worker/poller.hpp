@@ -81,7 +81,10 @@ std::chrono::milliseconds idle_delay(std::chrono::milliseconds poll_interval,
 /// (atom::finish, ...), and (atom::idle, credits_seen) after an empty read.
 /// A full read is followed by another at once; otherwise it reads again
 /// after the poll interval, after the idle backoff (empty reads), or after
-/// the error backoff; in tick mode only when credits arrive.
+/// the error backoff; in tick mode only when credits arrive. A domain with
+/// priorities or per-type caps reads through cmdbus_read
+/// (read_options_for): each capped type within its own credits, which the
+/// supervisor returns as (atom::credit, type, n).
 /// @param self The poller.
 /// @param settings Its domain's settings.
 /// @param parent Its supervisor.
