@@ -77,8 +77,7 @@ int run_send(const std::vector<std::string>& argv) {
     req.reply_to = *q;
   }
   req.max_attempts = a.int_option("--max-attempts", 1);
-  req.priority =
-    a.int_option("--priority", std::numeric_limits<int>::min());
+  req.priority = a.int_option("--priority", std::numeric_limits<int>::min());
   auto queue = db::command_queue(req.domain);
   db::pool pool{pool_options_for(a)};
   require_queue(pool, queue, a.flag("--create"));

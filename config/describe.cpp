@@ -91,8 +91,8 @@ std::string describe(const worker_config& cfg) {
            + (sched->second.priorities ? "true" : "false") + "\n";
     out += "fifo-every = " + std::to_string(sched->second.fifo_every) + "\n";
     for (const auto& [type, cap] : sched->second.type_concurrency)
-      out += "[domains." + domain + ".types." + type + "]\nconcurrency = "
-             + std::to_string(cap) + "\n";
+      out += "[domains." + domain + ".types." + type
+             + "]\nconcurrency = " + std::to_string(cap) + "\n";
   }
   if (!cfg.admin.empty())
     out += "[admin]\nlisten = " + ini_string(cfg.admin) + "\n";

@@ -212,7 +212,9 @@ void ini_parser<Config>::parse_named_entry(int line, const std::string& key,
   if (it == keys.end()) {
     std::string known;
     for (size_t i = 0; i < keys.size(); ++i)
-      known += (i == 0 ? "'" : i + 1 == keys.size() ? " or '" : ", '")
+      known += (i == 0                 ? "'"
+                : i + 1 == keys.size() ? " or '"
+                                       : ", '")
                + std::string{keys[i].key} + "'";
     fail(line, "unknown " + where + " (a ["
                  + (item.empty() ? std::string{named.prefix} + "NAME"

@@ -91,8 +91,7 @@ private:
 
   /// NAME and ITEM of a named section's name (ITEM empty unless nested);
   /// `name` must be a named section.
-  std::pair<std::string, std::string>
-  split_named(std::string_view name) const;
+  std::pair<std::string, std::string> split_named(std::string_view name) const;
 
   /// Reads `key = value` and applies it.
   void parse_entry();

@@ -44,8 +44,7 @@ void store_fifo_every_entry(worker_config& cfg, const std::string& domain,
 }
 
 /// Stores `concurrency = N` of a [domains.NAME.types.TYPE] section.
-void store_type_concurrency_entry(worker_config& cfg,
-                                  const std::string& domain,
+void store_type_concurrency_entry(worker_config& cfg, const std::string& domain,
                                   const std::string& type, const raw_value& v) {
   cfg.scheduling[domain].type_concurrency[type] = as_int(v);
 }

@@ -120,8 +120,7 @@ public:
   /// messages are chosen by cmdbus_read (per-type limits, shard, priority);
   /// the commands then come in the order they are to run: highest
   /// priority first with `how.priority`, else msg_id order.
-  receive_result receive(int vt_seconds, int qty,
-                         const read_options& how = {});
+  receive_result receive(int vt_seconds, int qty, const read_options& how = {});
 
   /// Applies the final side effects of `items` in ONE transaction: success
   /// (delete, COMPLETED, SUCCESS reply), permanent and exhausted failures

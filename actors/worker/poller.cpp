@@ -156,7 +156,7 @@ poller_actor::behavior_type poller_behavior(self_ptr self) {
     schedule_read(self);
   };
   auto on_type_credit = [self](atom::credit, const std::string& type,
-                                int64_t n) {
+                               int64_t n) {
     auto& st = self->state;
     ++st.credits_seen;
     auto i = st.type_credits.find(type);

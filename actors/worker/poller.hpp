@@ -24,8 +24,8 @@ class listener;
 /// How the poller reads: (visibility timeout in seconds, most messages, how
 /// to choose them) -> what it read; throws on failure. Tests replace the
 /// database with it.
-using receive_fn =
-  std::function<db::receive_result(int, int, const db::read_options&)>;
+using receive_fn
+  = std::function<db::receive_result(int, int, const db::read_options&)>;
 
 /// State of a poller.
 struct poller_state {

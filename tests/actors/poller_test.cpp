@@ -107,11 +107,11 @@ struct fixture : test_coordinator_fixture<> {
   void start() {
     settings.cfg = std::make_shared<const config::worker_config>(cfg);
     auto q = queue;
-    aut = sys.spawn(poller, settings, parent,
-                    receive_fn{[q](int vt, int qty,
-                                   const db::read_options& how) {
-                      return q->receive(vt, qty, how);
-                    }});
+    aut = sys.spawn(
+      poller, settings, parent,
+      receive_fn{[q](int vt, int qty, const db::read_options& how) {
+        return q->receive(vt, qty, how);
+      }});
     sched.run();
   }
 

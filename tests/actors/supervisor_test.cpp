@@ -92,8 +92,8 @@ struct fixture : test_coordinator_fixture<> {
   batch_listener_actor parent;
   supervisor_actor sup;
 
-  explicit fixture(std::shared_ptr<const handler_registry> registry =
-                       std::make_shared<const handler_registry>(),
+  explicit fixture(std::shared_ptr<const handler_registry> registry
+                   = std::make_shared<const handler_registry>(),
                    std::function<void(config::worker_config&)> tune = {}) {
     config::worker_config cfg;
     cfg.concurrency = 2;
@@ -523,12 +523,12 @@ struct mixed_fixture : fixture {
 // one command at a time each ([domains.d.types.T] concurrency = 1).
 struct capped_fixture : fixture {
   capped_fixture()
-      : fixture(std::make_shared<const handler_registry>(),
-                [](config::worker_config& cfg) {
-                  cfg.concurrency = 3;
-                  cfg.scheduling["d"].type_concurrency = {{"slow", 1},
-                                                          {"crash", 1}};
-                }) {
+    : fixture(
+      std::make_shared<const handler_registry>(),
+      [](config::worker_config& cfg) {
+        cfg.concurrency = 3;
+        cfg.scheduling["d"].type_concurrency = {{"slow", 1}, {"crash", 1}};
+      }) {
     // nop
   }
 };
@@ -627,9 +627,8 @@ CAF_TEST(a capped type runs up to its cap and the others pass it) {
   // Two "slow" (cap 1) ahead of an "ok": the first slow and the ok start,
   // the second slow waits for its type's slot without holding the ok back.
   self->send(sup, atom::run::value,
-             std::vector<received_command>{make_rc(1, "slow"),
-                                           make_rc(2, "slow"),
-                                           make_rc(3, "ok")});
+             std::vector<received_command>{
+               make_rc(1, "slow"), make_rc(2, "slow"), make_rc(3, "ok")});
   expect((atom::run, std::vector<received_command>),
          from(self).to(sup).with(_, _));
   CAF_CHECK_EQUAL(st().caps["slow"].limit, 1);

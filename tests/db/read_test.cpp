@@ -50,7 +50,7 @@ struct read_env {
   // after (queue, vt, qty, ...
   std::vector<int64_t> read(int qty, const std::string& args = "") {
     auto r = c().query("SELECT msg_id FROM commandbus.cmdbus_read($1, 30, "
-                       + std::to_string(qty) + args + ")",
+                         + std::to_string(qty) + args + ")",
                        queue);
     std::vector<int64_t> out;
     for (int i = 0; i < r.rows(); ++i)
@@ -59,16 +59,15 @@ struct read_env {
   }
 
   int read_ct(int64_t msg_id) {
-    return std::stoi(*scalar(c(),
-                             "SELECT read_ct FROM pgmq.q_" + queue
-                               + " WHERE msg_id = $1",
-                             msg_id));
+    return std::stoi(
+      *scalar(c(), "SELECT read_ct FROM pgmq.q_" + queue + " WHERE msg_id = $1",
+              msg_id));
   }
 
   bool visible(int64_t msg_id) {
     return *scalar(c(),
-                   "SELECT (vt <= clock_timestamp())::text FROM pgmq.q_"
-                     + queue + " WHERE msg_id = $1",
+                   "SELECT (vt <= clock_timestamp())::text FROM pgmq.q_" + queue
+                     + " WHERE msg_id = $1",
                    msg_id)
            == "true";
   }
@@ -135,10 +134,10 @@ TEST(CmdbusRead, PerTypeLimitsLeaveTheRestUntouchedAndDoNotBlockOthers) {
 
 TEST(CmdbusRead, HighestPriorityFirstWithAnOldestFirstShare) {
   read_env e;
-  auto none = e.send("A");                       // 0
-  auto low = e.send("A", R"("priority":-5)");    // -5
-  auto high = e.send("A", R"("priority":10)");   // 10
-  auto mid = e.send("A", R"("priority":3)");     // 3
+  auto none = e.send("A");                        // 0
+  auto low = e.send("A", R"("priority":-5)");     // -5
+  auto high = e.send("A", R"("priority":10)");    // 10
+  auto mid = e.send("A", R"("priority":3)");      // 3
   auto odd = e.send("A", R"("priority":"high")"); // not a number: 0
   auto high2 = e.send("A", R"("priority":10)");
   auto scalar_msg = e.c()
@@ -302,8 +301,8 @@ TEST(CmdbusReceiveRead, ACommandWithoutPriorityIsTheSameMessage) {
   prio.priority = 7;
   auto with = e.env.bus.send(prio);
   EXPECT_EQ(*scalar(e.c(),
-                    "SELECT (message ? 'priority')::text FROM pgmq.q_"
-                      + e.queue + " WHERE msg_id = $1",
+                    "SELECT (message ? 'priority')::text FROM pgmq.q_" + e.queue
+                      + " WHERE msg_id = $1",
                     plain.msg_id),
             "false");
   EXPECT_EQ(*scalar(e.c(),

@@ -65,7 +65,8 @@ struct run_order {
 
 } // namespace
 
-// -- per-type concurrency -------------------------------------------------------
+// -- per-type concurrency
+// -------------------------------------------------------
 
 TEST(WorkerTypeCaps, ASlowCappedTypeNeitherBlocksOthersNorBurnsAttempts) {
   bus_env e;
@@ -100,8 +101,8 @@ TEST(WorkerTypeCaps, ASlowCappedTypeNeitherBlocksOthersNorBurnsAttempts) {
   // Two slow ones run; every fast one completes meanwhile on the other
   // slots.
   ASSERT_TRUE(eventually([&] { return probe.running() == 2; }));
-  ASSERT_TRUE(eventually(
-    [&] { return all_have_status(e.conn, d, fast, "COMPLETED"); }))
+  ASSERT_TRUE(
+    eventually([&] { return all_have_status(e.conn, d, fast, "COMPLETED"); }))
     << count_status(e.conn, d, "COMPLETED") << " completed";
   EXPECT_EQ(probe.max(), 2);
   // The slow ones that wait were never claimed: no attempt, no lease.
@@ -109,8 +110,8 @@ TEST(WorkerTypeCaps, ASlowCappedTypeNeitherBlocksOthersNorBurnsAttempts) {
   EXPECT_EQ(count_status(e.conn, d, "PENDING"), slow_total - 2);
   EXPECT_EQ(unread(e.conn, d, "Slow"), slow_total - 2);
   g.open();
-  ASSERT_TRUE(eventually(
-    [&] { return all_have_status(e.conn, d, slow, "COMPLETED"); }));
+  ASSERT_TRUE(
+    eventually([&] { return all_have_status(e.conn, d, slow, "COMPLETED"); }));
   EXPECT_EQ(probe.max(), 2);
   for (auto& id : slow)
     EXPECT_EQ(attempts_of(e.conn, d, id), 1);
@@ -118,7 +119,8 @@ TEST(WorkerTypeCaps, ASlowCappedTypeNeitherBlocksOthersNorBurnsAttempts) {
     EXPECT_EQ(attempts_of(e.conn, d, id), 1);
 }
 
-// -- priorities -----------------------------------------------------------------
+// -- priorities
+// -----------------------------------------------------------------
 
 TEST(WorkerPriorities, LowPriorityCommandsAreClaimedWithinTheBound) {
   // One handler slot, so commands run in the order they are claimed. Three
@@ -166,8 +168,8 @@ TEST(WorkerPriorities, LowPriorityCommandsAreClaimedWithinTheBound) {
       f.bus.send(req);
     }
   });
-  ASSERT_TRUE(eventually(
-    [&] { return all_have_status(e.conn, d, lows, "COMPLETED"); }));
+  ASSERT_TRUE(
+    eventually([&] { return all_have_status(e.conn, d, lows, "COMPLETED"); }));
   feeding = false;
   feeder.join();
   for (size_t k = 1; k <= lows.size(); ++k) {
@@ -179,7 +181,8 @@ TEST(WorkerPriorities, LowPriorityCommandsAreClaimedWithinTheBound) {
   EXPECT_GT(order.position(lows[0]), 1u);
 }
 
-// -- faults -----------------------------------------------------------------------
+// -- faults
+// -----------------------------------------------------------------------
 
 TEST(WorkerTypeCaps, CapsAndPrioritiesHoldWhileConnectionsAreCut) {
   // A capped type and prioritised commands while every connection of the
@@ -244,8 +247,7 @@ TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
   e.bus.ensure_queue(db::command_queue(d));
   std::vector<uuid> ids;
   for (int i = 0; i < 60; ++i) {
-    auto req =
-      make_req(d, "Test", R"({"behavior": {"min_duration_ms": 30}})");
+    auto req = make_req(d, "Test", R"({"behavior": {"min_duration_ms": 30}})");
     req.priority = i % 4;
     ids.push_back(e.bus.send(req).command_id);
   }
@@ -261,7 +263,7 @@ TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
         << ".types.Test]\nconcurrency = 2\n";
   }
   finally remove{[&] { std::filesystem::remove(ini); }};
-  std::vector<std::string> args{"worker", "--demo",      "--config", ini,
+  std::vector<std::string> args{"worker", "--demo",    "--config", ini,
                                 "--dsn",  test::dsn(), "--domain", d};
   std::atomic<bool> sampling{true};
   std::atomic<int64_t> max_in_progress{0};
@@ -287,8 +289,7 @@ TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
     // The frozen worker's commands come back after their visibility
     // timeout; the second one goes on meanwhile.
     auto frozen_at = completed();
-    ASSERT_TRUE(eventually([&] { return completed() >= frozen_at + 10; },
-                           30s));
+    ASSERT_TRUE(eventually([&] { return completed() >= frozen_at + 10; }, 30s));
     first.signal(SIGKILL);
     first.wait(10s);
     background_cmdbus third{args};

@@ -987,8 +987,8 @@ TEST(ConfigScheduling, reports_bad_entries) {
             "[domains.a.types.T] (first set on line 2)");
   EXPECT_TRUE(contains(ini_error("[domains.a.types.T]\nconcurrency = x\n"),
                        "expects an integer"));
-  EXPECT_TRUE(contains(ini_error("[domains.a]\npriorities = 1\n"),
-                       "priorities"));
+  EXPECT_TRUE(
+    contains(ini_error("[domains.a]\npriorities = 1\n"), "priorities"));
   EXPECT_TRUE(contains(ini_error("[domains.a.types.]\n"), "unknown section"));
   EXPECT_TRUE(contains(ini_error("[domains.a.kinds.T]\n"), "unknown section"));
   EXPECT_TRUE(

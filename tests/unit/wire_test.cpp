@@ -78,8 +78,8 @@ TEST(wire_command, reads_an_odd_priority_as_none) {
   // command.
   auto base = wire::encode_command(debit("{}"));
   base.pop_back();
-  for (const char* value : {R"("high")", "1.5", "1e3", "99999999999", "null",
-                            "true", "[1]"}) {
+  for (const char* value :
+       {R"("high")", "1.5", "1e3", "99999999999", "null", "true", "[1]"}) {
     auto x = wire::decode_command(base + R"(,"priority":)" + value + "}");
     EXPECT_FALSE(x.priority.has_value()) << value;
   }
