@@ -517,3 +517,45 @@ BEGIN
            AS r;
 END;
 $$;
+
+-- -- cmdbus_create_priority_index ---------------------------------------------
+
+-- Creates (if missing) the index that serves cmdbus_read's priority order on
+-- p_queue_name's table, beside PGMQ's own indexes: (the priority as
+-- cmdbus_read computes it DESC, msg_id), named q_<queue>_cmdbus_prio.
+-- Without it a read by priority sorts the queue's whole visible backlog
+-- (about 300 ms per read at 100 000 messages, 5 ms with it). A worker calls
+-- it at start for each domain it reads by priority; every later insert into
+-- that queue maintains one more index. Concurrent callers are serialised
+-- by PGMQ's queue lock (the one its create functions take); the CREATE
+-- INDEX itself blocks sends to the queue while it builds, which is short
+-- on a queue without a large backlog. Returns whether it created the
+-- index. Raises 22023 for a queue PGMQ does not know.
+CREATE FUNCTION commandbus.cmdbus_create_priority_index(p_queue_name TEXT)
+RETURNS BOOLEAN
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_table TEXT;
+    v_index TEXT;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgmq.meta m WHERE m.queue_name = p_queue_name) THEN
+        RAISE EXCEPTION 'cmdbus_create_priority_index: no queue %',
+            quote_literal(p_queue_name) USING ERRCODE = '22023';
+    END IF;
+    v_table := pgmq.format_table_name(p_queue_name, 'q');
+    v_index := v_table || '_cmdbus_prio';
+    PERFORM pg_advisory_xact_lock(hashtext('pgmq.queue_' || p_queue_name));
+    IF EXISTS (SELECT 1 FROM pg_indexes i
+                WHERE i.schemaname = 'pgmq' AND i.indexname = v_index) THEN
+        RETURN FALSE;
+    END IF;
+    EXECUTE format(
+        'CREATE INDEX %I ON pgmq.%I
+           ((CASE WHEN jsonb_typeof(message -> ''priority'') = ''number''
+                  THEN (message ->> ''priority'')::numeric
+                  ELSE 0 END) DESC, msg_id)',
+        v_index, v_table);
+    RETURN TRUE;
+END;
+$fn$;

@@ -17,6 +17,7 @@
 
 #include "cmdbus/db/error.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/text_format.hpp"
 #include "cmdbus/db/worker_store.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/sql_checks.hpp"
@@ -310,4 +311,51 @@ TEST(CmdbusReceiveRead, ACommandWithoutPriorityIsTheSameMessage) {
                       + " WHERE msg_id = $1",
                     with.msg_id),
             "7");
+}
+
+TEST(CmdbusRead, ThePriorityIndexServesThePriorityOrder) {
+  read_env e;
+  for (int i = 0; i < 50; ++i)
+    e.send("A", "\"priority\":" + std::to_string(i % 5));
+  EXPECT_EQ(*scalar(e.c(),
+                    "SELECT commandbus.cmdbus_create_priority_index($1)::text",
+                    e.queue),
+            "true");
+  // Once only, under its documented name.
+  EXPECT_EQ(*scalar(e.c(),
+                    "SELECT commandbus.cmdbus_create_priority_index($1)::text",
+                    e.queue),
+            "false");
+  EXPECT_EQ(*scalar(e.c(),
+                    "SELECT count(*)::text FROM pg_indexes WHERE schemaname = "
+                    "'pgmq' AND indexname = $1",
+                    "q_" + e.queue + "_cmdbus_prio"),
+            "1");
+  // The read's order (the same expression) is an index scan.
+  e.c().exec("SET enable_seqscan = off");
+  auto plan = e.c().query(
+    "EXPLAIN SELECT q.msg_id FROM pgmq.q_" + e.queue
+    + " q WHERE q.vt <= clock_timestamp() ORDER BY CASE WHEN "
+      "jsonb_typeof(q.message -> 'priority') = 'number' THEN (q.message ->> "
+      "'priority')::numeric ELSE 0 END DESC, q.msg_id LIMIT 5");
+  std::string text;
+  for (int i = 0; i < plan.rows(); ++i)
+    text += std::string{plan.text(i, 0)} + "\n";
+  e.c().exec("RESET enable_seqscan");
+  EXPECT_NE(text.find("_cmdbus_prio"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Sort"), std::string::npos) << text;
+  // The read still returns the highest first.
+  auto got = e.read(3, ", NULL, NULL, NULL, NULL, true, 0");
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(*scalar(e.c(),
+                    "SELECT min((message ->> 'priority')::int)::text FROM "
+                    "pgmq.q_" + e.queue + " WHERE msg_id = ANY($1::bigint[])",
+                    db::array_literal(got)),
+            "4");
+  try {
+    e.c().query("SELECT commandbus.cmdbus_create_priority_index('nosuch')");
+    ADD_FAILURE() << "indexed a queue that does not exist";
+  } catch (const db::error& err) {
+    EXPECT_EQ(err.sqlstate(), "22023");
+  }
 }
