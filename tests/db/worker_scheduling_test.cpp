@@ -263,7 +263,7 @@ TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
         << ".types.Test]\nconcurrency = 2\n";
   }
   finally remove{[&] { std::filesystem::remove(ini); }};
-  std::vector<std::string> args{"worker", "--demo",      "--config", ini,
+  std::vector<std::string> args{"worker", "--demo",    "--config", ini,
                                 "--dsn",  test::dsn(), "--domain", d};
   auto completed = [&] { return count_status(e.conn, d, "COMPLETED"); };
   std::string held_at_freeze;
@@ -282,8 +282,7 @@ TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
     // The frozen worker's commands come back after their visibility
     // timeout; the second one goes on meanwhile.
     auto frozen_at = completed();
-    ASSERT_TRUE(
-      eventually([&] { return completed() >= frozen_at + 10; }, 30s));
+    ASSERT_TRUE(eventually([&] { return completed() >= frozen_at + 10; }, 30s));
     first.signal(SIGKILL);
     first.wait(10s);
     background_cmdbus third{args};
