@@ -125,19 +125,20 @@ std::vector<std::string> validate(const worker_config& cfg) {
   for (const auto& [domain, sched] : cfg.scheduling) {
     auto name = db::printable(domain);
     if (seen.count(domain) == 0)
-      report("domains." + name
-             + ": priorities and per-type concurrency name a domain that is "
-               "not served");
+      report("domains: " + name
+             + " has priorities or per-type concurrency but is not a served "
+               "domain");
     if (sched.fifo_every < 1 || sched.fifo_every > 1000)
-      report("domains." + name + ".fifo-every ("
+      report("fifo-every of domain " + name + " ("
              + std::to_string(sched.fifo_every)
              + ") must be between 1 and 1000");
     for (const auto& [type, cap] : sched.type_concurrency) {
       if (type.empty())
-        report("domains." + name + ".types: a command type is empty");
-      if (cap < 1 || cap > 4096)
-        report("domains." + name + ".types." + db::printable(type)
-               + ".concurrency (" + std::to_string(cap)
+        report("per-type concurrency of domain " + name
+               + ": a command type is empty");
+      else if (cap < 1 || cap > 4096)
+        report("concurrency of type " + db::printable(type) + " in domain "
+               + name + " (" + std::to_string(cap)
                + ") must be between 1 and 4096");
     }
   }

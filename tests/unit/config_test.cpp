@@ -1000,7 +1000,10 @@ TEST(ConfigScheduling, reports_bad_entries) {
   auto problems = validate(cfg);
   ASSERT_EQ(problems.size(), 3u);
   EXPECT_TRUE(contains(problems[0], "not served")) << problems[0];
-  EXPECT_TRUE(contains(problems[1], "fifo-every (0)")) << problems[1];
-  EXPECT_TRUE(contains(problems[2], "types.Slow.concurrency (0)"))
-    << problems[2];
+  EXPECT_EQ(problems[1],
+            "fifo-every of domain \"payments\" (0) must be between 1 and "
+            "1000");
+  EXPECT_EQ(problems[2],
+            "concurrency of type \"Slow\" in domain \"payments\" (0) must "
+            "be between 1 and 4096");
 }
