@@ -999,7 +999,7 @@ TEST(ConfigScheduling, reports_bad_entries) {
   cfg.scheduling["other"].priorities = true;
   auto problems = validate(cfg);
   ASSERT_EQ(problems.size(), 3u);
-  EXPECT_TRUE(contains(problems[0], "not served")) << problems[0];
+  EXPECT_TRUE(contains(problems[0], "not a served domain")) << problems[0];
   EXPECT_EQ(problems[1],
             "fifo-every of domain \"payments\" (0) must be between 1 and "
             "1000");
