@@ -168,6 +168,10 @@ using poller_actor = caf::typed_actor<
   /// From the supervisor: `n` message slots are free again (0: just read
   /// once more, e.g. in tick mode after a commit); no answer.
   caf::reacts_to<atom::credit, int64_t>,
+  /// From the supervisor: `n` commands of a capped command type no longer
+  /// hold a slot of its cap (docs/scheduling.md, "Per-type
+  /// concurrency"); no answer.
+  caf::reacts_to<atom::credit, std::string, int64_t>,
   /// From the listener thread (a NOTIFY arrived) or the poller itself (a
   /// drain continues): read now; no answer.
   caf::reacts_to<atom::wakeup>>;

@@ -167,8 +167,13 @@ struct worker::impl {
       opts.application_name = "cmdbus-worker";
       for (auto& group : config::group_by_dsn(cfg, cfg.domains)) {
         auto conn = db::connection::open(group.dsn, opts);
-        for (auto& d : group.domains)
+        for (auto& d : group.domains) {
           db::create_queue(conn, db::command_queue(d));
+          // The index of the priority order (docs/scheduling.md).
+          if (config::scheduling_of(cfg, d).priorities)
+            conn.query("SELECT commandbus.cmdbus_create_priority_index($1)",
+                       db::command_queue(d));
+        }
       }
       for (auto& group : config::group_by_dsn(cfg, processes->domains())) {
         auto conn = db::connection::open(group.dsn, opts);

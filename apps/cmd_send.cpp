@@ -1,6 +1,7 @@
 // `cmdbus send`: one command, in one transaction.
 
 #include <iostream>
+#include <limits>
 
 #include "apps/args.hpp"
 #include "apps/commands.hpp"
@@ -20,7 +21,8 @@ namespace {
 const command_spec send_command{
   R"(usage: cmdbus send DOMAIN TYPE [--data JSON|@FILE|-] [--id UUID]
                    [--reply-to QUEUE] [--correlation-id UUID]
-                   [--max-attempts N] [--delay D | --at T] [--create]
+                   [--max-attempts N] [--priority N]
+                   [--delay D | --at T] [--create]
                    [--dsn DSN] [--json]
 
 Sends one command of type TYPE to the queue DOMAIN__commands in one
@@ -44,6 +46,9 @@ when it is due, `cmdbus list DOMAIN --scheduled` lists such commands, and
    {"--max-attempts", "N", "default: 3"},
    delay_option,
    at_option,
+   {"--priority", "N",
+    "an integer, higher runs first on workers that read the domain by "
+    "priority (default: none, the same as 0; docs/scheduling.md)"},
    {"--create", "", "create DOMAIN__commands when it does not exist"},
    dsn_option,
    {"--json", "",
@@ -83,6 +88,7 @@ int run_send(const std::vector<std::string>& argv) {
   }
   req.max_attempts = a.int_option("--max-attempts", 1);
   req.not_before = not_before_arg(a);
+  req.priority = a.int_option("--priority", std::numeric_limits<int>::min());
   auto queue = db::command_queue(req.domain);
   db::pool pool{pool_options_for(a)};
   require_queue(pool, queue, a.flag("--create"));

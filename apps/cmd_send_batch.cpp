@@ -45,9 +45,10 @@ Each line:
    "delay": "10min",                   optional: run not before then (a
                                        duration as --delay takes, or a
                                        number of seconds)
-   "not_before": "2026-12-01T03:00:00Z"}  optional: run not before this
+   "not_before": "2026-12-01T03:00:00Z", optional: run not before this
                                        time (ISO 8601 with a zone; "at" is
                                        the same field); not with "delay"
+   "priority": 10}                     optional, an integer
 Any other key is an error. --delay or --at applies to the lines that have
 neither "delay" nor "not_before". The whole file is validated before anything is
 sent; an invalid line is reported as FILE:LINE: problem.
@@ -90,7 +91,8 @@ id or missing queue, 3 database unavailable, 4 other failure.
 const std::vector<std::string> line_keys{
   "command_type",   "data",       "command_id",
   "correlation_id", "reply_to",   "max_attempts",
-  "delay",          "not_before", "at"};
+  "delay",          "not_before", "at",
+  "priority"};
 
 // Decodes one line of a send-batch file; throws usage_error naming the line.
 send_request parse_line(const std::string& where, const std::string& domain,
@@ -187,6 +189,11 @@ send_request parse_line(const std::string& where, const std::string& domain,
   } else if (at) {
     req.not_before = parse_time_arg(where + ": field \"not_before\"", *at);
   }
+  if (auto it = doc.FindMember("priority"); it != doc.MemberEnd()) {
+    if (!it->value.IsInt())
+      fail("field \"priority\" must be an integer");
+    req.priority = it->value.GetInt();
+  }
   if (auto it = doc.FindMember("data"); it != doc.MemberEnd()) {
     if (!it->value.IsObject())
       fail("field \"data\" must be an object");
@@ -210,6 +217,7 @@ batch_command to_batch_command(send_request req) {
   c.reply_to = std::move(req.reply_to);
   c.max_attempts = req.max_attempts;
   c.not_before = req.not_before;
+  c.priority = req.priority;
   return c;
 }
 

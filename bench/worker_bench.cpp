@@ -8,6 +8,8 @@
 //   * the same prefetch phase again with the HTTP endpoint on and scraped
 //     (/metrics every 100 ms, the status page every second), printed as a
 //     ratio to the phase without it;
+//   * the same prefetch phase reading by priority and with a per-type cap
+//     (commandbus.cmdbus_read instead of pgmq.read), as ratios too;
 //   * send->completed latency (server timestamps) at a paced offered load
 //     with NOTIFY, and the worker's peak RSS.
 //
@@ -215,27 +217,40 @@ int main(int argc, char** argv) {
   // handler slot) is measured too. With a prefetch, the poller reads the
   // next batch while the handlers still run the last one, in reads of up to
   // concurrency + prefetch.
+  // The two phases with a read that chooses (docs/scheduling.md) repeat the
+  // prefetch phase with priorities on, and with a per-type cap (of a type
+  // the load does not have: the read passes its limit), so that they read
+  // through commandbus.cmdbus_read instead of pgmq.read.
+  enum class chooser { none, priorities, cap };
   struct phase {
     int concurrency;
     int prefetch;
     handler_mode mode;
     const char* tag;
     bool http;
+    chooser read = chooser::none;
   };
-  const phase phases[] = {{64, 0, handler_mode::non_blocking, "wb64_", false},
-                          {64, 64, handler_mode::non_blocking, "wb64p_", false},
-                          {64, 64, handler_mode::non_blocking, "wb64h_", true},
-                          {16, 0, handler_mode::non_blocking, "wb16_", false},
-                          {64, 0, handler_mode::blocking, "wb64b_", false}};
+  const phase phases[] = {
+    {64, 0, handler_mode::non_blocking, "wb64_", false},
+    {64, 64, handler_mode::non_blocking, "wb64p_", false},
+    {64, 64, handler_mode::non_blocking, "wb64h_", true},
+    {64, 64, handler_mode::non_blocking, "wb64q_", false, chooser::priorities},
+    {64, 64, handler_mode::non_blocking, "wb64c_", false, chooser::cap},
+    {16, 0, handler_mode::non_blocking, "wb16_", false},
+    {64, 0, handler_mode::blocking, "wb64b_", false}};
   bench::rate best;
   bench::rate without_http;
-  for (auto [concurrency, prefetch, mode, tag, http] : phases) {
+  for (auto [concurrency, prefetch, mode, tag, http, read] : phases) {
     auto domain = tag + run_id;
     send_commands(bus, domain, commands);
     bench::settle(conn);
     auto cfg = worker_cfg(dsn, domain, concurrency, prefetch);
     if (http)
       cfg.http = "127.0.0.1:0";
+    if (read == chooser::priorities)
+      cfg.scheduling[domain].priorities = true;
+    if (read == chooser::cap)
+      cfg.scheduling[domain].type_concurrency["Other"] = 8;
     worker w{cfg, noop_registry(domain, mode)};
     auto cpu0 = self_cpu();
     auto mcpu0 = machine_cpu();
@@ -270,7 +285,10 @@ int main(int argc, char** argv) {
                     + (prefetch > 0
                          ? "prefetch " + std::to_string(prefetch) + ", "
                          : std::string{})
-                    + mode_name(mode) + (http ? ", HTTP endpoint scraped" : ""),
+                    + mode_name(mode) + (http ? ", HTTP endpoint scraped" : "")
+                    + (read == chooser::priorities ? ", read by priority"
+                       : read == chooser::cap      ? ", a per-type cap"
+                                                   : ""),
                   static_cast<double>(done) / secs, done, secs};
     bench::print(r, &raw);
     std::printf("    CPU: worker %.1f s (%.0f%% of a core), PostgreSQL and "
@@ -283,10 +301,13 @@ int main(int argc, char** argv) {
                   static_cast<long long>(scrapes),
                   static_cast<long long>(failed_scrapes), scrape_ms,
                   r.per_second / without_http.per_second);
-    } else if (prefetch > 0) {
+    } else if (prefetch > 0 && read == chooser::none) {
       without_http = r;
+    } else if (read != chooser::none) {
+      std::printf("    %.2fx of the same phase reading with pgmq.read\n",
+                  r.per_second / without_http.per_second);
     }
-    if (!http && r.per_second > best.per_second)
+    if (!http && read == chooser::none && r.per_second > best.per_second)
       best = r;
   }
 

@@ -2,6 +2,8 @@
 // and what a log may show. The DSNs' secrets are masked, and the TLS key's
 // passphrase is never printed.
 
+#include <set>
+
 #include "cmdbus/config/node_config.hpp"
 #include "cmdbus/config/values.hpp"
 #include "cmdbus/config/worker_config.hpp"
@@ -72,9 +74,25 @@ std::string describe(const worker_config& cfg) {
            + duration_text(cfg.remote.heartbeat_interval) + "\n";
   }
   out += tls_section(cfg.tls);
-  for (const auto& [domain, dsn] : cfg.domain_dsn) {
+  std::set<std::string> named;
+  for (const auto& [domain, dsn] : cfg.domain_dsn)
+    named.insert(domain);
+  for (const auto& [domain, sched] : cfg.scheduling)
+    named.insert(domain);
+  for (const auto& domain : named) {
     out += "[domains." + domain + "]\n";
-    out += "dsn = " + ini_string(db::mask_dsn(dsn)) + "\n";
+    auto dsn = cfg.domain_dsn.find(domain);
+    if (dsn != cfg.domain_dsn.end())
+      out += "dsn = " + ini_string(db::mask_dsn(dsn->second)) + "\n";
+    auto sched = cfg.scheduling.find(domain);
+    if (sched == cfg.scheduling.end())
+      continue;
+    out += std::string{"priorities = "}
+           + (sched->second.priorities ? "true" : "false") + "\n";
+    out += "fifo-every = " + std::to_string(sched->second.fifo_every) + "\n";
+    for (const auto& [type, cap] : sched->second.type_concurrency)
+      out += "[domains." + domain + ".types." + type
+             + "]\nconcurrency = " + std::to_string(cap) + "\n";
   }
   if (!cfg.admin.empty())
     out += "[admin]\nlisten = " + ini_string(cfg.admin) + "\n";

@@ -98,15 +98,22 @@ void ini_parser<Config>::parse_section() {
     // (A named section's NAME, e.g. a domain, is validate()'s to check.)
     section_ = std::string{name};
   } else {
+    std::vector<std::string> expected_names;
+    for (const auto& known : table_.sections)
+      expected_names.push_back("[" + std::string{known} + "]");
+    const auto& named = table_.named;
+    if (!named.prefix.empty())
+      expected_names.push_back("[" + std::string{named.prefix} + "NAME]");
+    if (!named.nested.empty())
+      expected_names.push_back("[" + std::string{named.prefix} + "NAME."
+                               + std::string{named.nested} + "."
+                               + std::string{named.item_label} + "]");
     std::string expected;
-    const auto& known = table_.sections;
-    auto count = known.size() + (table_.named.prefix.empty() ? 0 : 1);
-    for (size_t i = 0; i < count; ++i) {
-      expected += i == 0 ? "" : i + 1 == count ? " or " : ", ";
-      expected += i < known.size()
-                    ? "[" + std::string{known[i]} + "]"
-                    : "[" + std::string{table_.named.prefix} + "NAME]";
-    }
+    for (size_t i = 0; i < expected_names.size(); ++i)
+      expected += (i == 0                           ? ""
+                   : i + 1 == expected_names.size() ? " or "
+                                                    : ", ")
+                  + expected_names[i];
     fail(line, "unknown section [" + std::string{name} + "] (expected "
                  + expected + ")");
   }
@@ -115,10 +122,35 @@ void ini_parser<Config>::parse_section() {
 
 template <class Config>
 bool ini_parser<Config>::is_named_section(std::string_view name) const {
-  const auto& prefix = table_.named.prefix;
-  return !prefix.empty() && name.size() > prefix.size()
-         && name.compare(0, prefix.size(), prefix) == 0
-         && name.find('.', prefix.size()) == std::string_view::npos;
+  const auto& named = table_.named;
+  const auto& prefix = named.prefix;
+  if (prefix.empty() || name.size() <= prefix.size()
+      || name.compare(0, prefix.size(), prefix) != 0)
+    return false;
+  auto rest = name.substr(prefix.size());
+  auto dot = rest.find('.');
+  if (dot == std::string_view::npos)
+    return true;
+  // [PREFIX.NAME.NESTED.ITEM]: NAME and ITEM non-empty, without dots.
+  if (named.nested.empty() || dot == 0)
+    return false;
+  auto tail = rest.substr(dot + 1);
+  return tail.size() > named.nested.size() + 1
+         && tail.compare(0, named.nested.size(), named.nested) == 0
+         && tail[named.nested.size()] == '.'
+         && tail.find('.', named.nested.size() + 1) == std::string_view::npos;
+}
+
+template <class Config>
+std::pair<std::string, std::string>
+ini_parser<Config>::split_named(std::string_view name) const {
+  const auto& named = table_.named;
+  auto rest = name.substr(named.prefix.size());
+  auto dot = rest.find('.');
+  if (dot == std::string_view::npos)
+    return {std::string{rest}, std::string{}};
+  return {std::string{rest.substr(0, dot)},
+          std::string{rest.substr(dot + 1 + named.nested.size() + 1)}};
 }
 
 template <class Config>
@@ -173,17 +205,31 @@ template <class Config>
 void ini_parser<Config>::parse_named_entry(int line, const std::string& key,
                                            const std::string& where) {
   const auto& named = table_.named;
-  if (key != named.key)
-    fail(line, "unknown " + where + " (a [" + std::string{named.prefix}
-                 + "NAME] section holds '" + std::string{named.key}
-                 + "' only)");
-  auto [it, added] = seen_.emplace(section_ + " " + key, line);
+  auto [name, item] = split_named(section_);
+  const auto& keys = item.empty() ? named.keys : named.nested_keys;
+  auto it = std::find_if(keys.begin(), keys.end(),
+                         [&](const auto& k) { return k.key == key; });
+  if (it == keys.end()) {
+    std::string known;
+    for (size_t i = 0; i < keys.size(); ++i)
+      known += (i == 0                 ? "'"
+                : i + 1 == keys.size() ? " or '"
+                                       : ", '")
+               + std::string{keys[i].key} + "'";
+    fail(line, "unknown " + where + " (a ["
+                 + (item.empty() ? std::string{named.prefix} + "NAME"
+                                 : std::string{named.prefix} + "NAME."
+                                     + std::string{named.nested} + "."
+                                     + std::string{named.item_label})
+                 + "] section holds " + known + ")");
+  }
+  auto [seen, added] = seen_.emplace(section_ + " " + key, line);
   if (!added)
     fail(line, "duplicate " + where + " (first set on line "
-                 + std::to_string(it->second) + ")");
+                 + std::to_string(seen->second) + ")");
   auto value = parse_value(key, true);
   try {
-    named.store(cfg_, section_.substr(named.prefix.size()), value);
+    it->store(cfg_, name, item, value);
   } catch (const value_error& e) {
     fail(line, where + " " + e.what());
   }

@@ -23,6 +23,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "cmdbus/config/settings.hpp"
 
@@ -85,14 +86,18 @@ private:
   void parse_section();
 
   /// Returns whether `name` is one of the table's named sections
-  /// ([domains.NAME]).
+  /// ([domains.NAME] or a nested [domains.NAME.types.ITEM]).
   bool is_named_section(std::string_view name) const;
+
+  /// NAME and ITEM of a named section's name (ITEM empty unless nested);
+  /// `name` must be a named section.
+  std::pair<std::string, std::string> split_named(std::string_view name) const;
 
   /// Reads `key = value` and applies it.
   void parse_entry();
 
-  /// Reads the value of `key` in a named section ([domains.NAME], `dsn`
-  /// only).
+  /// Reads the value of `key` in a named section ([domains.NAME] or a
+  /// nested one).
   void parse_named_entry(int line, const std::string& key,
                          const std::string& where);
 

@@ -67,16 +67,32 @@ struct setting {
   void (*store)(Config& cfg, const raw_value& v, bool lenient);
 };
 
-/// Sections [PREFIX.NAME] that each hold one key for NAME, like the worker's
-/// [domains.NAME] dsn.
+/// A key of a named section.
+template <class Config>
+struct named_key {
+  /// "dsn".
+  std::string_view key;
+  /// Stores the value of NAME (`item`: ITEM of a nested section
+  /// [PREFIX.NAME.NESTED.ITEM], else empty); throws value_error.
+  void (*store)(Config& cfg, const std::string& name, const std::string& item,
+                const raw_value& v);
+};
+
+/// Sections [PREFIX.NAME] holding keys for NAME, like the worker's
+/// [domains.NAME] dsn, and nested sections [PREFIX.NAME.NESTED.ITEM] holding
+/// keys for an ITEM of NAME, like [domains.NAME.types.TYPE] concurrency.
 template <class Config>
 struct named_section {
   /// "domains."; empty: the configuration has none.
   std::string_view prefix;
-  /// The one key such a section holds.
-  std::string_view key;
-  /// Stores the value of NAME.
-  void (*store)(Config& cfg, const std::string& name, const raw_value& v);
+  /// The keys a [PREFIX.NAME] section holds.
+  std::vector<named_key<Config>> keys;
+  /// "types"; empty: no nested sections.
+  std::string_view nested;
+  /// What messages call a nested section's ITEM ("TYPE").
+  std::string_view item_label;
+  /// The keys a nested section holds.
+  std::vector<named_key<Config>> nested_keys;
 };
 
 /// One configuration's settings and what loading it needs besides.

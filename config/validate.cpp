@@ -122,6 +122,26 @@ std::vector<std::string> validate(const worker_config& cfg) {
              + " is not a served domain (a DSN of [domains.NAME], "
                "CMDBUS_DOMAIN_DSN_NAME or --domain-dsn NAME=DSN must name "
                "one of the domains)");
+  for (const auto& [domain, sched] : cfg.scheduling) {
+    auto name = db::printable(domain);
+    if (seen.count(domain) == 0)
+      report("domains: " + name
+             + " has priorities or per-type concurrency but is not a served "
+               "domain");
+    if (sched.fifo_every < 1 || sched.fifo_every > 1000)
+      report("fifo-every of domain " + name + " ("
+             + std::to_string(sched.fifo_every)
+             + ") must be between 1 and 1000");
+    for (const auto& [type, cap] : sched.type_concurrency) {
+      if (type.empty())
+        report("per-type concurrency of domain " + name
+               + ": a command type is empty");
+      else if (cap < 1 || cap > 4096)
+        report("concurrency of type " + db::printable(type) + " in domain "
+               + name + " (" + std::to_string(cap)
+               + ") must be between 1 and 4096");
+    }
+  }
   if (!cfg.admin.empty()) {
     try {
       parse_http_address(cfg.admin);

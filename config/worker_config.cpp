@@ -13,6 +13,13 @@ const std::string& dsn_for(const worker_config& cfg,
   return i == cfg.domain_dsn.end() ? cfg.dsn : i->second;
 }
 
+const domain_scheduling& scheduling_of(const worker_config& cfg,
+                                       const std::string& domain) {
+  static const domain_scheduling defaults;
+  auto i = cfg.scheduling.find(domain);
+  return i == cfg.scheduling.end() ? defaults : i->second;
+}
+
 std::vector<dsn_group> group_by_dsn(const worker_config& cfg,
                                     const std::vector<std::string>& domains) {
   std::vector<dsn_group> out;

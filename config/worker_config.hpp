@@ -36,6 +36,13 @@
 // | [tls] passphrase             | CMDBUS_TLS_PASSPHRASE    | --tls-passphrase
 // | [admin] listen               | CMDBUS_ADMIN             | --admin
 // | [domains.NAME] dsn           | CMDBUS_DOMAIN_DSN_NAME   | --domain-dsn NAME=DSN (many)
+// | [domains.NAME] priorities    | -                        | -
+// | [domains.NAME] fifo-every    | -                        | -
+// | [domains.NAME.types.TYPE] concurrency | -               | -
+//
+// `priorities`, `fifo-every` and the per-type caps ([domains.NAME.types.TYPE]
+// concurrency) are how the worker chooses and runs the domain's commands
+// (domain_scheduling, docs/scheduling.md); file and API only.
 //
 // A domain's own DSN (`[domains.payments] dsn = "..."`) puts that domain on
 // another database; a domain without one uses `dsn`. NAME must be a served
@@ -113,6 +120,32 @@ struct remote_config {
   std::chrono::milliseconds heartbeat_interval{1000};
 };
 
+/// How a worker chooses and runs one domain's commands (docs/scheduling.md,
+/// "Priorities" and "Per-type concurrency"). The defaults read as the
+/// reference worker does: oldest first, every type sharing every slot.
+struct domain_scheduling {
+  /// Read the highest "priority" first among the due commands (commands
+  /// without one count as 0).
+  bool priorities = false;
+
+  /// With `priorities`, the starvation bound: at least one in every
+  /// `fifo_every` commands the domain claims is the oldest due one,
+  /// whatever its priority; 1..1000 (1: oldest first, as without
+  /// priorities).
+  int fifo_every = 10;
+
+  /// The most commands of a type that run at once in this worker, by
+  /// command type; each 1..4096. Other types keep every free slot: no
+  /// message of a type at its cap is claimed.
+  std::map<std::string, int> type_concurrency;
+
+  /// Whether the domain's reads choose their messages (anything but the
+  /// defaults).
+  bool chooses() const noexcept {
+    return priorities || !type_concurrency.empty();
+  }
+};
+
 /// Everything `cmdbus worker` needs to run.
 struct worker_config {
   /// libpq connection string or URI; "" means the libpq environment.
@@ -126,6 +159,12 @@ struct worker_config {
   /// The domains to serve; at least one, each a valid domain name
   /// (1..37 ASCII letters, digits or underscores), no duplicates.
   std::vector<std::string> domains;
+
+  /// Priorities and per-type caps of domains, by domain ([domains.NAME]
+  /// priorities / fifo-every, [domains.NAME.types.TYPE] concurrency); each
+  /// key must be one of `domains`; a domain without an entry uses the
+  /// defaults. Read through scheduling_of().
+  std::map<std::string, domain_scheduling> scheduling;
 
   /// Handler slots per domain; 1..4096.
   int concurrency = 16;
@@ -186,6 +225,11 @@ struct worker_config {
 
 /// The DSN of `domain`: its own ([domains.NAME] dsn), else the worker's.
 const std::string& dsn_for(const worker_config& cfg, const std::string& domain);
+
+/// The scheduling of `domain`: its entry in `cfg.scheduling`, else the
+/// defaults.
+const domain_scheduling& scheduling_of(const worker_config& cfg,
+                                       const std::string& domain);
 
 /// Domains that share one database.
 struct dsn_group {

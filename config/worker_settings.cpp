@@ -27,8 +27,26 @@ void store_domain_dsn_option(worker_config& cfg, const raw_value& v, bool) {
 
 /// Stores `dsn = "..."` of a [domains.NAME] section.
 void store_domain_dsn_entry(worker_config& cfg, const std::string& domain,
-                            const raw_value& v) {
+                            const std::string&, const raw_value& v) {
   cfg.domain_dsn[domain] = as_string(v);
+}
+
+/// Stores `priorities = true|false` of a [domains.NAME] section.
+void store_priorities_entry(worker_config& cfg, const std::string& domain,
+                            const std::string&, const raw_value& v) {
+  cfg.scheduling[domain].priorities = as_bool(v, false);
+}
+
+/// Stores `fifo-every = N` of a [domains.NAME] section.
+void store_fifo_every_entry(worker_config& cfg, const std::string& domain,
+                            const std::string&, const raw_value& v) {
+  cfg.scheduling[domain].fifo_every = as_int(v);
+}
+
+/// Stores `concurrency = N` of a [domains.NAME.types.TYPE] section.
+void store_type_concurrency_entry(worker_config& cfg, const std::string& domain,
+                                  const std::string& type, const raw_value& v) {
+  cfg.scheduling[domain].type_concurrency[type] = as_int(v);
 }
 
 /// Applies the CMDBUS_DOMAIN_DSN_<domain> variables of the served domains,
@@ -252,7 +270,13 @@ settings_table<worker_config> make_worker_table() {
      }});
   return {std::move(rows),
           {"worker", "retry", "remote", "tls", "admin"},
-          {"domains.", "dsn", store_domain_dsn_entry},
+          {"domains.",
+           {{"dsn", store_domain_dsn_entry},
+            {"priorities", store_priorities_entry},
+            {"fifo-every", store_fifo_every_entry}},
+           "types",
+           "TYPE",
+           {{"concurrency", store_type_concurrency_entry}}},
           {"--config", "FILE",
            "CAF-INI config file (else $CMDBUS_CONFIG, else none)"},
           "CMDBUS_CONFIG",

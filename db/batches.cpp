@@ -59,6 +59,7 @@ command_bus::create_batch(const std::string& domain,
     req.reply_to = c.reply_to;
     req.max_attempts = c.max_attempts;
     req.not_before = c.not_before;
+    req.priority = c.priority;
     items.push_back(prepare(req));
     items.back().batch_id = out.batch_id;
   }

@@ -36,6 +36,7 @@ prepared_command prepare(const send_request& req, int default_max_attempts) {
   msg.data = req.data;
   msg.correlation_id = p.correlation_id;
   msg.reply_to = req.reply_to;
+  msg.priority = req.priority;
   p.message = wire::encode_command(msg);
   return p;
 }

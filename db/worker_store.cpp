@@ -1,9 +1,11 @@
 #include "cmdbus/db/worker_store.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string_view>
 
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/text_format.hpp"
 #include "cmdbus/model/errors.hpp"
 #include "cmdbus/model/wire.hpp"
 
@@ -37,19 +39,23 @@ worker_store::worker_store(connection& conn, std::string domain)
   // nop
 }
 
-receive_result worker_store::receive(int vt_seconds, int qty) {
+receive_result worker_store::receive(int vt_seconds, int qty,
+                                     const read_options& how) {
   receive_result out;
   if (qty <= 0)
     return out;
   // A new token per read: a claim the database forgets cannot come back
   // with it (docs/design.md, "Claim tokens").
   auto claim = uuid::random();
-  auto r = conn_.exec_prepared(
-    "cmdbus_receive_claim",
-    "SELECT msg_id, message, outcome, command_id, command_type, attempts, "
-    "max_attempts, batch_id FROM commandbus.cmdbus_receive_claim($1, $2, "
-    "$3::int, $4::int, $5::uuid)",
-    {domain_, queue_, to_param(vt_seconds), to_param(qty), claim.to_string()});
+  auto r = how.chooses() ? receive_chosen(vt_seconds, qty, claim, how)
+                         : conn_.exec_prepared(
+                           "cmdbus_receive_claim",
+                           "SELECT msg_id, message, outcome, command_id, "
+                           "command_type, attempts, max_attempts, batch_id "
+                           "FROM commandbus.cmdbus_receive_claim($1, $2, "
+                           "$3::int, $4::int, $5::uuid)",
+                           {domain_, queue_, to_param(vt_seconds),
+                            to_param(qty), claim.to_string()});
   out.read = r.rows();
   for (int i = 0; i < r.rows(); ++i) {
     auto msg_id = r.int64(i, 0);
@@ -81,7 +87,38 @@ receive_result worker_store::receive(int vt_seconds, int qty) {
     }
     out.commands.push_back(std::move(rc));
   }
+  if (how.priority)
+    std::stable_sort(out.commands.begin(), out.commands.end(),
+                     [](const received_command& a, const received_command& b) {
+                       return a.cmd.priority.value_or(0)
+                              > b.cmd.priority.value_or(0);
+                     });
   return out;
+}
+
+result worker_store::receive_chosen(int vt_seconds, int qty, const uuid& claim,
+                                    const read_options& how) {
+  std::vector<std::string> types;
+  std::vector<int64_t> limits;
+  for (auto& [type, limit] : how.type_limits) {
+    types.push_back(type);
+    limits.push_back(limit);
+  }
+  auto shard = [&](int x) -> param {
+    if (how.shard_count <= 0)
+      return std::nullopt;
+    return to_param(x);
+  };
+  return conn_.exec_prepared(
+    "cmdbus_receive_read",
+    "SELECT msg_id, message, outcome, command_id, command_type, attempts, "
+    "max_attempts, batch_id FROM commandbus.cmdbus_receive_read($1, $2, "
+    "$3::int, $4::int, $5::uuid, $6::text[], $7::int[], $8::int, $9::int, "
+    "$10::boolean, $11::int)",
+    {domain_, queue_, to_param(vt_seconds), to_param(qty), claim.to_string(),
+     array_literal(types), array_literal(limits), shard(how.shard_index),
+     shard(how.shard_count), std::string{how.priority ? "true" : "false"},
+     to_param(how.oldest)});
 }
 
 std::optional<std::string> reply_for(const finished_command& x) {

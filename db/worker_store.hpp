@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cmdbus/db/connection.hpp"
@@ -32,6 +33,31 @@ struct receive_result {
   std::vector<rejected_message> rejected;
   /// Messages returned by pgmq.read (commands + rejected).
   int read = 0;
+};
+
+/// How a read chooses which visible messages to take (commandbus.cmdbus_read,
+/// sql/commandbus/V010__cmdbus_read.sql). The default chooses as pgmq.read
+/// does (oldest first) and reads with it.
+struct read_options {
+  /// At most `second` messages of command type `first` (0: none; no message
+  /// of that type is touched). Types not listed are limited by the
+  /// quantity only.
+  std::vector<std::pair<std::string, int>> type_limits;
+  /// Only messages whose msg_id % shard_count == shard_index; shard_count
+  /// 0: no shard.
+  int shard_index = 0;
+  int shard_count = 0;
+  /// Highest "priority" first (msg_id order among equals) instead of msg_id
+  /// order.
+  bool priority = false;
+  /// With `priority`: how many of the read are taken oldest-first first
+  /// (the starvation bound, docs/scheduling.md).
+  int oldest = 0;
+
+  /// Whether the read needs cmdbus_read (anything but the default).
+  bool chooses() const noexcept {
+    return !type_limits.empty() || shard_count > 0 || priority;
+  }
 };
 
 /// What became of one outcome handed to `finish` or `reschedule`.
@@ -90,8 +116,11 @@ public:
   /// read holds); invalid messages and those of unknown or terminal
   /// commands are archived and skipped, with an audit event. Claimed
   /// messages that are not a usable command of this domain come back as
-  /// "UNDECODABLE" with the reason in `detail`.
-  receive_result receive(int vt_seconds, int qty);
+  /// "UNDECODABLE" with the reason in `detail`. With `how.chooses()` the
+  /// messages are chosen by cmdbus_read (per-type limits, shard, priority);
+  /// the commands then come in the order they are to run: highest
+  /// priority first with `how.priority`, else msg_id order.
+  receive_result receive(int vt_seconds, int qty, const read_options& how = {});
 
   /// Applies the final side effects of `items` in ONE transaction: success
   /// (delete, COMPLETED, SUCCESS reply), permanent and exhausted failures
@@ -141,6 +170,10 @@ public:
   }
 
 private:
+  /// The statement of a read with `how.chooses()` (cmdbus_receive_read).
+  result receive_chosen(int vt_seconds, int qty, const uuid& claim,
+                        const read_options& how);
+
   connection& conn_;
   std::string domain_;
   std::string queue_;

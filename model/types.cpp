@@ -294,7 +294,8 @@ std::optional<batch_status> parse_batch_status(std::string_view x) noexcept {
 bool operator==(const command& a, const command& b) noexcept {
   return a.domain == b.domain && a.command_type == b.command_type
          && a.command_id == b.command_id && a.data == b.data
-         && a.correlation_id == b.correlation_id && a.reply_to == b.reply_to;
+         && a.correlation_id == b.correlation_id && a.reply_to == b.reply_to
+         && a.priority == b.priority;
 }
 
 bool operator!=(const command& a, const command& b) noexcept {

@@ -74,6 +74,12 @@ struct command {
   json data = json::object();
   std::optional<uuid> correlation_id;
   std::optional<std::string> reply_to;
+  /// Higher runs first among a domain's due commands when its worker reads
+  /// by priority (docs/scheduling.md, "Priorities"); the message member
+  /// "priority", absent when unset (the message is then exactly what it is
+  /// without priorities). Decoded leniently: a member that is not an
+  /// integer in int's range counts as unset.
+  std::optional<int> priority;
 };
 
 /// Field-wise equality; payloads compare by their compact text.
@@ -191,6 +197,9 @@ struct send_request {
   /// is not later than the database server's clock at the send: now. Use
   /// `not_before_in` for a delay.
   std::optional<timestamp> not_before;
+  /// The command's priority (command::priority); unset: none, and the
+  /// message is byte for byte what it is without priorities.
+  std::optional<int> priority;
 };
 
 /// The not-before time `delay` from now by this machine's clock (for
@@ -222,6 +231,8 @@ struct batch_command {
   /// As `send_request::not_before`: each command of a batch may have its
   /// own.
   std::optional<timestamp> not_before;
+  /// The command's priority (send_request::priority).
+  std::optional<int> priority;
 };
 
 /// What `create_batch` returns.

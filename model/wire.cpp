@@ -1,5 +1,6 @@
 #include "cmdbus/model/wire.hpp"
 
+#include <charconv>
 #include <limits>
 #include <stdexcept>
 
@@ -184,6 +185,22 @@ public:
     return to_uuid(name, *text);
   }
 
+  /// The member "priority" as an int, or std::nullopt when it is absent or
+  /// not an integer in int's range: the field is advisory (the reference
+  /// ignores it), so a sender's odd value never makes a command fail.
+  std::optional<int> optional_priority() const {
+    auto m = find("priority");
+    if (m == nullptr || m->type != json_type::number)
+      return std::nullopt;
+    auto text = doc_.value_text(*m);
+    int value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(),
+                                     value);
+    if (ec != std::errc{} || end != text.data() + text.size())
+      return std::nullopt;
+    return value;
+  }
+
 private:
   static uuid to_uuid(std::string_view name, const std::string& text) {
     auto x = uuid::parse(text);
@@ -209,6 +226,8 @@ std::string encode_command(const command& x) {
   out.nullable_uuid_member("correlation_id", x.correlation_id);
   out.value_member("data", x.data);
   out.string_member_if_set("reply_to", x.reply_to);
+  if (x.priority)
+    out.int64_member("priority", *x.priority);
   return out.finish();
 }
 
@@ -231,7 +250,7 @@ command decode_command(std::string_view text, const decode_limits& limits) {
   fields in{text,
             limits,
             {"domain", "command_type", "command_id", "correlation_id", "data",
-             "reply_to"}};
+             "reply_to", "priority"}};
   command x;
   x.domain = in.required_string("domain");
   x.command_type = in.required_string("command_type");
@@ -246,6 +265,7 @@ command decode_command(std::string_view text, const decode_limits& limits) {
   // The reference replies only when reply_to is truthy; '' means none.
   if (x.reply_to && x.reply_to->empty())
     x.reply_to.reset();
+  x.priority = in.optional_priority();
   return x;
 }
 

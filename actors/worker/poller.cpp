@@ -1,5 +1,7 @@
 #include "cmdbus/actors/worker/poller.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 
 #include "cmdbus/actors/worker/fault.hpp"
@@ -23,6 +25,22 @@ std::chrono::milliseconds idle_delay(std::chrono::milliseconds poll_interval,
   auto jittered = backoff::jitter(static_cast<double>(ms), 0.8, 1.2, rng);
   return std::chrono::milliseconds{
     std::max<int64_t>(1, static_cast<int64_t>(jittered))};
+}
+
+db::read_options read_options_for(const poller_state& st, int qty) {
+  db::read_options how;
+  const auto& sched = config::scheduling_of(*st.settings.cfg,
+                                            st.settings.domain);
+  for (auto& [type, free] : st.type_credits)
+    how.type_limits.emplace_back(
+      type, static_cast<int>(std::clamp<int64_t>(free, 0, qty)));
+  if (sched.priorities) {
+    how.priority = true;
+    auto every = std::max(1, sched.fifo_every);
+    auto owed = (st.claimed + qty) / every - st.claimed_oldest;
+    how.oldest = static_cast<int>(std::clamp<int64_t>(owed, 0, qty));
+  }
+  return how;
 }
 
 namespace {
@@ -58,8 +76,11 @@ void read(self_ptr self) {
   try {
     auto qty = static_cast<int>(st.credits);
     auto vt = static_cast<int>(st.settings.cfg->visibility_timeout.count());
-    auto res = st.receive(vt, qty);
+    auto how = read_options_for(st, qty);
+    auto res = st.receive(vt, qty, how);
     st.session->succeeded();
+    st.claimed += res.read;
+    st.claimed_oldest += std::min(how.oldest, res.read);
     if (res.read > 0)
       maybe_crash(fault_point::after_receive);
     std::vector<received_command> runnable = std::move(res.commands);
@@ -81,6 +102,13 @@ void read(self_ptr self) {
       }
     }
     if (!runnable.empty()) {
+      // A capped type's commands hold a slot of its cap until the
+      // supervisor gives it back (atom::credit with the type).
+      for (auto& rc : runnable) {
+        auto i = st.type_credits.find(rc.cmd.command_type);
+        if (i != st.type_credits.end())
+          i->second -= 1;
+      }
       st.credits -= static_cast<int64_t>(runnable.size());
       self->send(st.parent, atom::run::value, std::move(runnable));
     }
@@ -127,13 +155,22 @@ poller_actor::behavior_type poller_behavior(self_ptr self) {
       st.settings.health->poller_credited(health_now_ms(), st.credits);
     schedule_read(self);
   };
+  auto on_type_credit = [self](atom::credit, const std::string& type,
+                               int64_t n) {
+    auto& st = self->state;
+    ++st.credits_seen;
+    auto i = st.type_credits.find(type);
+    if (i != st.type_credits.end())
+      i->second += n;
+    schedule_read(self);
+  };
   auto on_wakeup = [self](atom::wakeup) {
     self->state.read_scheduled = false;
     read(self);
   };
   if (!self->state.next_poll)
-    return {on_credit, on_wakeup};
-  return {on_credit, on_wakeup,
+    return {on_credit, on_type_credit, on_wakeup};
+  return {on_credit, on_type_credit, on_wakeup,
           caf::after(*self->state.next_poll) >> [self] { read(self); }};
 }
 
@@ -156,13 +193,17 @@ poller(poller_actor::stateful_pointer<poller_state> self,
   if (receive) {
     st.receive = std::move(receive);
   } else {
-    st.receive = [self](int vt, int qty) {
+    st.receive = [self](int vt, int qty, const db::read_options& how) {
       auto& st = self->state;
       db::worker_store store{st.session->get(), st.settings.domain};
-      return store.receive(vt, qty);
+      return store.receive(vt, qty, how);
     };
   }
   st.credits = st.settings.cfg->concurrency + st.settings.cfg->prefetch;
+  for (auto& [type, cap] :
+       config::scheduling_of(*st.settings.cfg, st.settings.domain)
+         .type_concurrency)
+    st.type_credits[type] = cap;
   if (st.settings.cfg->use_notify && !st.settings.tick)
     st.listen = std::make_unique<listener>(
       "listener/" + st.settings.domain,

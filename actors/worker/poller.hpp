@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -20,9 +21,11 @@ namespace cmdbus::actors {
 
 class listener;
 
-/// How the poller reads: (visibility timeout in seconds, most messages) ->
-/// what it read; throws on failure. Tests replace the database with it.
-using receive_fn = std::function<db::receive_result(int, int)>;
+/// How the poller reads: (visibility timeout in seconds, most messages, how
+/// to choose them) -> what it read; throws on failure. Tests replace the
+/// database with it.
+using receive_fn
+  = std::function<db::receive_result(int, int, const db::read_options&)>;
 
 /// State of a poller.
 struct poller_state {
@@ -36,8 +39,17 @@ struct poller_state {
   std::unique_ptr<listener> listen;
   /// Free message slots: the poller never holds more than it can run.
   int64_t credits = 0;
-  /// Credit messages received (echoed in atom::idle).
+  /// Credit messages received, per-type ones included (echoed in
+  /// atom::idle).
   int64_t credits_seen = 0;
+  /// Free slots of each capped command type (its cap minus the commands of
+  /// it read and not yet given back by the supervisor): the read's
+  /// per-type limits.
+  std::map<std::string, int64_t> type_credits;
+  /// Messages claimed by this poller's reads, and how many of them were
+  /// taken oldest-first (with priorities: the starvation bound).
+  int64_t claimed = 0;
+  int64_t claimed_oldest = 0;
   /// When to read again if nothing else happens (poll interval, idle
   /// backoff or error backoff); unset in tick mode.
   std::optional<std::chrono::milliseconds> next_poll;
@@ -51,6 +63,12 @@ struct poller_state {
   std::string name;
 };
 
+/// Returns how a read of `qty` messages chooses them: the free slots of
+/// every capped type as its limit and, with priorities, the oldest-first
+/// share that keeps at least one in every `fifo_every` claims
+/// oldest-first: floor((claimed + qty) / fifo_every) - claimed_oldest.
+db::read_options read_options_for(const poller_state& st, int qty);
+
 /// Returns the idle backoff after `empty_reads` consecutive empty reads: a
 /// quarter of the poll interval after the first, doubling per empty read up
 /// to the poll interval, +/- 20 % jitter.
@@ -63,7 +81,10 @@ std::chrono::milliseconds idle_delay(std::chrono::milliseconds poll_interval,
 /// (atom::finish, ...), and (atom::idle, credits_seen) after an empty read.
 /// A full read is followed by another at once; otherwise it reads again
 /// after the poll interval, after the idle backoff (empty reads), or after
-/// the error backoff; in tick mode only when credits arrive.
+/// the error backoff; in tick mode only when credits arrive. A domain with
+/// priorities or per-type caps reads through cmdbus_read
+/// (read_options_for): each capped type within its own credits, which the
+/// supervisor returns as (atom::credit, type, n).
 /// @param self The poller.
 /// @param settings Its domain's settings.
 /// @param parent Its supervisor.

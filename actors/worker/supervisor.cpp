@@ -70,6 +70,7 @@ void start_local(self_ptr self, supervisor_state::pool& p,
   auto& st = self->state;
   auto h = p.idle.front();
   p.idle.pop_front();
+  cap_started(st, w.rc->cmd.command_type);
   auto delivery = ++st.next_delivery;
   st.running.emplace(delivery,
                      supervisor_state::running_command{
@@ -91,6 +92,7 @@ void start_local(self_ptr self, supervisor_state::pool& p,
         pool_for(st, *rc).idle.push_back(h);
         // Handed over first, so that the hold limit counts it.
         route(self, *rc, std::move(out));
+        cap_released(self, rc->cmd.command_type, true);
         handler_freed(self, 1);
         dispatch(self);
       },
@@ -103,7 +105,9 @@ void start_local(self_ptr self, supervisor_state::pool& p,
           return;
         log::from(st.name).warn("{} lost command msg_id {}: {}", st.name,
                                 i->second.rc->msg_id, describe(err));
+        auto type = i->second.rc->cmd.command_type;
         st.running.erase(i);
+        cap_released(self, type, true);
         handler_freed(self, 1);
         progress(self);
       });
@@ -120,6 +124,11 @@ void dispatch(self_ptr self) {
   auto& st = self->state;
   bool with_remotes = !st.links.empty();
   for (auto it = st.backlog.begin(); it != st.backlog.end();) {
+    if (!below_cap(st, it->rc->cmd.command_type)) {
+      // Its type runs at its cap: the commands behind it may start.
+      ++it;
+      continue;
+    }
     if (with_remotes) {
       auto where = route_remote(self, *it);
       if (where == remote_route::started) {
@@ -141,6 +150,32 @@ void dispatch(self_ptr self) {
     start_local(self, p, *it);
     it = st.backlog.erase(it);
   }
+}
+
+bool below_cap(const supervisor_state& st, const std::string& type) {
+  auto i = st.caps.find(type);
+  return i == st.caps.end() || i->second.running < i->second.limit;
+}
+
+void cap_started(supervisor_state& st, const std::string& type) {
+  auto i = st.caps.find(type);
+  if (i != st.caps.end())
+    i->second.running += 1;
+}
+
+void cap_released(self_ptr self, const std::string& type, bool was_running) {
+  auto& st = self->state;
+  auto i = st.caps.find(type);
+  if (i == st.caps.end())
+    return;
+  if (was_running)
+    i->second.running -= 1;
+  i->second.held -= 1;
+  if (st.draining || !st.poller)
+    return;
+  self->send(st.poller, atom::credit::value, type, int64_t{1});
+  ++st.credits_sent;
+  st.poller_idle = false;
 }
 
 // Answers waiting drains once nothing is held and intake stopped (or, in
@@ -403,6 +438,10 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
         for (int i = 0; i < st.settings.cfg->concurrency; ++i)
           add_handler(self, mode);
   st.local_slots = local ? st.settings.cfg->concurrency : 0;
+  for (auto& [type, limit] :
+       config::scheduling_of(*st.settings.cfg, st.settings.domain)
+         .type_concurrency)
+    st.caps[type].limit = limit;
   st.credits.start(st.settings.cfg->concurrency + st.settings.cfg->prefetch,
                    st.settings.cfg->concurrency - st.local_slots);
   st.poller = st.spawn.poller(self, st.settings);
@@ -448,6 +487,11 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
       st.settings.metrics->in_flight += n;
       st.settings.metrics->received += n;
       auto now = self->clock().now();
+      for (auto& rc : batch) {
+        auto cap = st.caps.find(rc.cmd.command_type);
+        if (cap != st.caps.end())
+          cap->second.held += 1;
+      }
       for (auto& rc : batch)
         st.backlog.push_back(
           {std::make_shared<const received_command>(std::move(rc)), now});

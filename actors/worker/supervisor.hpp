@@ -99,6 +99,17 @@ struct supervisor_state {
   };
   writer_log completion_log;
   writer_log retry_log;
+  /// A capped command type ([domains.NAME.types.TYPE] concurrency): how
+  /// many of its commands run now and how many are held (waiting or
+  /// running). The poller claims no more than the cap (per-type credits),
+  /// and dispatch starts none beyond it.
+  struct type_cap {
+    int64_t limit = 0;
+    int64_t running = 0;
+    int64_t held = 0;
+  };
+  /// By command type; only the capped types.
+  std::map<std::string, type_cap> caps;
   /// The poller's credits, the freed slots not yet returned and the debt
   /// of vanished remote pools (actors/worker/credit_ledger.hpp).
   credit_ledger credits;

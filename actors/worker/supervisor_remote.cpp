@@ -63,6 +63,7 @@ void start_remote(self_ptr self, supervisor_state::remote_pool& r,
   auto& st = self->state;
   auto delivery = ++st.next_delivery;
   ++r.busy;
+  cap_started(st, w.rc->cmd.command_type);
   auto wire = remote::to_wire(*w.rc);
   st.running.emplace(delivery,
                      supervisor_state::running_command{
@@ -76,6 +77,7 @@ void start_remote(self_ptr self, supervisor_state::remote_pool& r,
       pool->busy -= 1;
     auto rc = std::move(i->second.rc);
     st.running.erase(i);
+    cap_released(self, rc->cmd.command_type, true);
     return rc;
   };
   self->request(r.hdl, caf::infinite, atom::handle::value, std::move(wire))
@@ -176,6 +178,7 @@ void release_waiting(self_ptr self, bool all) {
     if (!served_locally(st, type) && !served_remotely(st, type)
         && (all || now - it->read_at >= vt)) {
       ids.push_back(it->rc->msg_id);
+      cap_released(self, type, false);
       it = st.backlog.erase(it);
     } else {
       ++it;
@@ -215,6 +218,7 @@ void drop_pool(self_ptr self, const std::string& address,
   for (auto i = st.running.begin(); i != st.running.end();) {
     if (i->second.remote == address) {
       ids.push_back(i->second.rc->msg_id);
+      cap_released(self, i->second.rc->cmd.command_type, true);
       i = st.running.erase(i);
     } else {
       ++i;

@@ -36,6 +36,18 @@ void progress(self_ptr self);
 /// allows.
 void flush_credit(self_ptr self);
 
+/// Whether a command of `type` may start now: its type is not capped, or
+/// fewer than its cap run.
+bool below_cap(const supervisor_state& st, const std::string& type);
+
+/// A command of `type` started running (counted against its cap).
+void cap_started(supervisor_state& st, const std::string& type);
+
+/// A command of `type` is no longer held (it finished, its handler died,
+/// or it went back to the queue): its cap's slot is free again and goes
+/// back to the poller. `was_running` says whether it had started.
+void cap_released(self_ptr self, const std::string& type, bool was_running);
+
 // -- supervisor_remote.cpp ----------------------------------------------------
 
 /// Where a waiting command goes when the domain has remote pools.

@@ -25,23 +25,35 @@ struct fake_queue {
   int64_t next_msg_id = 1;
   /// The quantity asked for by each read.
   std::vector<int> reads;
+  /// How each read chose its messages.
+  std::vector<db::read_options> hows;
+  /// The command type of the messages (by default "T").
+  std::function<std::string(int64_t)> type_of = [](int64_t) {
+    return std::string{"T"};
+  };
   /// Reads that fail (a lost connection) before reads succeed again.
   int fail_next = 0;
 
-  db::receive_result receive(int, int qty) {
+  db::receive_result receive(int, int qty, const db::read_options& how) {
     reads.push_back(qty);
+    hows.push_back(how);
     if (fail_next > 0) {
       --fail_next;
       throw db::error{db::errc::connection, "", "connection lost"};
     }
     db::receive_result res;
     auto n = std::min(qty, available);
+    // A per-type limit of the next message's type bounds the read (the
+    // fake's messages are all of one type).
+    for (auto& [type, limit] : how.type_limits)
+      if (available > 0 && type == type_of(next_msg_id))
+        n = std::min(n, limit);
     available -= n;
     for (int i = 0; i < n; ++i) {
       received_command rc;
       rc.cmd.domain = "d";
-      rc.cmd.command_type = "T";
       rc.msg_id = next_msg_id++;
+      rc.cmd.command_type = type_of(rc.msg_id);
       res.commands.push_back(std::move(rc));
     }
     res.read = n;
@@ -95,10 +107,11 @@ struct fixture : test_coordinator_fixture<> {
   void start() {
     settings.cfg = std::make_shared<const config::worker_config>(cfg);
     auto q = queue;
-    aut = sys.spawn(poller, settings, parent,
-                    receive_fn{[q](int vt, int qty) {
-                      return q->receive(vt, qty);
-                    }});
+    aut = sys.spawn(
+      poller, settings, parent,
+      receive_fn{[q](int vt, int qty, const db::read_options& how) {
+        return q->receive(vt, qty, how);
+      }});
     sched.run();
   }
 
@@ -217,6 +230,69 @@ CAF_TEST(a failed read waits for the error backoff) {
   sched.run();
   CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 3}));
   CAF_CHECK_EQUAL(got->runs, std::vector<size_t>{3});
+}
+
+CAF_TEST(a capped type is read only while its cap has room) {
+  // Type "S" capped at 1 with two handler slots: the first read asks for at
+  // most one S and gets it; with one credit left the poller reads again
+  // only when the supervisor gives the cap's slot back.
+  cfg.scheduling["d"].type_concurrency["S"] = 1;
+  queue->type_of = [](int64_t) { return std::string{"S"}; };
+  queue->available = 5;
+  start();
+  CAF_REQUIRE_EQUAL(queue->hows.size(), 1u);
+  CAF_CHECK_EQUAL(queue->hows[0].type_limits,
+                  (std::vector<std::pair<std::string, int>>{{"S", 1}}));
+  CAF_CHECK_EQUAL(got->runs, std::vector<size_t>{1});
+  CAF_CHECK_EQUAL(st().type_credits["S"], 0);
+  CAF_CHECK_EQUAL(st().credits, 1);
+  // A read now (e.g. a NOTIFY) claims no S: its limit is 0.
+  self->send(aut, atom::wakeup::value);
+  sched.run();
+  CAF_REQUIRE_EQUAL(queue->hows.size(), 2u);
+  CAF_CHECK_EQUAL(queue->hows[1].type_limits,
+                  (std::vector<std::pair<std::string, int>>{{"S", 0}}));
+  CAF_CHECK_EQUAL(queue->available, 4);
+  // The S finished: its slot and its credit come back; the next read
+  // takes one S again.
+  self->send(aut, atom::credit::value, std::string{"S"}, int64_t{1});
+  self->send(aut, atom::credit::value, int64_t{1});
+  sched.run();
+  CAF_CHECK_EQUAL(queue->hows.back().type_limits,
+                  (std::vector<std::pair<std::string, int>>{{"S", 1}}));
+  CAF_CHECK_EQUAL(got->runs, (std::vector<size_t>{1, 1}));
+  CAF_CHECK_EQUAL(queue->available, 3);
+  CAF_CHECK_EQUAL(st().credits_seen, 2);
+}
+
+CAF_TEST(with priorities one claim in fifo_every is taken oldest first) {
+  cfg.scheduling["d"].priorities = true;
+  cfg.scheduling["d"].fifo_every = 3;
+  queue->available = 100;
+  start();
+  credit(1);
+  credit(2);
+  credit(1);
+  credit(2);
+  credit(2);
+  // Reads of 2, 1, 2, 1, 2, 2 (claims 2, 3, 5, 6, 8, 10): the oldest-first
+  // share keeps floor(claims / 3) of them oldest-first.
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 1, 2, 1, 2, 2}));
+  std::vector<int> oldest;
+  for (auto& how : queue->hows) {
+    CAF_CHECK(how.priority);
+    oldest.push_back(how.oldest);
+  }
+  CAF_CHECK_EQUAL(oldest, (std::vector<int>{0, 1, 0, 1, 0, 1}));
+  CAF_CHECK_EQUAL(st().claimed, 10);
+  CAF_CHECK_EQUAL(st().claimed_oldest, 3);
+}
+
+CAF_TEST(without priorities or caps the read chooses like pgmq.read) {
+  queue->available = 3;
+  start();
+  CAF_REQUIRE_EQUAL(queue->hows.size(), 1u);
+  CAF_CHECK(!queue->hows[0].chooses());
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

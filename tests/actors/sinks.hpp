@@ -11,6 +11,7 @@ namespace cmdbus::actors::test {
 inline poller_actor::behavior_type poller_sink(poller_actor::pointer) {
   return {
     [](atom::credit, int64_t) {},
+    [](atom::credit, const std::string&, int64_t) {},
     [](atom::wakeup) {},
   };
 }

@@ -92,12 +92,15 @@ struct fixture : test_coordinator_fixture<> {
   batch_listener_actor parent;
   supervisor_actor sup;
 
-  explicit fixture(std::shared_ptr<const handler_registry> registry =
-                       std::make_shared<const handler_registry>()) {
+  explicit fixture(std::shared_ptr<const handler_registry> registry
+                   = std::make_shared<const handler_registry>(),
+                   std::function<void(config::worker_config&)> tune = {}) {
     config::worker_config cfg;
     cfg.concurrency = 2;
     cfg.prefetch = 0;
     cfg.retry.backoff_seconds = {7};
+    if (tune)
+      tune(cfg);
     settings = test::make_settings(cfg, "d", std::move(registry));
     spawners sp;
     auto k = kids;
@@ -516,6 +519,20 @@ struct mixed_fixture : fixture {
   }
 };
 
+// A domain of three handler slots whose types "slow" and "crash" may run
+// one command at a time each ([domains.d.types.T] concurrency = 1).
+struct capped_fixture : fixture {
+  capped_fixture()
+    : fixture(
+      std::make_shared<const handler_registry>(),
+      [](config::worker_config& cfg) {
+        cfg.concurrency = 3;
+        cfg.scheduling["d"].type_concurrency = {{"slow", 1}, {"crash", 1}};
+      }) {
+    // nop
+  }
+};
+
 // A domain with only non-blocking handlers.
 struct non_blocking_fixture : fixture {
   non_blocking_fixture()
@@ -600,6 +617,58 @@ CAF_TEST(a domain with only non-blocking handlers spawns no blocking ones) {
          from(self).to(sup).with(_, _));
   CAF_REQUIRE_EQUAL(st().running.size(), 1u);
   CAF_CHECK(mode_of(st().running[1].handler) == handler_mode::non_blocking);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+CAF_TEST_FIXTURE_SCOPE(type_cap_tests, capped_fixture)
+
+CAF_TEST(a capped type runs up to its cap and the others pass it) {
+  // Two "slow" (cap 1) ahead of an "ok": the first slow and the ok start,
+  // the second slow waits for its type's slot without holding the ok back.
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{
+               make_rc(1, "slow"), make_rc(2, "slow"), make_rc(3, "ok")});
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
+  CAF_CHECK_EQUAL(st().caps["slow"].limit, 1);
+  CAF_CHECK_EQUAL(st().caps["slow"].running, 1);
+  CAF_CHECK_EQUAL(st().caps["slow"].held, 2);
+  CAF_REQUIRE_EQUAL(st().backlog.size(), 1u);
+  CAF_CHECK_EQUAL(st().backlog.front().rc->msg_id, 2);
+  CAF_CHECK_EQUAL(st().running.size(), 2u);
+  CAF_CHECK_EQUAL(pool().idle.size(), 1u);
+  expect((atom::handle, command_ptr),
+         from(sup).to(kids->handlers[0]).with(_, _));
+  expect((atom::handle, command_ptr),
+         from(sup).to(kids->handlers[1]).with(_, _));
+  // The first slow finishes: its cap's slot goes back to the poller and
+  // the second slow starts (the ok still runs).
+  expect((outcome), from(kids->handlers[0]).to(sup).with(_));
+  expect((atom::credit, std::string, int64_t),
+         from(sup).to(kids->poller).with(_, std::string{"slow"}, 1));
+  CAF_CHECK(st().backlog.empty());
+  CAF_CHECK_EQUAL(st().caps["slow"].running, 1);
+  CAF_CHECK_EQUAL(st().caps["slow"].held, 1);
+  CAF_CHECK_EQUAL(st().running.size(), 2u);
+  // The ok finishes: no cap is involved.
+  expect((outcome), from(kids->handlers[1]).to(sup).with(_));
+  CAF_CHECK_EQUAL(st().caps["slow"].running, 1);
+  sched.run();
+  CAF_CHECK_EQUAL(st().caps["slow"].running, 0);
+  CAF_CHECK_EQUAL(st().caps["slow"].held, 0);
+}
+
+CAF_TEST(a capped command whose handler dies gives its slot back) {
+  self->send(sup, atom::run::value,
+             std::vector<received_command>{make_rc(9, "crash")});
+  expect((atom::run, std::vector<received_command>),
+         from(self).to(sup).with(_, _));
+  CAF_CHECK_EQUAL(st().caps["crash"].running, 1);
+  sched.run();
+  CAF_CHECK_EQUAL(st().caps["crash"].running, 0);
+  CAF_CHECK_EQUAL(st().caps["crash"].held, 0);
+  CAF_CHECK_EQUAL(settings.metrics->handler_restarts.load(), 1);
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

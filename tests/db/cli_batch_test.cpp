@@ -217,7 +217,7 @@ TEST(CliBatch, UnknownLineKeyExitsOneNamingFileAndLine) {
       contains(r.err, f.path()
                         + ":2: unknown field \"payload\" (expected "
                           "command_type, data, command_id, correlation_id, "
-                          "reply_to, max_attempts)"))
+                          "reply_to, max_attempts, priority)"))
       << r.err;
     EXPECT_EQ(line_count(r.err), 1u) << r.err;
   }

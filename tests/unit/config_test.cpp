@@ -263,7 +263,8 @@ TEST(ConfigIni, reports_unknown_keys_and_sections) {
             "worker.ini:1: unknown key 'frobnicate' at the top level");
   EXPECT_EQ(ini_error("\n[workers]\n"),
             "worker.ini:2: unknown section [workers] (expected [worker], "
-            "[retry], [remote], [tls], [admin] or [domains.NAME])");
+            "[retry], [remote], [tls], [admin], [domains.NAME] or "
+            "[domains.NAME.types.TYPE])");
   EXPECT_EQ(ini_error("[worker]\nvisibility_timeout = 3s\n"),
             "worker.ini:2: unknown key 'visibility_timeout' in section "
             "[worker] (did you mean 'visibility-timeout'?)");
@@ -815,7 +816,8 @@ TEST(ConfigDomainDsn, file_then_env_then_cli) {
 TEST(ConfigDomainDsn, reports_bad_entries) {
   EXPECT_EQ(ini_error("[domains.a]\nconcurrency = 4\n"),
             "worker.ini:2: unknown key 'concurrency' in section [domains.a] "
-            "(a [domains.NAME] section holds 'dsn' only)");
+            "(a [domains.NAME] section holds 'dsn', 'priorities' or "
+            "'fifo-every')");
   EXPECT_EQ(ini_error("[domains.a]\ndsn = \"x\"\n[domains.a]\ndsn = \"y\"\n"),
             "worker.ini:4: duplicate key 'dsn' in section [domains.a] (first "
             "set on line 2)");
@@ -884,4 +886,67 @@ TEST(ConfigAdmin, off_by_default_read_from_every_source_checked_described) {
   bad.admin = "nowhere:port";
   EXPECT_TRUE(has_problem(validate(bad), "admin (\"nowhere:port\")"));
   EXPECT_TRUE(contains(worker_help(), "--admin HOST:PORT"));
+}
+
+// -- priorities and per-type caps ([domains.NAME], [domains.NAME.types.T]) ---
+
+TEST(ConfigScheduling, is_read_from_the_file_and_described_back) {
+  worker_config cfg;
+  apply_ini(cfg,
+            "[worker]\ndomains = [\"reports\", \"payments\"]\n"
+            "[domains.reports]\npriorities = true\nfifo-every = 4\n"
+            "[domains.reports.types.RenderPdf]\nconcurrency = 2\n"
+            "[domains.payments.types.Refund]\nconcurrency = 1\n",
+            "worker.ini");
+  const auto& reports = scheduling_of(cfg, "reports");
+  EXPECT_TRUE(reports.priorities);
+  EXPECT_EQ(reports.fifo_every, 4);
+  EXPECT_EQ(reports.type_concurrency,
+            (std::map<std::string, int>{{"RenderPdf", 2}}));
+  const auto& payments = scheduling_of(cfg, "payments");
+  EXPECT_FALSE(payments.priorities);
+  EXPECT_EQ(payments.fifo_every, 10);
+  EXPECT_EQ(payments.type_concurrency,
+            (std::map<std::string, int>{{"Refund", 1}}));
+  EXPECT_TRUE(validate(cfg).empty());
+  // A domain without an entry reads as the reference does.
+  EXPECT_FALSE(scheduling_of(cfg, "other").chooses());
+  auto text = describe(cfg);
+  worker_config again;
+  apply_ini(again, text, "described.ini");
+  EXPECT_EQ(describe(again), text);
+  EXPECT_TRUE(contains(text, "[domains.reports.types.RenderPdf]\n"
+                             "concurrency = 2\n"))
+    << text;
+}
+
+TEST(ConfigScheduling, reports_bad_entries) {
+  EXPECT_EQ(ini_error("[domains.a.types.T]\ndsn = \"x\"\n"),
+            "worker.ini:2: unknown key 'dsn' in section [domains.a.types.T] "
+            "(a [domains.NAME.types.TYPE] section holds 'concurrency')");
+  EXPECT_EQ(ini_error("[domains.a.types.T]\nconcurrency = 1\n"
+                      "[domains.a.types.T]\nconcurrency = 2\n"),
+            "worker.ini:4: duplicate key 'concurrency' in section "
+            "[domains.a.types.T] (first set on line 2)");
+  EXPECT_TRUE(contains(ini_error("[domains.a.types.T]\nconcurrency = x\n"),
+                       "expects an integer"));
+  EXPECT_TRUE(
+    contains(ini_error("[domains.a]\npriorities = 1\n"), "priorities"));
+  EXPECT_TRUE(contains(ini_error("[domains.a.types.]\n"), "unknown section"));
+  EXPECT_TRUE(contains(ini_error("[domains.a.kinds.T]\n"), "unknown section"));
+  EXPECT_TRUE(
+    contains(ini_error("[domains.a.types.T.U]\n"), "unknown section"));
+  auto cfg = valid();
+  cfg.scheduling["payments"].type_concurrency["Slow"] = 0;
+  cfg.scheduling["payments"].fifo_every = 0;
+  cfg.scheduling["other"].priorities = true;
+  auto problems = validate(cfg);
+  ASSERT_EQ(problems.size(), 3u);
+  EXPECT_TRUE(contains(problems[0], "not a served domain")) << problems[0];
+  EXPECT_EQ(problems[1],
+            "fifo-every of domain \"payments\" (0) must be between 1 and "
+            "1000");
+  EXPECT_EQ(problems[2],
+            "concurrency of type \"Slow\" in domain \"payments\" (0) must "
+            "be between 1 and 4096");
 }

@@ -60,6 +60,32 @@ TEST(wire_command, encodes_without_reply_to_key_when_unset) {
   EXPECT_EQ(text.find("reply_to"), std::string::npos);
 }
 
+TEST(wire_command, carries_a_priority_only_when_set) {
+  // Without a priority the message is byte for byte the golden one.
+  auto x = debit(R"({"account_id": "ACC-2", "amount": 25})");
+  EXPECT_EQ(wire::encode_command(x), wire_fixture("command_no_reply_to.json"));
+  x.priority = -7;
+  auto text = wire::encode_command(x);
+  EXPECT_NE(text.find(R"(,"priority":-7})"), std::string::npos) << text;
+  EXPECT_EQ(wire::decode_command(text), x);
+  x.priority.reset();
+  EXPECT_EQ(wire::decode_command(wire::encode_command(x)).priority,
+            std::optional<int>{});
+}
+
+TEST(wire_command, reads_an_odd_priority_as_none) {
+  // The member is advisory: a value that is not an int never fails a
+  // command.
+  auto base = wire::encode_command(debit("{}"));
+  base.pop_back();
+  for (const char* value :
+       {R"("high")", "1.5", "1e3", "99999999999", "null", "true", "[1]"}) {
+    auto x = wire::decode_command(base + R"(,"priority":)" + value + "}");
+    EXPECT_FALSE(x.priority.has_value()) << value;
+  }
+  EXPECT_EQ(wire::decode_command(base + R"(,"priority":42})").priority, 42);
+}
+
 TEST(wire_command, encodes_unset_correlation_id_as_null) {
   auto x = debit("{}");
   x.correlation_id.reset();
