@@ -38,6 +38,8 @@ audit id).
   result      handler results are not stored: a completed command's result
               is shown only when it was sent to reply_to and the reply is
               still in that queue or its archive
+  priority    the priority the command was sent with (its message's
+              "priority" member; `-` / null without one)
   due at      for a delayed command that is not due yet (PENDING, its
               message never read and invisible): its not-before time, when
               workers may first read it
@@ -50,6 +52,7 @@ audit id).
    {"--json", "",
     "print {\"command\": {...}, \"payload\": ..., \"payload_source\": "
     "\"queue\" | \"archive\" | null, \"due_at\": ... | null, "
+    "\"priority\": N | null, "
     "\"next_attempt_at\": ... | null, "
     "\"result\": ... | null, \"result_source\": \"reply_queue\" | "
     "\"reply_archive\" | null, \"audit\": [...]}"},
@@ -89,6 +92,8 @@ struct message_info {
   /// A delayed command not due yet: its not-before time.
   std::optional<timestamp> due_at;
   double due_in_sec = 0;
+  /// The message's "priority" member, when it has one.
+  std::optional<json> priority;
 };
 
 // The command's message: a primary-key probe of the queue table, then of
@@ -102,12 +107,14 @@ message_info find_message(db::connection& conn, const command_metadata& m) {
     return info;
   if (m.msg_id) {
     auto r = conn.query("SELECT message -> 'data', vt, vt > now(),"
-                        " EXTRACT(EPOCH FROM vt - now()), read_ct FROM pgmq."
+                        " EXTRACT(EPOCH FROM vt - now()), read_ct, message -> 'priority'"
+                        " FROM pgmq."
                           + db::queue_table(queue) + " WHERE msg_id = $1",
                         *m.msg_id);
     if (r.rows() > 0) {
       info.payload = json_at(r, 0, 0);
       info.source = "queue";
+      info.priority = json_at(r, 0, 5);
       if ((m.status == command_status::pending
            || m.status == command_status::in_progress)
           && r.boolean(0, 2)) {
@@ -126,16 +133,18 @@ message_info find_message(db::connection& conn, const command_metadata& m) {
       }
       return info;
     }
-    r = conn.query("SELECT message -> 'data' FROM pgmq." + archive_table(queue)
-                     + " WHERE msg_id = $1",
+    r = conn.query("SELECT message -> 'data', message -> 'priority' FROM pgmq."
+                     + archive_table(queue) + " WHERE msg_id = $1",
                    *m.msg_id);
     if (r.rows() > 0) {
       info.payload = json_at(r, 0, 0);
       info.source = "archive";
+      info.priority = json_at(r, 0, 1);
       return info;
     }
   }
-  auto r = conn.query("SELECT message -> 'data' FROM pgmq."
+  auto r = conn.query("SELECT message -> 'data', message -> 'priority' FROM "
+                      "pgmq."
                         + archive_table(queue)
                         + " WHERE archived_at >= $1::timestamptz"
                           " AND message ->> 'command_id' = $2"
@@ -144,6 +153,7 @@ message_info find_message(db::connection& conn, const command_metadata& m) {
   if (r.rows() > 0) {
     info.payload = json_at(r, 0, 0);
     info.source = "archive";
+    info.priority = json_at(r, 0, 1);
   }
   return info;
 }
@@ -245,6 +255,7 @@ int run_show(const std::vector<std::string>& argv) {
     out.field("payload", msg.payload)
       .field("payload_source", msg.source)
       .field("due_at", msg.due_at)
+      .field("priority", msg.priority)
       .field("next_attempt_at", msg.next_attempt_at)
       .field("result", res.result)
       .field("result_source", res.source);
@@ -286,6 +297,7 @@ int run_show(const std::vector<std::string>& argv) {
       {"attempts",
        std::to_string(m->attempts) + " of " + std::to_string(m->max_attempts)},
       {"due_at", due},
+      {"priority", msg.priority ? msg.priority->text() : "-"},
       {"next_attempt", next},
       {"msg_id", m->msg_id ? std::to_string(*m->msg_id) : ""},
       {"correlation_id", opt(m->correlation_id)},

@@ -10,17 +10,22 @@
 //     ratio to the phase without it;
 //   * the same prefetch phase reading by priority and with a per-type cap
 //     (commandbus.cmdbus_read instead of pgmq.read), as ratios too;
+//   * delayed commands all becoming due at one instant while the worker
+//     idles: how long after that instant the first is taken, and how fast
+//     they drain, as a ratio to the prefetch phase's plain commands;
 //   * send->completed latency (server timestamps) at a paced offered load
 //     with NOTIFY, and the worker's peak RSS.
 //
 // Usage: cmdbus-worker-bench [--commands N] [--rate R] [--seconds S]
 // (DSN from CMDBUS_DSN)
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -65,7 +70,8 @@ long peak_rss_mib() {
   return ru.ru_maxrss / 1024;
 }
 
-void send_commands(command_bus& bus, const std::string& domain, int n) {
+void send_commands(command_bus& bus, const std::string& domain, int n,
+                   std::optional<timestamp> not_before = std::nullopt) {
   std::vector<send_request> reqs;
   reqs.reserve(static_cast<size_t>(n));
   auto data = json::parse(R"({"behavior": {}})");
@@ -75,6 +81,7 @@ void send_commands(command_bus& bus, const std::string& domain, int n) {
     r.command_type = "Noop";
     r.command_id = uuid::random();
     r.data = data;
+    r.not_before = not_before;
     reqs.push_back(std::move(r));
   }
   bus.send_batch(reqs);
@@ -311,6 +318,55 @@ int main(int argc, char** argv) {
       best = r;
   }
 
+  // -- delayed commands becoming due ------------------------------------------
+  // The prefetch phase's worker, started and idle, while a backlog of
+  // delayed commands becomes due at one instant (their not-before time).
+  // Nothing wakes the worker then (a command becoming due sends no
+  // NOTIFY): its next poll finds them, so the first is taken within about
+  // one poll interval. The server's timestamps measure both figures.
+  bench::settle(conn);
+  auto due_domain = "wbd_" + run_id;
+  {
+    int n = std::min(commands, 20000);
+    auto server_now = [&] {
+      auto now = conn.exec("SELECT clock_timestamp()::text");
+      return *parse_timestamp(now.text(0, 0));
+    };
+    auto due = server_now() + 4s;
+    send_commands(bus, due_domain, n, due);
+    bool sent_in_time = server_now() < due;
+    worker w{worker_cfg(dsn, due_domain, 64, 64),
+             noop_registry(due_domain, handler_mode::non_blocking)};
+    w.start();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes{5};
+    while (w.stats().completed < n
+           && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(5ms);
+    w.stop(10s).get();
+    auto q = conn.query(
+      "SELECT extract(epoch FROM min(updated_at) - $2::timestamptz) * 1000, "
+      "extract(epoch FROM max(updated_at) - min(updated_at)), count(*) FROM "
+      "commandbus.command WHERE domain = $1 AND status = 'COMPLETED'",
+      due_domain, format_timestamp(due));
+    auto first_ms = std::stod(std::string{q.text(0, 0)});
+    auto drain_secs = std::max(1e-3, std::stod(std::string{q.text(0, 1)}));
+    auto done = q.int64(0, 2);
+    std::printf("-- delayed commands becoming due (%d due at one instant, "
+                "worker idle, concurrency 64, prefetch 64, polling every 1 s)\n",
+                n);
+    if (!sent_in_time)
+      std::printf("  (the send took longer than the 4 s delay: some were "
+                  "due before the worker started)\n");
+    bench::rate r{"delayed commands, first to last completion",
+                  static_cast<double>(done) / drain_secs, done, drain_secs};
+    bench::print(r, &raw);
+    std::printf("    first taken %.0f ms after they became due; drained at "
+                "%.2fx of the same phase with plain commands; %lld of %d "
+                "COMPLETED\n",
+                first_ms, r.per_second / without_http.per_second,
+                static_cast<long long>(done), n);
+  }
+
   // -- latency at a paced offered load ---------------------------------------
   bench::settle(conn);
   auto lat_domain = "wlat_" + run_id;
@@ -361,7 +417,8 @@ int main(int argc, char** argv) {
 
   // Leave the database small for the next run.
   for (auto* d :
-       {"wraw_", "wb64_", "wb64p_", "wb64h_", "wb16_", "wb64b_", "wlat_"}) {
+       {"wraw_", "wb64_", "wb64p_", "wb64h_", "wb64q_", "wb64c_", "wb16_",
+        "wb64b_", "wbd_", "wlat_"}) {
     auto domain = std::string{d} + run_id;
     conn.query("DELETE FROM commandbus.audit WHERE domain = $1", domain);
     conn.query("DELETE FROM commandbus.command WHERE domain = $1", domain);

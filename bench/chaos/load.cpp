@@ -68,6 +68,12 @@ load_plan make_plan(const std::string& domain, const load_settings& s) {
     c.reply = (i / 4) % 2 == 0;
     (c.what == behaviour::permanent ? permanent : others).push_back(i);
   }
+  if (s.delayed_every > 0) {
+    std::uniform_int_distribution<int> delay_ms{500,
+                                                std::max(500, s.max_delay_ms)};
+    for (size_t i = 0; i < n; i += static_cast<size_t>(s.delayed_every))
+      plan.commands[i].delay = std::chrono::milliseconds{delay_ms(rng)};
+  }
   std::shuffle(permanent.begin(), permanent.end(), rng);
   std::shuffle(others.begin(), others.end(), rng);
   auto size = static_cast<size_t>(std::max(1, s.batch_size));

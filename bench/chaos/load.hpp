@@ -3,6 +3,7 @@
 // The load of a chaos scenario: a plan of commands with known behaviours,
 // so that each one's correct final state is known in advance.
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -44,6 +45,9 @@ struct planned_command {
   bool reply = false;
   /// Index into load_plan::batches when sent in a batch.
   std::optional<size_t> batch;
+  /// Sent with a not-before time this long after its send (a delayed
+  /// command); zero: none.
+  std::chrono::milliseconds delay{0};
   /// Whether the harness knows it was sent (acknowledged, or found to
   /// exist on a retry). Written only by the sender thread that sends it.
   bool confirmed = false;
@@ -70,6 +74,9 @@ struct load_settings {
   int min_duration_ms = 20;
   int max_duration_ms = 100;
   uint64_t seed = 1;
+  /// Every n-th command is delayed (0: none), by 500 ms to `max_delay_ms`.
+  int delayed_every = 0;
+  int max_delay_ms = 8000;
 };
 
 /// Everything a scenario sends, in sending order.
@@ -86,7 +93,8 @@ struct load_plan {
 /// shares, every other one with reply_to, about a third in batches of
 /// `s.batch_size`. Two batches in three hold no permanent failure, so that
 /// they complete (and their callbacks run); the others stay open with a
-/// command in the troubleshooting queue, as designed.
+/// command in the troubleshooting queue, as designed. With
+/// `s.delayed_every`, every n-th command gets a delay.
 load_plan make_plan(const std::string& domain, const load_settings& s);
 
 /// Attempts every planned command allows: the transient one needs 2,

@@ -12,7 +12,7 @@ namespace cmdbus::chaos {
 namespace {
 
 const std::vector<std::string> all_scenarios{"restart", "kill", "proxy",
-                                             "stall", "nodes"};
+                                             "stall", "nodes", "time"};
 
 int as_int(const std::string& name, const std::string& v, int min) {
   size_t used = 0;
@@ -186,9 +186,13 @@ Scenarios (--scenario, default all = each in turn):
             each kill its commands were final (promptly: the workers make
             a lost node's commands visible again at once, not after the
             visibility timeout)
+  time      every third command is delayed (sent with a not-before time 0.5
+            to 8 s later); kill -9 of a random worker (--kill-cycles
+            times) with one restart of PostgreSQL (fast, then immediate)
+            in the middle, while delayed commands wait and fall due
 
 Options:
-  --scenario NAME        restart|kill|proxy|stall|nodes|all (all)
+  --scenario NAME        restart|kill|proxy|stall|nodes|time|all (all)
   --commands N           commands per scenario (3000)
   --processes N          DemoOrder processes per scenario, in a domain of
                          their own that the workers serve too, started over
@@ -198,7 +202,7 @@ Options:
                          commands/s, which three workers keep up with)
   --workers N            worker processes (3)
   --restarts N           restart pairs of the restart scenario (1)
-  --kill-cycles N        kills of the kill and nodes scenarios (5)
+  --kill-cycles N        kills of the kill, nodes and time scenarios (5)
   --nodes N              handler nodes of the nodes scenario (2)
   --node-down-ms MS      how long a killed node stays down (1000)
   --node-worker PATH     the nodes scenario's worker (cmdbus-chaos-worker

@@ -125,6 +125,25 @@ std::vector<fault_record> inject(const std::string& name, targets& x,
       faults.push_back(f);
       x.kills->push_back(kill);
     });
+  } else if (name == "time") {
+    // Kills of random workers, and one restart of PostgreSQL (fast, then
+    // immediate) in the middle, while delayed commands wait and fall due.
+    std::mt19937_64 rng{x.o.seed};
+    std::uniform_int_distribution<size_t> pick{0, x.fleet.size() - 1};
+    spread(x.o.kill_cycles, [&](int k) {
+      if (k == x.o.kill_cycles / 2) {
+        faults.push_back(restart_postgres(x.t, "fast", pg_log));
+        pause_for(2000ms);
+        faults.push_back(restart_postgres(x.t, "immediate", pg_log));
+      }
+      auto i = pick(rng);
+      fault_record f;
+      f.what = "kill -9 worker " + std::to_string(i + 1);
+      f.start = clock::now();
+      x.fleet.kill_and_restart(i);
+      f.end = clock::now();
+      faults.push_back(f);
+    });
   } else if (name == "stall") {
     spread(x.o.stalls, [&](int) {
       faults.push_back(
@@ -204,6 +223,8 @@ scenario_report run_scenario(const std::string& name, const options& o,
   ls.min_duration_ms = o.min_ms;
   ls.max_duration_ms = o.max_ms;
   ls.seed = o.seed;
+  if (name == "time")
+    ls.delayed_every = 3;
   auto plan = std::make_shared<load_plan>(make_plan(r.domain, ls));
   create_queues(o.dsn, *plan);
 
@@ -254,7 +275,7 @@ scenario_report run_scenario(const std::string& name, const options& o,
   worker_fleet fleet{t, domains, worker_dsn, dir, o.workers, launch};
   for (auto& l : fleet.log_paths())
     r.logs.push_back(l);
-  if (name == "restart")
+  if (name == "restart" || name == "time")
     r.logs.push_back(dir + "/pg.log");
   fleet.start_all();
   progress_monitor monitor{o.dsn, r.domain};

@@ -112,6 +112,8 @@ struct sender::state {
     if (c.reply)
       req.reply_to = plan->reply_queue;
     req.max_attempts = max_attempts;
+    if (c.delay.count() > 0)
+      req.not_before = not_before_in(c.delay);
     c.confirmed = send_with_retry(
       [&] { bus->send(req); },
       [&] { return bus->command_exists(plan->domain, c.id); });
@@ -133,6 +135,8 @@ struct sender::state {
       if (c.reply)
         bc.reply_to = plan->reply_queue;
       bc.max_attempts = max_attempts;
+      if (c.delay.count() > 0)
+        bc.not_before = not_before_in(c.delay);
       cmds.push_back(std::move(bc));
     }
     create_batch_options opts;

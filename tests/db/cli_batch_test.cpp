@@ -217,7 +217,8 @@ TEST(CliBatch, UnknownLineKeyExitsOneNamingFileAndLine) {
       contains(r.err, f.path()
                         + ":2: unknown field \"payload\" (expected "
                           "command_type, data, command_id, correlation_id, "
-                          "reply_to, max_attempts, priority)"))
+                          "reply_to, max_attempts, delay, not_before, at, "
+                          "priority)"))
       << r.err;
     EXPECT_EQ(line_count(r.err), 1u) << r.err;
   }

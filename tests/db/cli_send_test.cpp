@@ -186,6 +186,38 @@ TEST(CliSend, DefaultsAndJsonOutput) {
   EXPECT_FALSE(msg.boolean(0, 2));
 }
 
+// --priority writes the message's "priority" member (and nothing else
+// changes); show prints it; a command sent without one shows none.
+TEST(CliSend, PriorityIsInTheMessageAndShown) {
+  auto conn = test::connect();
+  auto d = test::unique_name("cs");
+  auto r = with_dsn({"send", d, "Credit", "--priority", "7", "--json",
+                     "--create"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto id = json_field(r.out, "command_id");
+  auto msg_id = json_field(r.out, "msg_id");
+  ASSERT_TRUE(id && msg_id) << r.out;
+  auto msg = conn.query("SELECT message -> 'priority' = '7'::jsonb FROM "
+                        "pgmq.q_" + d + "__commands WHERE msg_id = $1::bigint",
+                        *msg_id);
+  ASSERT_EQ(msg.rows(), 1);
+  EXPECT_TRUE(msg.boolean(0, 0));
+  auto shown = with_dsn({"show", d, *id, "--json"});
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_TRUE(contains(shown.out, "\"priority\":7")) << shown.out;
+  auto text = with_dsn({"show", d, *id});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_TRUE(contains(text.out, "priority")) << text.out;
+  auto plain = with_dsn({"send", d, "Credit", "--json"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto plain_id = json_field(plain.out, "command_id");
+  ASSERT_TRUE(plain_id) << plain.out;
+  auto none = with_dsn({"show", d, *plain_id, "--json"});
+  EXPECT_TRUE(contains(none.out, "\"priority\":null")) << none.out;
+  EXPECT_EQ(with_dsn({"send", d, "Credit", "--priority", "high"}).exit_code,
+            1);
+}
+
 TEST(CliSend, DuplicateIdExitsTwo) {
   auto conn = test::connect();
   auto d = test::unique_name("cs");

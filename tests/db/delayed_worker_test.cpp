@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <future>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -83,6 +85,28 @@ process_result cli(std::vector<std::string> args) {
   args.push_back("--dsn");
   args.push_back(dsn());
   return run_cmdbus(args);
+}
+
+// Runs the reference-style worker (tests/support/foreign_worker.py) on
+// `domain` until no command of it is pending or running.
+process_result foreign_worker(const std::string& domain) {
+  return run_process({"/usr/bin/python3",
+                      CMDBUS_SOURCE_DIR "/tests/support/foreign_worker.py",
+                      "--dsn", dsn(), "--domain", domain, "--deadline", "60",
+                      "--work", "0.05"});
+}
+
+// What the reference-style worker ran: command id -> the server's clock
+// right after the read that returned it.
+std::map<std::string, timestamp> foreign_runs(db::connection& c,
+                                              const std::string& out) {
+  std::map<std::string, timestamp> runs;
+  auto r = c.query("SELECT e->>'command_id', e->>'started_at' FROM "
+                   "jsonb_array_elements($1::jsonb -> 'ran') e",
+                   out);
+  for (int i = 0; i < r.rows(); ++i)
+    runs.emplace(r.text(i, 0), *parse_timestamp(r.text(i, 1)));
+  return runs;
 }
 
 } // namespace
@@ -231,6 +255,75 @@ TEST(DelayedWorker, KillNineWhileDelayedCommandsWaitLosesNothing) {
               .int64(0, 0),
             0);
   EXPECT_TRUE(second.stop());
+}
+
+// A mixed fleet: a worker that cmdbus does not run (it reads as the
+// reference worker does: pgmq.read, sp_receive_command, delete +
+// sp_finish_command) shares the queue of delayed, prioritised and plain
+// commands, alone and then beside a cmdbus worker. It never takes a
+// delayed command before its time, ignores the priority member, and every
+// command runs exactly once.
+TEST(DelayedMixedFleet, AReferenceStyleWorkerNeverTakesADelayedCommandEarly) {
+  bus_env env;
+  auto domain = unique_name("dlm");
+  env.bus.ensure_queue(db::command_queue(domain));
+  std::map<std::string, timestamp> due;
+  std::vector<uuid> ids;
+  auto send_set = [&](int delayed, int plain) {
+    auto now = server_now(env.conn);
+    std::vector<send_request> reqs;
+    for (int i = 0; i < delayed + plain; ++i) {
+      reqs.push_back(demo_req(domain, R"({"outcome": "success"})"));
+      if (i < delayed) {
+        reqs.back().not_before = now + 1s + i * 60ms;
+        due.emplace(reqs.back().command_id.to_string(),
+                    *reqs.back().not_before);
+      } else if (i % 2 == 0) {
+        reqs.back().priority = 5;
+      }
+      ids.push_back(reqs.back().command_id);
+    }
+    env.bus.send_batch(reqs);
+  };
+  auto check_foreign = [&](const process_result& r) {
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    auto runs = foreign_runs(env.conn, last_line(r.out));
+    for (auto& [id, started] : runs) {
+      auto it = due.find(id);
+      if (it != due.end())
+        EXPECT_GE(started, it->second) << id << " was taken early";
+    }
+    return runs;
+  };
+  // The reference-style worker alone: it runs all of them, each delayed
+  // one at or after its time.
+  send_set(10, 6);
+  auto alone = check_foreign(foreign_worker(domain));
+  EXPECT_EQ(alone.size(), 16u);
+  // Beside a cmdbus worker.
+  send_set(30, 10);
+  {
+    background_cmdbus ours{worker_args(domain)};
+    auto theirs = std::async(std::launch::async,
+                             [&] { return foreign_worker(domain); });
+    ASSERT_EQ(theirs.wait_for(90s), std::future_status::ready);
+    check_foreign(theirs.get());
+    EXPECT_TRUE(ours.stop());
+  }
+  for (auto& id : ids) {
+    EXPECT_EQ(status_of(env.conn, domain, id), "COMPLETED") << id.to_string();
+    for (auto* event : {"RECEIVED", "COMPLETED"}) {
+      auto r = env.conn.query("SELECT count(*) FROM commandbus.audit WHERE "
+                              "domain = $1 AND command_id = $2::uuid AND "
+                              "event_type = $3",
+                              domain, id.to_string(), std::string{event});
+      EXPECT_EQ(r.int64(0, 0), 1) << id.to_string() << " " << event;
+    }
+  }
+  EXPECT_EQ(env.conn
+              .exec("SELECT count(*) FROM pgmq.q_" + db::command_queue(domain))
+              .int64(0, 0),
+            0);
 }
 
 TEST(DelayedCli, SendShowListStatsAndCancel) {
