@@ -45,9 +45,10 @@ once, whatever number of workers runs (docs/scheduling.md).
   trigger  send its command now, with a new command id (not a slot)
 
 Misfire policy, for slots missed while no worker ran (the next slot is
-older than one period): run_once (default) sends one command, for the
-newest missed slot; skip sends none. Either way the schedule continues with
-its next future slot.
+older than one period and than the 10 s grace): run_once (default) sends
+one command, for the newest missed slot; skip sends none. Either way the
+schedule continues with its next future slot. Slots late by less than the
+grace are all sent, in order.
 )";
 
 constexpr const char* schedule_exit_codes = R"(

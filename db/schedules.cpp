@@ -22,6 +22,9 @@ namespace {
 /// max_attempts of a schedule that sets none (command_bus's default).
 constexpr int default_max_attempts = 3;
 
+/// How long a firing transaction may sit idle between its statements.
+constexpr std::chrono::milliseconds firing_idle_limit{5000};
+
 /// Most slots of one schedule sent by one firing when it catches up (the
 /// rest follows at the next).
 constexpr size_t max_catch_up = 1000;
@@ -278,6 +281,12 @@ fire_result fire_due(db::connection& conn, const std::string& domain,
       "fire_due runs its own transaction: none may be open");
   return db::in_transaction(conn, [&](db::connection& c) {
     fire_result out;
+    // A firing client that stops between its statements (SIGSTOP, a hung
+    // host) holds its schedules' rows: the server ends its transaction
+    // after this long, so that other workers fire them.
+    c.query("SELECT set_config('idle_in_transaction_session_timeout', $1, "
+            "true)",
+            std::to_string(firing_idle_limit.count()));
     auto r = c.query(std::string{"SELECT "} + columns
                        + ", clock_timestamp() FROM "
                          "commandbus.cmdbus_schedule WHERE domain = $1 AND NOT "

@@ -129,8 +129,9 @@ schedule_timing validate(const definition& d);
 /// applications may define their schedules at every start); next_slot is
 /// computed anew only when the timing (cron, zone, interval) changed. A new
 /// schedule's first slot is the first one after now (server clock). Creates
-/// the domain's queue and the reply queue when missing. Throws like
-/// `validate`, and `db::error`.
+/// the domain's queue and the reply queue when missing (unless a
+/// transaction is open on `conn`: then the first firing creates them).
+/// Throws like `validate`, and `db::error`.
 add_result add(db::connection& conn, const definition& d);
 
 /// Returns the schedule, if it exists.

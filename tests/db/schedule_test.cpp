@@ -392,8 +392,8 @@ TEST(Schedules, AFiringCutOffByALostConnectionLeavesNothingHalfDone) {
                "VALUES ($1, $1 || '__commands', 0, $2::uuid, 'X', 'PENDING', "
                "0, 1)",
                domain, id.to_string());
-  auto port = std::stoi(
-    std::string{c.query("SELECT current_setting('port')").text(0, 0)});
+  auto port_row = c.query("SELECT current_setting('port')");
+  auto port = std::stoi(std::string{port_row.text(0, 0)});
   auto proxy = std::make_shared<tcp_proxy>(port);
   db::connection_options opts;
   opts.application_name = "schedule-cut-" + domain;

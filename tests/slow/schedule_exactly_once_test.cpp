@@ -2,7 +2,9 @@
 // restarts and kill -9 (docs/scheduling.md, "Recurring schedules"): two
 // `cmdbus worker` processes run the scheduler of a domain with a schedule
 // firing every second, for 60 s, while one of them (in turns) is killed
-// with SIGKILL and started again every ~10 s. Afterwards every slot from the
+// with SIGKILL and started again every ~10 s; between the kills the other
+// one is frozen with SIGSTOP for 2 s, and the second worker's connections
+// (through a TCP proxy) are cut for 2 s. Afterwards every slot from the
 // first fired one to the last has exactly one command (its id derived from
 // the slot), and the domain has no other command. About 70 s: ctest label
 // `slow` (`ctest -L slow`; scripts/test runs it with the rest).
@@ -19,6 +21,7 @@
 #include "cmdbus/db/schedules.hpp"
 #include "tests/db/background_cmdbus.hpp"
 #include "tests/support/eventually.hpp"
+#include "tests/support/tcp_proxy.hpp"
 #include "tests/support/test_db.hpp"
 
 using namespace cmdbus;
@@ -27,9 +30,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::vector<std::string> worker_args(const std::string& domain) {
-  return {"worker",          "--demo", "--domain", domain, "--dsn", dsn(),
-          "--poll-interval", "100ms",  "--quiet"};
+std::vector<std::string> worker_args(const std::string& domain,
+                                     const std::string& dsn) {
+  return {"worker",          "--demo", "--domain", domain, "--dsn", dsn,
+          "--poll-interval", "100ms",  "--quiet",  "--statement-timeout",
+          "2s"};
 }
 
 int64_t scalar(db::connection& c, const std::string& sql,
@@ -48,11 +53,19 @@ TEST(ScheduleExactlyOnce, EverySlotOnceAcrossTwoWorkersAndKillCycles) {
   d.command_type = "Test";
   d.data = json::parse(R"({"behavior": {"outcome": "success"}})");
   d.every = 1s;
-  auto s = schedules::add(c, d).stored;
+  schedules::add(c, d);
 
+  // The second worker reaches the database through a proxy that is cut.
+  auto port_row = c.query("SELECT current_setting('port')");
+  auto port = std::stoi(std::string{port_row.text(0, 0)});
+  tcp_proxy proxy{port};
+  const std::string dsns[2]
+    = {dsn(), dsn() + " host=127.0.0.1 port=" + std::to_string(proxy.port())
+                + " connect_timeout=2"};
   std::unique_ptr<background_cmdbus> workers[2];
-  workers[0] = std::make_unique<background_cmdbus>(worker_args(domain));
-  workers[1] = std::make_unique<background_cmdbus>(worker_args(domain));
+  for (int i = 0; i < 2; ++i)
+    workers[i]
+      = std::make_unique<background_cmdbus>(worker_args(domain, dsns[i]));
   auto fired = [&] {
     return scalar(c,
                   "SELECT fired_count FROM commandbus.cmdbus_schedule WHERE "
@@ -61,19 +74,29 @@ TEST(ScheduleExactlyOnce, EverySlotOnceAcrossTwoWorkersAndKillCycles) {
   };
   ASSERT_TRUE(eventually([&] { return fired() > 0; }, 30s));
 
-  // 60 s; every 10 s one worker (in turns) is killed and started again.
+  // 60 s; every 10 s one worker (in turns) is killed and started again;
+  // in between the other one is frozen for 2 s, and the proxied worker's
+  // connections are cut for 2 s.
   auto until = std::chrono::steady_clock::now() + 60s;
   int turn = 0;
   int kills = 0;
   while (std::chrono::steady_clock::now() + 10s <= until) {
-    std::this_thread::sleep_for(10s);
+    std::this_thread::sleep_for(3s);
+    workers[1 - turn]->signal(SIGSTOP);
+    std::this_thread::sleep_for(2s);
+    workers[1 - turn]->signal(SIGCONT);
+    std::this_thread::sleep_for(1s);
+    proxy.cut();
+    std::this_thread::sleep_for(2s);
+    proxy.restore();
+    std::this_thread::sleep_for(2s);
     auto& w = workers[turn];
     w->signal(SIGKILL);
     auto gone = w->wait(10s);
     ASSERT_TRUE(gone.has_value());
     EXPECT_EQ(gone->exit_code, 128 + SIGKILL);
     ++kills;
-    w = std::make_unique<background_cmdbus>(worker_args(domain));
+    w = std::make_unique<background_cmdbus>(worker_args(domain, dsns[turn]));
     turn = 1 - turn;
   }
   std::this_thread::sleep_for(until - std::chrono::steady_clock::now());
