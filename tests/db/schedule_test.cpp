@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "cmdbus/db/error.hpp"
+#include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/db/queues.hpp"
+#include "cmdbus/model/errors.hpp"
 #include "cmdbus/db/schedules.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/tcp_proxy.hpp"
@@ -46,10 +48,10 @@ schedules::definition hourly(const std::string& domain,
 // anchor moves with it.
 void make_due(db::connection& c, const std::string& domain,
               const std::string& name, const std::string& ago) {
-  c.query("UPDATE commandbus.cmdbus_schedule SET next_slot = "
-          "clock_timestamp() - $3::interval, anchor = CASE WHEN anchor IS "
-          "NULL THEN NULL ELSE clock_timestamp() - $3::interval END WHERE "
-          "domain = $1 AND name = $2",
+  c.query("UPDATE commandbus.cmdbus_schedule s SET next_slot = t.at, "
+          "anchor = CASE WHEN s.anchor IS NULL THEN NULL ELSE t.at END FROM "
+          "(SELECT clock_timestamp() - $3::interval AS at) t WHERE "
+          "s.domain = $1 AND s.name = $2",
           domain, name, ago);
 }
 
@@ -334,9 +336,9 @@ TEST(Schedules, ConcurrentFiringNeverSendsASlotTwice) {
   EXPECT_EQ(schedules::fire_due(setup, domain).claimed, 0);
   holder.exec("ROLLBACK");
   // Every schedule due; two connections fire in small batches at once.
-  setup.query("UPDATE commandbus.cmdbus_schedule SET next_slot = "
-              "clock_timestamp() - interval '1 second', anchor = "
-              "clock_timestamp() - interval '1 second' WHERE domain = $1",
+  setup.query("UPDATE commandbus.cmdbus_schedule SET next_slot = now() - "
+              "interval '1 second', anchor = now() - interval '1 second' "
+              "WHERE domain = $1",
               domain);
   std::atomic<int> sent{0};
   std::atomic<int> twice{0};
