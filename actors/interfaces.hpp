@@ -8,6 +8,7 @@
 // Worker (actors/worker/, process/):
 //
 //   root ──────────────── batch_counter
+//    ┆ (watched by)         scheduler (recurring schedules of all domains)
 //    │                    admin drain (a cmdbus cluster drain under way)
 //    │ (one per domain)
 //   supervisor ─┬─ poller       (reads the queue, woken by LISTEN/NOTIFY)
@@ -300,6 +301,14 @@ using batch_counter_actor = caf::typed_actor<
   /// Internal: deliver recorded completions whose lease is free (the first
   /// sweep at start; later ones run on the behaviour's idle timeout).
   caf::reacts_to<atom::sweep>>::extend_with<batch_listener_actor>;
+
+/// The scheduler (actors/worker/scheduler.hpp): fires the due slots of the
+/// recurring schedules of the worker's domains.
+using scheduler_actor = caf::typed_actor<
+  /// Internal (timer, and once at start): fire what is due, then sleep
+  /// until the next slot; the number tells the current timer from older
+  /// ones, which are ignored.
+  caf::reacts_to<atom::wakeup, uint64_t>>;
 
 /// The root: one supervisor per domain, and the batch counter.
 using root_actor = caf::typed_actor<

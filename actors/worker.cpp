@@ -9,6 +9,7 @@
 #include "cmdbus/actors/ops/status_snapshot.hpp"
 #include "cmdbus/actors/ops/throughput.hpp"
 #include "cmdbus/actors/worker/batch_counter.hpp"
+#include "cmdbus/actors/worker/scheduler.hpp"
 #include "cmdbus/actors/worker/remote_link.hpp"
 #include "cmdbus/actors/worker/runtime.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
@@ -198,8 +199,21 @@ struct worker::impl {
     for (auto& d : processes->domains())
       for (auto& q : processes->reply_queues(d))
         routers.push_back(process_settings_for(d, q, shared));
-    rt = actors::runtime::start(std::move(domains), callbacks,
-                                std::move(delivery), std::move(routers));
+    // The scheduler of recurring schedules (not in tick mode, which fires
+    // them as one of its runners).
+    std::shared_ptr<actors::scheduler_settings> schedules;
+    if (cfg.run_schedules && !tick) {
+      schedules = std::make_shared<actors::scheduler_settings>();
+      for (auto& d : cfg.domains)
+        if (config::scheduling_of(cfg, d).schedules)
+          schedules->domains.push_back(d);
+      for (auto& m : metrics)
+        schedules->metrics.emplace(m->domain(), m);
+    }
+    rt = actors::runtime::start(
+      std::move(domains), callbacks, std::move(delivery), std::move(routers),
+      schedules,
+      schedules ? actors::make_schedule_store(shared) : nullptr);
     running = true;
     http = std::move(endpoint);
     admin_port = std::move(admin_server);

@@ -25,5 +25,6 @@ int run_replies(const std::vector<std::string>& argv);
 int run_worker(const std::vector<std::string>& argv);
 int run_node(const std::vector<std::string>& argv);
 int run_cluster(const std::vector<std::string>& argv);
+int run_schedule(const std::vector<std::string>& argv);
 
 } // namespace cmdbus::cli

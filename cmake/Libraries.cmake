@@ -38,7 +38,7 @@ endforeach()
 
 target_link_libraries(cmdbus_client
   PUBLIC Threads::Threads
-  PRIVATE PostgreSQL::PostgreSQL spdlog::spdlog $<BUILD_INTERFACE:cmdbus_rapidjson>)
+  PRIVATE PostgreSQL::PostgreSQL spdlog::spdlog date::date-tz $<BUILD_INTERFACE:cmdbus_rapidjson>)
 target_link_libraries(cmdbus_worker
   PUBLIC cmdbus_client CAF::core
   PRIVATE CAF::io CAF::openssl PostgreSQL::PostgreSQL spdlog::spdlog

@@ -90,6 +90,8 @@ std::string describe(const worker_config& cfg) {
     out += std::string{"priorities = "}
            + (sched->second.priorities ? "true" : "false") + "\n";
     out += "fifo-every = " + std::to_string(sched->second.fifo_every) + "\n";
+    if (!sched->second.schedules)
+      out += "schedules = false\n";
     for (const auto& [type, cap] : sched->second.type_concurrency)
       out += "[domains." + domain + ".types." + type
              + "]\nconcurrency = " + std::to_string(cap) + "\n";

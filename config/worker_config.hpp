@@ -39,6 +39,7 @@
 // | [domains.NAME] priorities    | -                        | -
 // | [domains.NAME] fifo-every    | -                        | -
 // | [domains.NAME.types.TYPE] concurrency | -               | -
+// | [domains.NAME] schedules     | -                        | -
 //
 // `priorities`, `fifo-every` and the per-type caps ([domains.NAME.types.TYPE]
 // concurrency) are how the worker chooses and runs the domain's commands
@@ -139,6 +140,11 @@ struct domain_scheduling {
   /// message of a type at its cap is claimed.
   std::map<std::string, int> type_concurrency;
 
+  /// Whether this worker fires the domain's recurring schedules
+  /// ([domains.NAME] schedules; docs/scheduling.md, "Recurring
+  /// schedules"). Any number of workers may: each slot fires once.
+  bool schedules = true;
+
   /// Whether the domain's reads choose their messages (anything but the
   /// defaults).
   bool chooses() const noexcept {
@@ -217,6 +223,11 @@ struct worker_config {
 
   /// Run one drain of every domain and exit.
   bool tick = false;
+
+  /// Whether the worker runs its scheduler, which fires the recurring
+  /// schedules of its domains (those whose `domain_scheduling::schedules`
+  /// is set). API only; the file turns it off per domain.
+  bool run_schedules = true;
 
   /// Set by --dump-config only: print describe() and exit instead of
   /// running. Not a setting of the file or the environment.

@@ -43,6 +43,12 @@ void store_fifo_every_entry(worker_config& cfg, const std::string& domain,
   cfg.scheduling[domain].fifo_every = as_int(v);
 }
 
+/// Stores `schedules = true|false` of a [domains.NAME] section.
+void store_schedules_entry(worker_config& cfg, const std::string& domain,
+                           const std::string&, const raw_value& v) {
+  cfg.scheduling[domain].schedules = as_bool(v, false);
+}
+
 /// Stores `concurrency = N` of a [domains.NAME.types.TYPE] section.
 void store_type_concurrency_entry(worker_config& cfg, const std::string& domain,
                                   const std::string& type, const raw_value& v) {
@@ -273,7 +279,8 @@ settings_table<worker_config> make_worker_table() {
           {"domains.",
            {{"dsn", store_domain_dsn_entry},
             {"priorities", store_priorities_entry},
-            {"fifo-every", store_fifo_every_entry}},
+            {"fifo-every", store_fifo_every_entry},
+            {"schedules", store_schedules_entry}},
            "types",
            "TYPE",
            {{"concurrency", store_type_concurrency_entry}}},

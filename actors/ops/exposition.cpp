@@ -238,6 +238,22 @@ std::string render_metrics(const status_snapshot& s) {
              "Remote handler pools lost (died, cut or silent); their "
              "running commands were made visible again at once.",
              [](const domain_status& d) { return d.remote_disconnects; });
+  per_domain(out, s, "cmdbus_schedule_fired_total", "counter",
+             "Recurring schedule slots that this worker fired (sent their "
+             "command).",
+             [](const domain_status& d) { return d.schedule_fired; });
+  per_domain(out, s, "cmdbus_schedule_lateness_seconds_sum", "counter",
+             "Summed lateness of the fired slots (slot time to firing, by "
+             "the database server's clock); divided by "
+             "cmdbus_schedule_fired_total, the mean.",
+             [](const domain_status& d) {
+               return static_cast<double>(d.schedule_lateness_us) / 1e6;
+             });
+  per_domain(out, s, "cmdbus_schedule_last_lateness_seconds", "gauge",
+             "Lateness of the last slot this worker fired.",
+             [](const domain_status& d) {
+               return static_cast<double>(d.schedule_last_lateness_us) / 1e6;
+             });
   per_domain(out, s, "cmdbus_health", "gauge",
              "Health of the domain: 0 healthy, 1 degraded, 2 critical.",
              [](const domain_status& d) {

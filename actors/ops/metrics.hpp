@@ -140,6 +140,13 @@ public:
   std::atomic<int64_t> remote_pools{0};
   /// Remote pools lost (down, cut or timed out) so far.
   std::atomic<int64_t> remote_disconnects{0};
+  /// Schedule slots that sent a command (docs/scheduling.md, "Recurring
+  /// schedules"), fired by this worker's scheduler.
+  std::atomic<int64_t> schedule_fired{0};
+  /// The sum of their lateness (slot time to the firing, by the database
+  /// server's clock), in microseconds, and the last one's.
+  std::atomic<int64_t> schedule_lateness_us{0};
+  std::atomic<int64_t> schedule_last_lateness_us{0};
 
   /// Failed database round trips of `a` (each retried with backoff).
   std::atomic<int64_t>& db_errors(db_actor a) noexcept {

@@ -18,6 +18,9 @@ domain_status domain_of(const domain_source& src) {
   d.remote_slots = m.remote_slots.load();
   d.remote_pools = m.remote_pools.load();
   d.remote_disconnects = m.remote_disconnects.load();
+  d.schedule_fired = m.schedule_fired.load();
+  d.schedule_lateness_us = m.schedule_lateness_us.load();
+  d.schedule_last_lateness_us = m.schedule_last_lateness_us.load();
   d.configured_pools = src.configured_pools;
   for (size_t a = 0; a < all_db_actors.size(); ++a)
     d.db_errors[a] = m.db_errors(all_db_actors[a]);

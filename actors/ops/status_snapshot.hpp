@@ -44,6 +44,10 @@ struct domain_status {
   int64_t remote_slots = 0;
   int64_t remote_pools = 0;
   int64_t remote_disconnects = 0;
+  /// Schedule slots fired, their summed and last lateness (microseconds).
+  int64_t schedule_fired = 0;
+  int64_t schedule_lateness_us = 0;
+  int64_t schedule_last_lateness_us = 0;
   /// The remote pools configured ("HOST:PORT").
   std::vector<std::string> configured_pools;
   /// Indexed like all_db_actors.

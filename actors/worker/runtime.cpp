@@ -10,6 +10,7 @@
 #include "cmdbus/actors/worker/admin_drain.hpp"
 #include "cmdbus/actors/worker/batch_counter.hpp"
 #include "cmdbus/actors/worker/root.hpp"
+#include "cmdbus/actors/worker/scheduler.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
 #include "cmdbus/model/log.hpp"
 #include "cmdbus/process/router.hpp"
@@ -19,6 +20,7 @@ namespace cmdbus::actors {
 struct runtime::impl {
   std::shared_ptr<system_host> host;
   root_actor root;
+  scheduler_actor scheduler;
   std::atomic<bool> stopped{false};
   std::shared_future<void> gone;
 };
@@ -31,7 +33,9 @@ std::shared_ptr<runtime>
 runtime::start(std::vector<domain_settings> domains,
                std::vector<batch_callback> callbacks,
                batch_delivery_settings delivery,
-               std::vector<process_settings> processes) {
+               std::vector<process_settings> processes,
+               std::shared_ptr<const scheduler_settings> schedules,
+               std::shared_ptr<schedule_store> schedule_db) {
   host_settings hs;
   // The network (middleman, and OpenSSL with certificates) only when a
   // domain has remote handler pools: a plain worker starts no network
@@ -63,6 +67,9 @@ runtime::start(std::vector<domain_settings> domains,
       parent->link_to(router);
       return router;
     });
+  if (schedules && schedule_db && !schedules->domains.empty())
+    ptr->scheduler = spawn_scheduler(sys, ptr->root, *schedules,
+                                     std::move(schedule_db));
   release_thread_logger();
   return std::shared_ptr<runtime>{new runtime(std::move(ptr))};
 }
@@ -70,6 +77,7 @@ runtime::start(std::vector<domain_settings> domains,
 runtime::~runtime() {
   stop(caf::exit_reason::user_shutdown);
   impl_->root = nullptr;
+  impl_->scheduler = nullptr;
   // The host destroys the system on a thread of its own.
   impl_->host.reset();
 }
@@ -100,6 +108,8 @@ void runtime::stop(caf::exit_reason reason) {
   if (impl_->stopped.exchange(true))
     return;
   caf::anon_send_exit(impl_->root, reason);
+  if (impl_->scheduler)
+    caf::anon_send_exit(impl_->scheduler, reason);
   release_thread_logger();
 }
 

@@ -66,18 +66,24 @@ namespace cmdbus::actors {
 struct domain_settings;
 struct batch_delivery_settings;
 struct process_settings;
+struct scheduler_settings;
+class schedule_store;
 
 /// The running actors of a worker: its actor system and root. Thread-safe.
 /// Destroying the last handle ends the root (if nobody stopped it) and hands
 /// the system to a thread of its own for destruction (see retire).
 class runtime {
 public:
-  /// Starts the actors of `domains` and the process reply routers of
-  /// `processes` (see the top of this file).
+  /// Starts the actors of `domains`, the process reply routers of
+  /// `processes` (see the top of this file) and, with `schedules` (its
+  /// settings and database), the scheduler of recurring schedules, which
+  /// ends with the root.
   static std::shared_ptr<runtime>
   start(std::vector<domain_settings> domains,
         std::vector<batch_callback> callbacks, batch_delivery_settings delivery,
-        std::vector<process_settings> processes = {});
+        std::vector<process_settings> processes = {},
+        std::shared_ptr<const scheduler_settings> schedules = nullptr,
+        std::shared_ptr<schedule_store> schedule_db = nullptr);
 
   runtime(const runtime&) = delete;
   runtime& operator=(const runtime&) = delete;

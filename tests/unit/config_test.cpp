@@ -816,8 +816,8 @@ TEST(ConfigDomainDsn, file_then_env_then_cli) {
 TEST(ConfigDomainDsn, reports_bad_entries) {
   EXPECT_EQ(ini_error("[domains.a]\nconcurrency = 4\n"),
             "worker.ini:2: unknown key 'concurrency' in section [domains.a] "
-            "(a [domains.NAME] section holds 'dsn', 'priorities' or "
-            "'fifo-every')");
+            "(a [domains.NAME] section holds 'dsn', 'priorities', "
+            "'fifo-every' or 'schedules')");
   EXPECT_EQ(ini_error("[domains.a]\ndsn = \"x\"\n[domains.a]\ndsn = \"y\"\n"),
             "worker.ini:4: duplicate key 'dsn' in section [domains.a] (first "
             "set on line 2)");
@@ -918,6 +918,27 @@ TEST(ConfigScheduling, is_read_from_the_file_and_described_back) {
   EXPECT_TRUE(contains(text, "[domains.reports.types.RenderPdf]\n"
                              "concurrency = 2\n"))
     << text;
+}
+
+TEST(ConfigScheduling, schedules_are_fired_unless_a_domain_turns_them_off) {
+  worker_config cfg;
+  apply_ini(cfg,
+            "[worker]\ndomains = [\"reports\", \"payments\"]\n"
+            "[domains.reports]\nschedules = false\n",
+            "worker.ini");
+  EXPECT_FALSE(scheduling_of(cfg, "reports").schedules);
+  EXPECT_TRUE(scheduling_of(cfg, "payments").schedules);
+  EXPECT_TRUE(cfg.run_schedules);
+  EXPECT_TRUE(validate(cfg).empty());
+  auto text = describe(cfg);
+  EXPECT_TRUE(contains(text, "[domains.reports]\n")) << text;
+  EXPECT_TRUE(contains(text, "schedules = false\n")) << text;
+  worker_config again;
+  apply_ini(again, text, "described.ini");
+  EXPECT_FALSE(scheduling_of(again, "reports").schedules);
+  EXPECT_EQ(describe(again), text);
+  EXPECT_TRUE(contains(ini_error("[domains.a]\nschedules = 0\n"),
+                       "schedules"));
 }
 
 TEST(ConfigScheduling, reports_bad_entries) {

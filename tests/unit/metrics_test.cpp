@@ -80,6 +80,9 @@ status_snapshot sample_snapshot() {
   d.remote_slots = 6;
   d.remote_pools = 2;
   d.remote_disconnects = 1;
+  d.schedule_fired = 4;
+  d.schedule_lateness_us = 250000;
+  d.schedule_last_lateness_us = 12000;
   d.db_errors = {1, 0, 2};
   type_status t;
   t.command_type = "Debit \"x\"";
@@ -141,6 +144,11 @@ TEST(Metrics, ExpositionHasEveryFamilyWithItsSamples) {
   EXPECT_TRUE(has("cmdbus_remote_slots{domain=\"payments\"} 6"));
   EXPECT_TRUE(has("cmdbus_remote_pools{domain=\"payments\"} 2"));
   EXPECT_TRUE(has("cmdbus_remote_disconnects_total{domain=\"payments\"} 1"));
+  EXPECT_TRUE(has("cmdbus_schedule_fired_total{domain=\"payments\"} 4"));
+  EXPECT_TRUE(
+    has("cmdbus_schedule_lateness_seconds_sum{domain=\"payments\"} 0.25"));
+  EXPECT_TRUE(
+    has("cmdbus_schedule_last_lateness_seconds{domain=\"payments\"} 0.012"));
   EXPECT_TRUE(has("cmdbus_health{domain=\"payments\"} 1"));
   EXPECT_TRUE(has("cmdbus_queue_figures_up 1"));
   EXPECT_TRUE(has("cmdbus_ready 1"));
