@@ -72,6 +72,11 @@ std::vector<std::string> scenario_report::failures() const {
   add(batch_status_wrong, "batches with a status that does not follow from "
                           "their commands");
   add(callbacks_missing, "final batches whose callback was not delivered");
+  add(schedule_missing, "schedule slots without a command");
+  add(schedule_extra, "schedule commands beyond one per slot");
+  add(schedule_not_completed, "schedule commands not COMPLETED");
+  if (!schedule_domain.empty() && schedule_slots == 0)
+    f.push_back("the schedule never fired");
   add(processes_unstarted, "processes could not be started");
   add(processes_missing, "processes missing");
   add(processes_twice, "processes started twice");
@@ -330,6 +335,28 @@ void check_node_kills(db::connection& conn,
       if (std::regex_search(line, m, lost))
         r.released_on_node_loss += std::stoll(m[1].str());
   }
+}
+
+void check_schedule(db::connection& conn, scenario_report& r) {
+  auto q = conn.query(
+    "WITH s AS (SELECT id, anchor, last_slot, make_interval(secs => "
+    "interval_ms / 1000.0) AS step FROM commandbus.cmdbus_schedule WHERE "
+    "domain = $1), slots AS (SELECT g.slot, (SELECT command_id FROM "
+    "commandbus.cmdbus_schedule_slot_ids($1, s.id, g.slot)) AS cid FROM s, "
+    "generate_series(s.anchor + s.step, s.last_slot, s.step) AS g(slot)), "
+    "fired AS (SELECT slots.slot, (SELECT count(*) FROM commandbus.command c "
+    "WHERE c.domain = $1 AND c.command_id = slots.cid) AS n FROM slots), "
+    "w AS (SELECT * FROM fired WHERE slot >= (SELECT min(slot) FROM fired "
+    "WHERE n > 0)) "
+    "SELECT count(*), count(*) FILTER (WHERE n = 0), (SELECT count(*) FROM "
+    "commandbus.command c WHERE c.domain = $1) - count(*) FILTER (WHERE n = "
+    "1), (SELECT count(*) FROM commandbus.command c WHERE c.domain = $1 AND "
+    "c.status <> 'COMPLETED') FROM w",
+    r.schedule_domain);
+  r.schedule_slots = q.int64(0, 0);
+  r.schedule_missing = q.int64(0, 1);
+  r.schedule_extra = q.int64(0, 2);
+  r.schedule_not_completed = q.int64(0, 3);
 }
 
 int64_t unsettled(db::connection& conn, const std::string& domain) {

@@ -121,6 +121,18 @@ struct scenario_report {
   /// Final, but not in their status or not with exactly their steps.
   int64_t processes_wrong = 0;
 
+  // -- a recurring schedule (the time scenario), one slot per second
+  std::string schedule_domain;
+  /// Slots from the first one fired to the last one fired.
+  int64_t schedule_slots = 0;
+  /// Slots among them without a command.
+  int64_t schedule_missing = 0;
+  /// Commands of the schedule's domain beyond one per slot (a slot fired
+  /// twice under another id).
+  int64_t schedule_extra = 0;
+  /// The schedule's commands that are not COMPLETED.
+  int64_t schedule_not_completed = 0;
+
   // -- the workers' health (/healthz)
   /// Whether the scenario's faults must make the workers say so (a
   /// PostgreSQL restart does), and whether one did while they lasted.
@@ -159,6 +171,12 @@ struct scenario_report {
 /// and fills in the command, reply, batch and effort figures of `r`.
 void check_outcome(db::connection& conn, const load_plan& plan,
                    scenario_report& r);
+
+/// Fills in the schedule figures of `r` for the one interval schedule of
+/// `r.schedule_domain`: every slot from its first fired one to its last one
+/// must have exactly one command (the id derived from the slot), and the
+/// domain no other command.
+void check_schedule(db::connection& conn, scenario_report& r);
 
 /// The moment of a node kill on the database's clock and the commands of
 /// `domains` in flight then (IN_PROGRESS).

@@ -189,7 +189,9 @@ Scenarios (--scenario, default all = each in turn):
   time      every third command is delayed (sent with a not-before time 0.5
             to 8 s later); kill -9 of a random worker (--kill-cycles
             times) with one restart of PostgreSQL (fast, then immediate)
-            in the middle, while delayed commands wait and fall due
+            in the middle, while delayed commands wait and fall due and
+            a schedule fires every second in a domain of its own (every
+            slot must fire exactly once)
 
 Options:
   --scenario NAME        restart|kill|proxy|stall|nodes|time|all (all)

@@ -63,6 +63,13 @@ void print_table(std::FILE* out, const scenario_report& r) {
     row(out, "processes wrong", r.processes_wrong,
         "status or steps not those of their path");
   }
+  if (!r.schedule_domain.empty()) {
+    row(out, "schedule slots without a command", r.schedule_missing,
+        "of " + num(r.schedule_slots) + " slots fired every second in "
+          + r.schedule_domain);
+    row(out, "schedule commands beyond one a slot", r.schedule_extra);
+    row(out, "schedule commands not COMPLETED", r.schedule_not_completed);
+  }
   row(out, "attempts beyond expected", r.attempts - r.expected_runs,
       "informational: " + num(r.attempts)
         + " attempts of the final "
@@ -219,6 +226,10 @@ std::string to_json(const std::vector<scenario_report>& reports) {
     field("processes_twice", r.processes_twice);
     field("processes_not_final", r.processes_not_final);
     field("processes_wrong", r.processes_wrong);
+    field("schedule_slots", r.schedule_slots);
+    field("schedule_missing", r.schedule_missing);
+    field("schedule_extra", r.schedule_extra);
+    field("schedule_not_completed", r.schedule_not_completed);
     w.Key("statuses");
     w.StartObject();
     for (auto& [s, n] : r.statuses)

@@ -16,6 +16,7 @@
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/schedules.hpp"
 #include "cmdbus/process/registry.hpp"
 
 namespace cmdbus::chaos {
@@ -45,6 +46,40 @@ void create_queues(const std::string& dsn, const load_plan& plan) {
   command_bus bus{pool};
   bus.ensure_queue(db::command_queue(plan.domain));
   bus.ensure_queue(plan.reply_queue);
+}
+
+// The time scenario's schedule: a `Test` command every second.
+constexpr const char* schedule_name = "chaos-every-second";
+
+void add_schedule(const std::string& dsn, const std::string& domain) {
+  load_plan queues;
+  queues.domain = domain;
+  queues.reply_queue = domain + "__replies";
+  create_queues(dsn, queues);
+  schedules::definition d;
+  d.domain = domain;
+  d.name = schedule_name;
+  d.command_type = "Test";
+  d.data = json::parse(R"({"behavior": {"outcome": "success"}})");
+  d.every = std::chrono::milliseconds{1000};
+  auto conn = open_checked(dsn);
+  schedules::add(conn, d);
+}
+
+// Pauses the schedule once the load is sent, so that its domain settles;
+// retried while the database is briefly away.
+void pause_schedule(const std::string& dsn, const std::string& domain) {
+  for (int attempt = 0;; ++attempt) {
+    try {
+      auto conn = open_checked(dsn);
+      schedules::pause(conn, domain, schedule_name);
+      return;
+    } catch (const db::error&) {
+      if (attempt >= 20)
+        throw;
+      pause_for(500ms);
+    }
+  }
 }
 
 // What the faults act on.
@@ -253,6 +288,13 @@ scenario_report run_scenario(const std::string& name, const options& o,
     queues.reply_queue = process_reply_queue(pplan.domain);
     create_queues(o.dsn, queues);
   }
+  // The time scenario: a schedule firing every second in a domain of its
+  // own, served by the same workers, through the kills and the restart.
+  if (name == "time") {
+    r.schedule_domain = r.domain + "_s";
+    domains.push_back(r.schedule_domain);
+    add_schedule(o.dsn, r.schedule_domain);
+  }
   // The nodes scenario: every `Test` command runs on handler nodes, which
   // the workers (without handlers of their own) reach through their remote
   // pools. A long visibility timeout, so that "promptly" shows: a lost
@@ -308,9 +350,15 @@ scenario_report run_scenario(const std::string& name, const options& o,
   r.sending = snd.stats();
   auto sent_end = clock::now();
   r.send_seconds = since(load_start);
+  if (!r.schedule_domain.empty())
+    pause_schedule(o.dsn, r.schedule_domain);
+  auto settle_deadline = sent_end + std::chrono::seconds{o.settle_seconds};
   r.settled = wait_until_settled(o.dsn, r.domain, r.process_domain,
-                                 sent_end
-                                   + std::chrono::seconds{o.settle_seconds});
+                                 settle_deadline);
+  if (!r.schedule_domain.empty())
+    r.settled = wait_until_settled(o.dsn, r.schedule_domain, "",
+                                   settle_deadline)
+                && r.settled;
   r.settle_seconds = since(sent_end);
   watch_health(r, health, name);
   // The shutdown timeout given to the workers is 5 s; 15 s is ample.
@@ -328,6 +376,8 @@ scenario_report run_scenario(const std::string& name, const options& o,
     check_processes(conn, pplan, r);
   if (nodes)
     check_node_kills(conn, domains, fleet.log_paths(), r);
+  if (!r.schedule_domain.empty())
+    check_schedule(conn, r);
   r.seconds = since(r.started);
   return r;
 }
