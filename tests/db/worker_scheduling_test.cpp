@@ -256,7 +256,11 @@ TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
                .string();
   {
     std::ofstream out{ini};
-    out << "[worker]\nconcurrency = 8\nvisibility-timeout = 2\n"
+    // A visibility timeout long enough that a command the running workers
+    // hold does not come back merely because a loaded machine wrote its
+    // outcome late (that would be a second attempt of a command not held at
+    // the freeze, which the last check counts).
+    out << "[worker]\nconcurrency = 8\nvisibility-timeout = 6\n"
            "statement-timeout = 1s\n[retry]\nbackoff = [0]\n"
            "[domains."
         << d << "]\npriorities = true\nfifo-every = 3\n[domains." << d
