@@ -66,6 +66,7 @@ namespace cmdbus::actors {
 struct domain_settings;
 struct batch_delivery_settings;
 struct process_settings;
+struct job_runner_settings;
 
 /// The running actors of a worker: its actor system and root. Thread-safe.
 /// Destroying the last handle ends the root (if nobody stopped it) and hands
@@ -82,6 +83,11 @@ public:
   runtime(const runtime&) = delete;
   runtime& operator=(const runtime&) = delete;
   ~runtime();
+
+  /// Starts the singleton job runner of `settings` (actors/worker/
+  /// job_runner.hpp) beside the root; step 2 ends it too (after the run in
+  /// progress, if any).
+  void start_jobs(job_runner_settings settings);
 
   /// Asks every domain to drain (step 1); returns whether all confirmed
   /// within `timeout`.
