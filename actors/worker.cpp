@@ -317,7 +317,8 @@ struct worker::impl {
     std::chrono::milliseconds timeout)>;
 
   // The built-in runner kinds in their default order: a name of [tick]
-  // runners and the runners it stands for.
+  // runners and the runners it stands for (a factory given the tick's drain
+  // timeout). A new kind is one entry here, at its place in the order.
   std::vector<std::pair<std::string, runner_factory>> builtin_kinds() {
     return {
       {"commands",

@@ -60,15 +60,38 @@ void run_one(self_ptr self, job_runner_state::scheduled& j) {
                      st.name);
 }
 
-// Runs the jobs that are due, then arms the timer for the next one.
+// Arms the timer (the behaviour's idle timeout, not a delayed_send: a
+// message pending in CAF's clock keeps a detached actor alive at shutdown).
+void arm_timer(self_ptr self, std::chrono::steady_clock::time_point at) {
+  auto& st = self->state;
+  auto delay = std::max<int64_t>(1, ms_between(self->clock().now(), at));
+  st.next_timeout = std::chrono::milliseconds{delay};
+  self->become(runner_behavior(self));
+}
+
+// Runs the jobs that are due, then arms the timer for the next one. While
+// the database is failing, the due jobs wait for the end of the session's
+// backoff instead of failing at every interval (the outage is logged once
+// by the session).
 void run_due(self_ptr self) {
   auto& st = self->state;
+  if (st.session->outage().backing_off()) {
+    arm_timer(self, st.session->outage().retry_at());
+    return;
+  }
   for (auto& j : st.jobs) {
     if (j.next_due > self->clock().now())
       continue;
+    if (st.session->outage().backing_off())
+      break; // the database failed: the others wait for the backoff
     run_one(self, j);
     j.next_due = next_due_after(j.next_due, self->clock().now(),
                                 j.job.def->interval);
+  }
+  if (st.session->outage().backing_off()) {
+    auto retry = st.session->outage().retry_at();
+    for (auto& j : st.jobs)
+      j.next_due = std::max(j.next_due, retry);
   }
   if (st.jobs.empty())
     return;
@@ -77,12 +100,7 @@ void run_due(self_ptr self) {
                                      return a.next_due < b.next_due;
                                    })
                     ->next_due;
-  auto delay = std::max<int64_t>(1, ms_between(self->clock().now(), earliest));
-  st.next_timeout = std::chrono::milliseconds{delay};
-  // The timer is the behaviour's idle timeout (caf::after), not a
-  // delayed_send: a message pending in CAF's clock keeps a detached actor
-  // alive at shutdown.
-  self->become(runner_behavior(self));
+  arm_timer(self, earliest);
 }
 
 job_runner_actor::behavior_type runner_behavior(self_ptr self) {
