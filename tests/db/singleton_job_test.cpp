@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <map>
 #include <string>
 #include <thread>
 
@@ -244,6 +245,53 @@ TEST_F(SingletonJob, RecoversFromACutConnection) {
   auto rows = count_rows(conn, "SELECT count(*) FROM " + table);
   EXPECT_GE(rows, job_counts(w).ran.load());
   EXPECT_LE(rows, job_counts(w).ran.load() + job_counts(w).failed.load());
+}
+
+TEST_F(SingletonJob, TickShardsSplitTheJobsWithoutOverlap) {
+  // Two tick runs, shard 0 and 1 of 2, each registering the same ten jobs:
+  // every job runs exactly once, in the run of its shard.
+  std::map<std::string, int> runs;
+  std::vector<std::string> names;
+  for (int i = 0; i < 10; ++i)
+    names.push_back(job + "-" + std::to_string(i));
+  for (int index = 0; index < 2; ++index) {
+    auto cfg = make_cfg({domain});
+    cfg.tick = true;
+    cfg.tick_shard_index = index;
+    cfg.tick_shard_count = 2;
+    cfg.tick_runners = {"jobs", "app"};
+    worker w{cfg, handlers()};
+    for (auto& n : names)
+      w.add_job(n, 1h, [&runs, n](job_context&) { ++runs[n]; });
+    // An application's runner takes its place in the order.
+    int app_steps = 0;
+    w.add_tick_runner({"app",
+                       [&app_steps](const tick_limits&) {
+                         ++app_steps;
+                         return tick_step{1, false};
+                       },
+                       {}});
+    auto result = w.run_tick_runners(30s);
+    ASSERT_EQ(result.report.runners.size(), 2u);
+    EXPECT_EQ(result.report.runners[0].name, "jobs");
+    EXPECT_EQ(result.report.runners[1].name, "app");
+    EXPECT_EQ(app_steps, 1);
+    int64_t mine = 0;
+    for (auto& n : names)
+      if (db::job_in_shard(n, index, 2)) {
+        ++mine;
+        EXPECT_EQ(runs[n], 1) << n << " in shard " << index;
+      }
+    EXPECT_EQ(result.report.runners[0].items, mine);
+    EXPECT_FALSE(result.report.cut());
+  }
+  for (auto& n : names)
+    EXPECT_EQ(runs[n], 1) << n;
+  // An unknown runner name is refused before anything runs.
+  auto cfg = make_cfg({domain});
+  cfg.tick_runners = {"jobs", "nosuch"};
+  worker w{cfg, handlers()};
+  EXPECT_THROW(w.run_tick_runners(30s), std::invalid_argument);
 }
 
 TEST_F(SingletonJob, RegistrationIsChecked) {
