@@ -8,7 +8,10 @@
 // batch counter, one supervisor per domain and one process reply router per
 // domain with process managers, each linked to it; each supervisor spawns
 // its writers, handlers and poller, each router its process writers (and,
-// as replies come, process actors), each linked to it.
+// as replies come, process actors), each linked to it. With singleton jobs
+// (worker::add_job), the job runner (actors/worker/job_runner.hpp) beside
+// the root, unlinked: it recovers from database failures itself and ends
+// in step 2 below, after the run in progress.
 //
 // Links carry every ending down and every death up:
 // - a parent that ends (for any reason, `kill` included) ends its children
