@@ -178,7 +178,9 @@ void print_stats(const worker_stats& s, bool json,
     out.print(std::cout);
     return;
   }
-  if (report)
+  // The runners in text only when a budget cut the run short (the log
+  // has a line per runner in any case): the usual output stays one line.
+  if (report && report->cut())
     for (auto& r : report->runners)
       std::cout << "runner " << r.name << ": " << r.items << " item(s) in "
                 << r.steps << " step(s), " << r.took.count() << " ms, "
