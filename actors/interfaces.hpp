@@ -10,6 +10,7 @@
 //   root ──────────────── batch_counter
 //    ┆ (watched by)         scheduler (recurring schedules of all domains)
 //    │                    admin drain (a cmdbus cluster drain under way)
+//    │                    job runner (singleton jobs; ended with the root)
 //    │ (one per domain)
 //   supervisor ─┬─ poller       (reads the queue, woken by LISTEN/NOTIFY)
 //               ├─ handler × N  (runs the application's handlers)
@@ -175,6 +176,14 @@ using poller_actor = caf::typed_actor<
   caf::reacts_to<atom::credit, std::string, int64_t>,
   /// From the listener thread (a NOTIFY arrived) or the poller itself (a
   /// drain continues): read now; no answer.
+  caf::reacts_to<atom::wakeup>>;
+
+/// The singleton job runner of a worker (actors/worker/job_runner.hpp):
+/// runs every registered job at its interval, each run a transaction under
+/// the job's advisory lock.
+using job_runner_actor = caf::typed_actor<
+  /// From itself (at its start): run the jobs that are due; no answer.
+  /// Later runs come from its timer.
   caf::reacts_to<atom::wakeup>>;
 
 /// A handler actor: runs one command at a time.

@@ -1,5 +1,6 @@
 #include "cmdbus/actors/worker.hpp"
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -9,13 +10,15 @@
 #include "cmdbus/actors/ops/status_snapshot.hpp"
 #include "cmdbus/actors/ops/throughput.hpp"
 #include "cmdbus/actors/worker/batch_counter.hpp"
-#include "cmdbus/actors/worker/scheduler.hpp"
+#include "cmdbus/actors/worker/job_runner.hpp"
 #include "cmdbus/actors/worker/remote_link.hpp"
 #include "cmdbus/actors/worker/runtime.hpp"
+#include "cmdbus/actors/worker/scheduler.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
 #include "cmdbus/db/connection.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/db/queues.hpp"
+#include "cmdbus/db/schedules.hpp"
 #include "cmdbus/model/log.hpp"
 #include "cmdbus/model/version.hpp"
 #include "cmdbus/process/router.hpp"
@@ -55,6 +58,10 @@ struct worker::impl {
   std::shared_ptr<std::atomic<bool>> cancelled
     = std::make_shared<std::atomic<bool>>(false);
   std::vector<batch_callback> callbacks;
+  /// The singleton jobs (add_job), in registration order.
+  std::vector<actors::job_entry> jobs;
+  /// The application's tick runners (add_tick_runner).
+  std::vector<tick_runner> app_runners;
   std::atomic<bool> running{false};
   /// Per configured domain (same order) its health inputs, kept across
   /// restarts of the worker.
@@ -134,7 +141,15 @@ struct worker::impl {
     return s;
   }
 
-  void launch(bool tick) {
+  /// One commands step of a tick run: the domain, its limits and where its
+  /// poller marks that they cut it.
+  struct tick_scope {
+    std::string domain;
+    tick_limits limits;
+    std::shared_ptr<std::atomic<bool>> cut;
+  };
+
+  void launch(bool tick, const tick_scope* scope = nullptr) {
     std::lock_guard<std::mutex> guard{mtx};
     if (rt)
       throw std::logic_error("worker already started");
@@ -193,12 +208,32 @@ struct worker::impl {
     for (auto& m : metrics)
       delivery.metrics.emplace(m->domain(), m);
     std::vector<actors::domain_settings> domains;
-    for (auto& d : cfg.domains)
+    for (auto& d : cfg.domains) {
+      if (scope && d != scope->domain)
+        continue;
       domains.push_back(settings_for(d, tick, shared));
+      if (scope) {
+        auto& s = domains.back();
+        s.tick_limit = scope->limits;
+        s.shard_index = cfg.tick_shard_index;
+        s.shard_count = cfg.tick_shard_count;
+        s.tick_cut = scope->cut;
+      }
+    }
+    // A step of one domain runs its process reply routers too; the first
+    // domain's step also runs those of the domains with processes only.
+    auto routed_here = [&](const std::string& d) {
+      if (!scope || d == scope->domain)
+        return true;
+      return scope->domain == cfg.domains.front()
+             && std::find(cfg.domains.begin(), cfg.domains.end(), d)
+                  == cfg.domains.end();
+    };
     std::vector<actors::process_settings> routers;
     for (auto& d : processes->domains())
-      for (auto& q : processes->reply_queues(d))
-        routers.push_back(process_settings_for(d, q, shared));
+      if (routed_here(d))
+        for (auto& q : processes->reply_queues(d))
+          routers.push_back(process_settings_for(d, q, shared));
     // The scheduler of recurring schedules (not in tick mode, which fires
     // them as one of its runners).
     std::shared_ptr<actors::scheduler_settings> schedules;
@@ -214,6 +249,9 @@ struct worker::impl {
       std::move(domains), callbacks, std::move(delivery), std::move(routers),
       schedules,
       schedules ? actors::make_schedule_store(shared) : nullptr);
+    // Tick runs take the jobs as a runner of their own (run_tick_runners).
+    if (!jobs.empty() && !tick)
+      rt->start_jobs(job_settings());
     running = true;
     http = std::move(endpoint);
     admin_port = std::move(admin_server);
@@ -223,6 +261,171 @@ struct worker::impl {
     }
     log::info("worker started for {} domain(s), concurrency {}",
               cfg.domains.size(), cfg.concurrency);
+  }
+
+  // One step of domain `domain`'s commands runner: processes what is due
+  // (within `limits` and the shard), waits for the side effects, stops.
+  tick_step commands_step(const std::string& domain, const tick_limits& limits,
+                          std::chrono::milliseconds timeout) {
+    tick_scope scope{domain, limits,
+                     std::make_shared<std::atomic<bool>>(false)};
+    auto m = metrics_of(domain);
+    auto before = m->received.load() + m->rejected.load();
+    launch(true, &scope);
+    stop_gracefully(timeout, "tick");
+    tick_step step;
+    step.items = m->received.load() + m->rejected.load() - before;
+    step.more = scope.cut->load();
+    return step;
+  }
+
+  // One step of the jobs runner: each job of the shard from `*next` on,
+  // once, under its lock, within `limits`.
+  tick_step jobs_step(const tick_limits& limits, size_t& next) {
+    tick_step step;
+    db::connection_options opts;
+    opts.application_name = "cmdbus-jobs";
+    opts.statement_timeout = cfg.statement_timeout;
+    std::optional<db::connection> conn;
+    for (; next < jobs.size(); ++next) {
+      auto& j = jobs[next];
+      if (!db::job_in_shard(j.def->name, cfg.tick_shard_index,
+                            cfg.tick_shard_count))
+        continue;
+      if ((limits.max_items && step.items >= *limits.max_items)
+          || (limits.deadline
+              && std::chrono::steady_clock::now() >= *limits.deadline)) {
+        step.more = true;
+        return step;
+      }
+      if (!conn || !conn->is_open())
+        conn.emplace(db::connection::open(cfg.dsn, opts));
+      auto start = std::chrono::steady_clock::now();
+      auto res = db::run_job_once(*conn, *j.def);
+      actors::record_job_attempt(
+        j, res,
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - start)
+          .count(),
+        "tick");
+      ++step.items;
+    }
+    return step;
+  }
+
+  // One step of the schedules runner of domain `d`: fires its due slots,
+  // at most the items left and 100 schedules a step, in one transaction on
+  // a connection of its own (kept in `conn` between steps). Shards do not
+  // split schedules: the run of shard index 0 fires them all (a schedule's
+  // slot fires once in any case; see docs/scheduling.md).
+  tick_step schedules_step(const std::string& d, const tick_limits& limits,
+                           std::optional<db::connection>& conn) {
+    tick_step step;
+    if (cfg.tick_shard_count > 1 && cfg.tick_shard_index != 0)
+      return step;
+    int64_t limit = 100;
+    if (limits.max_items)
+      limit = std::min(limit, *limits.max_items);
+    if (limit <= 0
+        || (limits.deadline
+            && std::chrono::steady_clock::now() >= *limits.deadline)) {
+      step.more = true;
+      return step;
+    }
+    if (!conn || !conn->is_open()) {
+      db::connection_options opts;
+      opts.application_name = "cmdbus-schedules";
+      opts.statement_timeout = cfg.statement_timeout;
+      auto dsn = cfg.domain_dsn.find(d);
+      conn.emplace(db::connection::open(
+        dsn == cfg.domain_dsn.end() ? cfg.dsn : dsn->second, opts));
+    }
+    auto fired = schedules::fire_due(*conn, d, static_cast<int>(limit));
+    for (auto& [name, why] : fired.broken)
+      log::from("schedules/" + d).warn("schedule {}/{} paused: {}", d, name, why);
+    step.items = static_cast<int64_t>(fired.slots.size());
+    step.more = fired.claimed >= limit;
+    return step;
+  }
+
+  // The runners that the name `name` of [tick] runners stands for. The
+  // built-in kinds, in their default order, are those of builtin_kinds.
+  std::vector<tick_runner> runners_named(const std::string& name,
+                                         std::chrono::milliseconds timeout) {
+    for (auto& kind : builtin_kinds())
+      if (name == kind.first)
+        return kind.second(timeout);
+    for (auto& r : app_runners)
+      if (r.name == name)
+        return {r};
+    throw std::invalid_argument("unknown tick runner '" + name
+                                + "' (built in: " + builtin_names()
+                                + "; or one the application registers)");
+  }
+
+  using runner_factory = std::function<std::vector<tick_runner>(
+    std::chrono::milliseconds timeout)>;
+
+  // The built-in runner kinds in their default order: a name of [tick]
+  // runners and the runners it stands for (a factory given the tick's drain
+  // timeout). A new kind is one entry here, at its place in the order.
+  std::vector<std::pair<std::string, runner_factory>> builtin_kinds() {
+    return {
+      {"commands",
+       [this](std::chrono::milliseconds timeout) {
+         std::vector<tick_runner> out;
+         for (auto& d : cfg.domains)
+           out.push_back({"commands:" + d,
+                          [this, d, timeout](const tick_limits& limits) {
+                            return commands_step(d, limits, timeout);
+                          },
+                          {}});
+         return out;
+       }},
+      {"schedules",
+       [this](std::chrono::milliseconds) {
+         std::vector<tick_runner> out;
+         for (auto& d : cfg.domains) {
+           if (!config::scheduling_of(cfg, d).schedules)
+             continue;
+           auto conn = std::make_shared<std::optional<db::connection>>();
+           out.push_back({"schedules:" + d,
+                          [this, d, conn](const tick_limits& limits) {
+                            return schedules_step(d, limits, *conn);
+                          },
+                          {}});
+         }
+         return out;
+       }},
+      {"jobs",
+       [this](std::chrono::milliseconds) {
+         auto next = std::make_shared<size_t>(0);
+         return std::vector<tick_runner>{
+           {"jobs",
+            [this, next](const tick_limits& limits) {
+              return jobs_step(limits, *next);
+            },
+            {}}};
+       }},
+    };
+  }
+
+  std::string builtin_names() {
+    std::string out;
+    for (auto& kind : builtin_kinds())
+      out += (out.empty() ? "" : ", ") + kind.first;
+    return out;
+  }
+
+  // The job runner's jobs and session (the worker's own database).
+  actors::job_runner_settings job_settings() const {
+    actors::job_runner_settings s;
+    s.jobs = jobs;
+    s.session.dsn = cfg.dsn;
+    s.session.statement_timeout = cfg.statement_timeout;
+    s.session.application_name = "cmdbus-jobs";
+    s.session.max_backoff = std::chrono::milliseconds{5000};
+    return s;
   }
 
   // Clears the health inputs of running actors (at start and once stopped).
@@ -305,6 +508,8 @@ struct worker::impl {
       d.configured_pools = cfg.remote.pools;
       in.domains.push_back(std::move(d));
     }
+    for (auto& j : jobs)
+      in.jobs.push_back(j.metrics.get());
     return build_status(in);
   }
 
@@ -512,6 +717,80 @@ void worker::on_batch_complete(batch_callback cb) {
   if (impl_->running)
     throw std::logic_error("register batch callbacks before start()");
   impl_->callbacks.push_back(std::move(cb));
+}
+
+void worker::add_job(std::string name, std::chrono::milliseconds interval,
+                     job_fn fn) {
+  if (impl_->running)
+    throw std::logic_error("register jobs before start()");
+  if (name.empty())
+    throw std::invalid_argument("a job needs a name");
+  if (interval < std::chrono::milliseconds{1})
+    throw std::invalid_argument("job '" + name
+                                + "': the interval must be at least 1 ms");
+  if (!fn)
+    throw std::invalid_argument("job '" + name + "' has no function");
+  for (auto& j : impl_->jobs)
+    if (j.def->name == name)
+      throw std::invalid_argument("job '" + name + "' is already registered");
+  auto metrics = std::make_shared<job_metrics>(name);
+  impl_->jobs.push_back({std::make_shared<const job_definition>(job_definition{
+                           std::move(name), interval, std::move(fn)}),
+                         std::move(metrics)});
+}
+
+std::vector<std::shared_ptr<const job_metrics>>
+worker::job_metrics_all() const {
+  std::vector<std::shared_ptr<const job_metrics>> out;
+  for (auto& j : impl_->jobs)
+    out.push_back(j.metrics);
+  return out;
+}
+
+void worker::add_tick_runner(tick_runner runner) {
+  if (impl_->running)
+    throw std::logic_error("register tick runners before start()");
+  if (runner.name.empty())
+    throw std::invalid_argument("a tick runner needs a name");
+  if (!runner.step)
+    throw std::invalid_argument("tick runner '" + runner.name
+                                + "' has no step function");
+  for (auto& kind : impl_->builtin_kinds())
+    if (runner.name == kind.first || runner.name.rfind("commands:", 0) == 0)
+      throw std::invalid_argument("tick runner '" + runner.name
+                                  + "': the name is a built-in runner's");
+  for (auto& r : impl_->app_runners)
+    if (r.name == runner.name)
+      throw std::invalid_argument("tick runner '" + runner.name
+                                  + "' is already registered");
+  impl_->app_runners.push_back(std::move(runner));
+}
+
+tick_result worker::run_tick_runners(std::chrono::milliseconds timeout) {
+  auto& cfg = impl_->cfg;
+  std::vector<std::string> order = cfg.tick_runners;
+  if (order.empty()) {
+    for (auto& kind : impl_->builtin_kinds())
+      order.push_back(kind.first);
+    for (auto& r : impl_->app_runners)
+      order.push_back(r.name);
+  }
+  std::vector<tick_runner> runners;
+  for (auto& name : order)
+    for (auto& r : impl_->runners_named(name, timeout))
+      runners.push_back(std::move(r));
+  tick_budget per_runner;
+  if (cfg.tick_runner_max_duration.count() > 0)
+    per_runner.max_duration = cfg.tick_runner_max_duration;
+  if (cfg.tick_runner_max_items > 0)
+    per_runner.max_items = cfg.tick_runner_max_items;
+  std::optional<std::chrono::milliseconds> overall;
+  if (cfg.tick_max_duration.count() > 0)
+    overall = cfg.tick_max_duration;
+  tick_result out;
+  out.report = cmdbus::run_tick_runners(runners, per_runner, overall);
+  out.stats = stats();
+  return out;
 }
 
 worker_stats worker::run_tick(std::chrono::milliseconds timeout) {

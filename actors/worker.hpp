@@ -14,7 +14,9 @@
 #include "cmdbus/actors/handler_registry.hpp"
 #include "cmdbus/actors/ops/health.hpp"
 #include "cmdbus/actors/ops/metrics.hpp"
+#include "cmdbus/actors/tick.hpp"
 #include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/db/jobs.hpp"
 #include "cmdbus/model/types.hpp"
 #include "cmdbus/process/registry.hpp"
 
@@ -33,6 +35,14 @@ struct worker_stats {
   int64_t handler_restarts = 0;
   int64_t db_errors = 0;
   int64_t stale = 0;
+};
+
+/// What a tick run with runners (worker::run_tick_runners) did.
+struct tick_result {
+  /// The worker's counters after the run.
+  worker_stats stats;
+  /// Each runner: items, steps, why it stopped.
+  tick_report report;
 };
 
 /// Called when a batch becomes complete (COMPLETED or
@@ -125,6 +135,39 @@ public:
   /// by the next worker with callbacks for the domain, at its start or in
   /// its periodic sweep (docs/worker.md).
   void on_batch_complete(batch_callback cb);
+
+  /// Registers a singleton job (db/jobs.hpp, docs/scheduling.md "Singleton
+  /// jobs"): `fn` runs every `interval` (first at start()) inside a
+  /// transaction holding the advisory lock of "cmdbus:job:" + `name`, on
+  /// the worker's database ([worker] dsn); on every replica that registers
+  /// the same name, at most one runs it at a time, the others skip that
+  /// run. Runs, skips and failures are logged and counted
+  /// (cmdbus_job_runs_total). Throws std::logic_error when the worker runs,
+  /// std::invalid_argument for an empty or already registered name or an
+  /// interval below 1 ms.
+  void add_job(std::string name, std::chrono::milliseconds interval, job_fn fn);
+
+  /// The counts of the registered jobs, in registration order.
+  std::vector<std::shared_ptr<const job_metrics>> job_metrics_all() const;
+
+  /// Registers a tick runner of the application (actors/tick.hpp): named
+  /// in [tick] runners to take its place in the order, else run after the
+  /// built-in ones. Throws std::logic_error when the worker runs,
+  /// std::invalid_argument for an empty name, a name taken by another
+  /// runner or a built-in one, or no step function.
+  void add_tick_runner(tick_runner runner);
+
+  /// Tick mode with runners (`cmdbus worker --tick`): runs the runners of
+  /// [tick] runners in order (by default each served domain's commands,
+  /// "commands:NAME", then the singleton jobs, "jobs", then the
+  /// application's runners), under the budgets and shard of the
+  /// configuration ([tick]; docs/scheduling.md "Tick runs and budgets").
+  /// A commands step processes what is due in its domain (at most the
+  /// items left, taking none after the deadline), waits for its side
+  /// effects (up to `timeout`) and stops; a jobs step runs each job of the
+  /// shard once under its lock. Throws std::invalid_argument for an unknown
+  /// runner name; a step's failure (e.g. the database) propagates.
+  tick_result run_tick_runners(std::chrono::milliseconds timeout);
 
   /// Tick mode: processes what is due now in every domain, waits for its
   /// side effects, then stops. Returns the counters of the run.

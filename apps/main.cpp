@@ -95,6 +95,9 @@ Exit codes:
   5  the commands did not all complete (`wait`, `worker --tick`)
   6  the server refused the login (wrong password, unknown role or database)
   7  timed out (`wait --timeout`)
+  8  a budget cut the run short, work may be left (`worker --tick` with
+     --tick-max-duration, --tick-runner-max-duration or
+     --tick-runner-max-items)
 )";
 
 // The tool's own options, before any command.

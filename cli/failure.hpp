@@ -32,6 +32,9 @@ constexpr int exit_incomplete = 5;
 constexpr int exit_auth = 6;
 /// A wait ended at its --timeout before the awaited state.
 constexpr int exit_timeout = 7;
+/// `worker --tick`: a budget ([tick] max-duration, runner-max-duration,
+/// runner-max-items) cut the run short; work may be left for the next run.
+constexpr int exit_budget = 8;
 
 /// What the programs say for a database that was never migrated (exit 4).
 constexpr const char* never_migrated

@@ -63,7 +63,9 @@ queue does not exist (see --create), 3 database unavailable, 4 other failure
 (e.g. a database without the cmdbus schema, or with migrations pending), 5
 with --tick: commands went to the troubleshooting queue during the run, or
 remain in the queues afterwards (retries not due yet, or held by another
-worker), 6 login refused.
+worker), 6 login refused, 8 with --tick: a budget (--tick-max-duration,
+--tick-runner-max-duration, --tick-runner-max-items) cut the run short, so
+work may be left for the next run (it wins over 5).
 )";
 
 // The flags a worker program accepts besides its settings: the common ones,
@@ -145,7 +147,8 @@ private:
 // still in the domains' queues: not due yet (retries backing off) or held
 // by another worker.
 void print_stats(const worker_stats& s, bool json,
-                 std::optional<int64_t> remaining = std::nullopt) {
+                 std::optional<int64_t> remaining = std::nullopt,
+                 const tick_report* report = nullptr) {
   if (json) {
     json_out out;
     out.begin_object()
@@ -158,10 +161,30 @@ void print_stats(const worker_stats& s, bool json,
       .field("in_flight", s.in_flight);
     if (remaining)
       out.field("remaining", *remaining);
+    if (report) {
+      out.field("cut", report->cut());
+      out.key("runners").begin_array();
+      for (auto& r : report->runners)
+        out.begin_object()
+          .field("name", r.name)
+          .field("items", r.items)
+          .field("steps", r.steps)
+          .field("stop", std::string{to_string(r.stop)})
+          .field("ms", static_cast<int64_t>(r.took.count()))
+          .end_object();
+      out.end_array();
+    }
     out.end_object();
     out.print(std::cout);
     return;
   }
+  // The runners in text only when a budget cut the run short (the log
+  // has a line per runner in any case): the usual output stays one line.
+  if (report && report->cut())
+    for (auto& r : report->runners)
+      std::cout << "runner " << r.name << ": " << r.items << " item(s) in "
+                << r.steps << " step(s), " << r.took.count() << " ms, "
+                << to_string(r.stop) << std::endl;
   std::cout << counters_text(s);
   if (remaining)
     std::cout << ", remaining in the queue " << *remaining
@@ -186,8 +209,8 @@ void require_schema(db::pool& pool) {
                                      "migrate` first"};
 }
 
-// Counts the messages left in the domains' command queues, or nothing when
-// the database cannot tell (logged).
+// Counts the messages left in the domains' command queues (with a shard:
+// in its share only), or nothing when the database cannot tell (logged).
 std::optional<int64_t> remaining_messages(const config::worker_config& cfg) {
   try {
     db::connection_options opts;
@@ -196,10 +219,19 @@ std::optional<int64_t> remaining_messages(const config::worker_config& cfg) {
     for (auto& group : config::group_by_dsn(cfg, cfg.domains)) {
       auto conn = db::connection::open(group.dsn, opts);
       for (auto& d : group.domains)
-        n += conn
-               .query("SELECT queue_length FROM pgmq.metrics($1)",
-                      db::command_queue(d))
-               .int64(0, 0);
+        if (cfg.tick_shard_count > 1)
+          // The queue's name is validated (db::command_queue).
+          n += conn
+                 .query("SELECT count(*) FROM pgmq.q_" + db::command_queue(d)
+                          + " WHERE msg_id % $1 = $2",
+                        int64_t{cfg.tick_shard_count},
+                        int64_t{cfg.tick_shard_index})
+                 .int64(0, 0);
+        else
+          n += conn
+                 .query("SELECT queue_length FROM pgmq.metrics($1)",
+                        db::command_queue(d))
+                 .int64(0, 0);
     }
     return n;
   } catch (const std::exception& e) {
@@ -313,19 +345,28 @@ int run_worker(const std::vector<std::string>& argv,
   if (program.on_worker)
     program.on_worker(w);
   if (tick) {
-    worker_stats stats;
+    tick_result result;
     {
       std::optional<progress_printer> progress;
       if (progress_on)
         progress.emplace(w);
-      stats = w.run_tick(std::chrono::hours{24});
+      try {
+        result = w.run_tick_runners(std::chrono::hours{24});
+      } catch (const std::invalid_argument& e) {
+        // An unknown runner name in [tick] runners.
+        throw usage_error{e.what()};
+      }
     }
     auto remaining = remaining_messages(cfg);
-    print_stats(stats, json, remaining);
+    print_stats(result.stats, json, remaining, &result.report);
+    // A budget cut the run short: work may be left for the next run.
+    if (result.report.cut())
+      return exit_budget;
     // Not all done: some went to the troubleshooting queue, or some are
     // left (or, when they could not be counted, may be).
-    return stats.moved_to_tsq > 0 || remaining.value_or(1) > 0 ? exit_incomplete
-                                                               : exit_ok;
+    return result.stats.moved_to_tsq > 0 || remaining.value_or(1) > 0
+             ? exit_incomplete
+             : exit_ok;
   }
   // Block SIGINT/SIGTERM in every thread; this one waits for them.
   sigset_t sigs;

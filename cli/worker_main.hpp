@@ -68,8 +68,8 @@ struct worker_program {
 /// --json, --version and --help, then everything `cmdbus worker` does.
 /// Returns the exit code (0 ok, 1 usage error or invalid setting, 2 a
 /// domain's queue does not exist, 3 database unavailable, 4 other failure,
-/// 5 with --tick: not every command completed, 6 login refused). Never
-/// throws.
+/// 5 with --tick: not every command completed, 6 login refused, 8 with
+/// --tick: a budget cut the run short). Never throws.
 int worker_main(int argc, char** argv, const worker_program& program);
 
 /// The same for a tool that has already taken the log options (the

@@ -57,6 +57,21 @@ std::string describe(const worker_config& cfg) {
   if (!cfg.http.empty())
     out += "http = " + ini_string(cfg.http) + "\n";
   out += std::string{"tick = "} + (cfg.tick ? "true" : "false") + "\n";
+  out += "busy-delay = " + duration_text(cfg.busy_delay) + "\n";
+  out += "idle-backoff-min = " + duration_text(idle_backoff_min_of(cfg)) + "\n";
+  out += "idle-backoff-max = " + duration_text(idle_backoff_max_of(cfg)) + "\n";
+  out += "idle-jitter = " + real_text(cfg.idle_jitter) + "\n";
+  out += "error-backoff-max = " + duration_text(cfg.error_backoff_max) + "\n";
+  out += "[tick]\n";
+  if (!cfg.tick_runners.empty())
+    out += "runners = " + ini_list(cfg.tick_runners) + "\n";
+  out += "max-duration = " + duration_text(cfg.tick_max_duration) + "\n";
+  out += "runner-max-duration = " + duration_text(cfg.tick_runner_max_duration)
+         + "\n";
+  out += "runner-max-items = " + std::to_string(cfg.tick_runner_max_items)
+         + "\n";
+  out += "shard-index = " + std::to_string(cfg.tick_shard_index) + "\n";
+  out += "shard-count = " + std::to_string(cfg.tick_shard_count) + "\n";
   out += "[retry]\n";
   out += "max-attempts = " + std::to_string(cfg.retry.max_attempts) + "\n";
   out += "backoff = [";

@@ -53,6 +53,7 @@ void validate_remote(const worker_config& cfg, Report& report) {
 std::vector<std::string> validate(const worker_config& cfg) {
   using namespace detail;
   using std::chrono::milliseconds;
+  using std::chrono::minutes;
   using std::chrono::seconds;
   std::vector<std::string> problems;
   auto report = [&](std::string text) { problems.push_back(std::move(text)); };
@@ -109,6 +110,53 @@ std::vector<std::string> validate(const worker_config& cfg) {
       || cfg.flush_interval > milliseconds{1000})
     report("flush-interval (" + ms_text(cfg.flush_interval)
            + ") must be between 0ms and 1000ms");
+  if (cfg.busy_delay < milliseconds{0} || cfg.busy_delay > minutes{1})
+    report("busy-delay (" + ms_text(cfg.busy_delay)
+           + ") must be between 0ms and 1min");
+  auto idle_min = idle_backoff_min_of(cfg);
+  auto idle_max = idle_backoff_max_of(cfg);
+  if (idle_min < milliseconds{1})
+    report("idle-backoff-min (" + ms_text(idle_min) + ") must be at least 1ms");
+  else if (idle_max < idle_min || idle_max > std::chrono::hours{1})
+    report("idle-backoff-max (" + ms_text(idle_max)
+           + ") must be between idle-backoff-min (" + ms_text(idle_min)
+           + ") and 1h");
+  if (!(cfg.idle_jitter >= 0.0 && cfg.idle_jitter <= 1.0))
+    report("idle-jitter (" + real_text(cfg.idle_jitter)
+           + ") must be between 0 and 1");
+  if (cfg.error_backoff_max < milliseconds{100}
+      || cfg.error_backoff_max > minutes{10})
+    report("error-backoff-max (" + ms_text(cfg.error_backoff_max)
+           + ") must be between 100ms and 10min");
+  {
+    std::set<std::string> runners;
+    for (const auto& r : cfg.tick_runners)
+      if (r.empty())
+        report("tick runners: a runner name is empty");
+      else if (!runners.insert(r).second)
+        report("tick runners: " + db::printable(r) + " is listed twice");
+  }
+  if (cfg.tick_max_duration < milliseconds{0})
+    report("tick max-duration (" + ms_text(cfg.tick_max_duration)
+           + ") must not be negative");
+  if (cfg.tick_runner_max_duration < milliseconds{0})
+    report("tick runner-max-duration (" + ms_text(cfg.tick_runner_max_duration)
+           + ") must not be negative");
+  if (cfg.tick_runner_max_items < 0)
+    report("tick runner-max-items (" + std::to_string(cfg.tick_runner_max_items)
+           + ") must not be negative");
+  if (cfg.tick_shard_count < 0 || cfg.tick_shard_count > 1024)
+    report("shard-count (" + std::to_string(cfg.tick_shard_count)
+           + ") must be between 0 and 1024");
+  else if (cfg.tick_shard_count > 1
+           && (cfg.tick_shard_index < 0
+               || cfg.tick_shard_index >= cfg.tick_shard_count))
+    report("shard-index (" + std::to_string(cfg.tick_shard_index)
+           + ") must be between 0 and shard-count - 1 ("
+           + std::to_string(cfg.tick_shard_count - 1) + ")");
+  else if (cfg.tick_shard_count <= 1 && cfg.tick_shard_index != 0)
+    report("shard-index (" + std::to_string(cfg.tick_shard_index)
+           + ") needs a shard-count above 1");
   if (!cfg.http.empty()) {
     try {
       parse_http_address(cfg.http);

@@ -35,4 +35,14 @@ std::vector<dsn_group> group_by_dsn(const worker_config& cfg,
   return out;
 }
 
+std::chrono::milliseconds idle_backoff_min_of(const worker_config& cfg) {
+  if (cfg.idle_backoff_min)
+    return *cfg.idle_backoff_min;
+  return std::max(std::chrono::milliseconds{1}, cfg.poll_interval / 4);
+}
+
+std::chrono::milliseconds idle_backoff_max_of(const worker_config& cfg) {
+  return cfg.idle_backoff_max ? *cfg.idle_backoff_max : cfg.poll_interval;
+}
+
 } // namespace cmdbus::config

@@ -22,6 +22,17 @@
 // | [worker] flush-interval      | CMDBUS_FLUSH_INTERVAL    | (same name)
 // | [worker] http                | CMDBUS_HTTP              | --http
 // | [worker] tick                | -                        | --tick
+// | [worker] busy-delay          | CMDBUS_BUSY_DELAY        | (same name)
+// | [worker] idle-backoff-min    | CMDBUS_IDLE_BACKOFF_MIN  | (same name)
+// | [worker] idle-backoff-max    | CMDBUS_IDLE_BACKOFF_MAX  | (same name)
+// | [worker] idle-jitter         | CMDBUS_IDLE_JITTER       | (same name)
+// | [worker] error-backoff-max   | CMDBUS_ERROR_BACKOFF_MAX | (same name)
+// | [tick] runners               | CMDBUS_TICK_RUNNERS (a,b)| --tick-runners
+// | [tick] max-duration          | CMDBUS_TICK_MAX_DURATION | --tick-max-duration
+// | [tick] runner-max-duration   | CMDBUS_TICK_RUNNER_MAX_DURATION | --tick-runner-max-duration
+// | [tick] runner-max-items      | CMDBUS_TICK_RUNNER_MAX_ITEMS | --tick-runner-max-items
+// | [tick] shard-index           | CMDBUS_TICK_SHARD_INDEX  | --shard-index
+// | [tick] shard-count           | CMDBUS_TICK_SHARD_COUNT  | --shard-count
 // | [retry] max-attempts         | CMDBUS_MAX_ATTEMPTS      | --max-attempts
 // | [retry] backoff              | CMDBUS_BACKOFF (10,60)   | --backoff
 // | [retry] jitter               | CMDBUS_BACKOFF_JITTER    | --jitter
@@ -229,10 +240,53 @@ struct worker_config {
   /// is set). API only; the file turns it off per domain.
   bool run_schedules = true;
 
+  // -- the background loop's timing (docs/worker.md, "Loop timing") ---------
+
+  /// After a read that filled every free slot (more may be waiting): the
+  /// delay before the next read; 0 (the default) reads again at once.
+  std::chrono::milliseconds busy_delay{0};
+  /// After empty reads the poller waits idle_backoff_min, doubling per
+  /// empty read up to idle_backoff_max, each +/- idle_jitter; a NOTIFY or a
+  /// freed slot still wakes it at once. Unset: a quarter of poll_interval
+  /// and poll_interval (see idle_backoff_min_of / idle_backoff_max_of).
+  std::optional<std::chrono::milliseconds> idle_backoff_min;
+  std::optional<std::chrono::milliseconds> idle_backoff_max;
+  /// Random fraction 0..1 of each idle delay added or taken away.
+  double idle_jitter = 0.2;
+  /// Longest wait between attempts while the database fails (the wait
+  /// starts at 100 ms and doubles, drawn from [wait/2, wait]).
+  std::chrono::milliseconds error_backoff_max{5000};
+
+  // -- tick runs ([tick], docs/scheduling.md "Tick runs and budgets") --------
+
+  /// The runners of a tick run, in order: "commands" (each served domain's
+  /// commands, one runner per domain: "commands:NAME"), "schedules" (each
+  /// domain's recurring schedules: "schedules:NAME"), "jobs" (the singleton
+  /// jobs), or a runner the application registered. Empty: the default
+  /// order (commands, schedules, jobs).
+  std::vector<std::string> tick_runners;
+  /// Overall budget of a tick run; 0: none.
+  std::chrono::milliseconds tick_max_duration{0};
+  /// Budget of each runner: duration (0: none) and items (0: none).
+  std::chrono::milliseconds tick_runner_max_duration{0};
+  int64_t tick_runner_max_items = 0;
+  /// The share of the work of a tick run among tick_shard_count parallel
+  /// runs (commands whose message id modulo the count is the index; jobs
+  /// whose name's hash is); count 0 or 1: everything.
+  int tick_shard_index = 0;
+  int tick_shard_count = 0;
+
   /// Set by --dump-config only: print describe() and exit instead of
   /// running. Not a setting of the file or the environment.
   bool dump_config = false;
 };
+
+/// The idle backoff's floor: idle_backoff_min, else a quarter of
+/// poll_interval (at least 1 ms).
+std::chrono::milliseconds idle_backoff_min_of(const worker_config& cfg);
+
+/// The idle backoff's cap: idle_backoff_max, else poll_interval.
+std::chrono::milliseconds idle_backoff_max_of(const worker_config& cfg);
 
 /// The DSN of `domain`: its own ([domains.NAME] dsn), else the worker's.
 const std::string& dsn_for(const worker_config& cfg, const std::string& domain);

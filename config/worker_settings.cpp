@@ -183,8 +183,118 @@ settings_table<worker_config> make_worker_table() {
      "tick",
      nullptr,
      form::set,
-     {"--tick", "", "drain every domain once, then exit"},
+     {"--tick", "",
+      "run the tick runners once (each domain's commands, then the "
+      "singleton jobs; see [tick]), then exit"},
      [](c& x, const v& y, bool lenient) { x.tick = as_bool(y, lenient); }},
+    {kind::duration,
+     "worker",
+     "busy-delay",
+     "CMDBUS_BUSY_DELAY",
+     form::value,
+     {"--busy-delay", "DUR",
+      "delay before reading again after a read that filled every free "
+      "slot, 0..1min (0ms: at once)"},
+     [](c& x, const v& y, bool) { x.busy_delay = as_duration(y, false); }},
+    {kind::duration,
+     "worker",
+     "idle-backoff-min",
+     "CMDBUS_IDLE_BACKOFF_MIN",
+     form::value,
+     {"--idle-backoff-min", "DUR",
+      "wait after the first empty read, doubling per empty read, >= 1ms (a "
+      "quarter of the poll interval)"},
+     [](c& x, const v& y, bool) {
+       x.idle_backoff_min = as_duration(y, false);
+     }},
+    {kind::duration,
+     "worker",
+     "idle-backoff-max",
+     "CMDBUS_IDLE_BACKOFF_MAX",
+     form::value,
+     {"--idle-backoff-max", "DUR",
+      "longest wait between empty reads, >= idle-backoff-min and <= 1h (the "
+      "poll interval)"},
+     [](c& x, const v& y, bool) {
+       x.idle_backoff_max = as_duration(y, false);
+     }},
+    {kind::real,
+     "worker",
+     "idle-jitter",
+     "CMDBUS_IDLE_JITTER",
+     form::value,
+     {"--idle-jitter", "X",
+      "random fraction 0..1 added to or taken from each idle wait (0.2)"},
+     [](c& x, const v& y, bool) { x.idle_jitter = as_real(y); }},
+    {kind::duration,
+     "worker",
+     "error-backoff-max",
+     "CMDBUS_ERROR_BACKOFF_MAX",
+     form::value,
+     {"--error-backoff-max", "DUR",
+      "longest wait between reads while the database fails, 100ms..10min "
+      "(5s)"},
+     [](c& x, const v& y, bool) {
+       x.error_backoff_max = as_duration(y, false);
+     }},
+    {kind::string_list,
+     "tick",
+     "runners",
+     "CMDBUS_TICK_RUNNERS",
+     form::value,
+     {"--tick-runners", "LIST",
+      "with --tick: the runners in order, comma-separated: commands (each "
+      "domain's), schedules (each domain's recurring schedules), jobs, or an "
+      "application's own (commands,schedules,jobs)"},
+     [](c& x, const v& y, bool) { x.tick_runners = as_string_list(y); }},
+    {kind::duration,
+     "tick",
+     "max-duration",
+     "CMDBUS_TICK_MAX_DURATION",
+     form::value,
+     {"--tick-max-duration", "DUR",
+      "with --tick: overall budget; runners not reached are left for the "
+      "next run (none)"},
+     [](c& x, const v& y, bool) {
+       x.tick_max_duration = as_duration(y, false);
+     }},
+    {kind::duration,
+     "tick",
+     "runner-max-duration",
+     "CMDBUS_TICK_RUNNER_MAX_DURATION",
+     form::value,
+     {"--tick-runner-max-duration", "DUR",
+      "with --tick: budget of each runner; it takes no new item after it "
+      "(none)"},
+     [](c& x, const v& y, bool) {
+       x.tick_runner_max_duration = as_duration(y, false);
+     }},
+    {kind::integer,
+     "tick",
+     "runner-max-items",
+     "CMDBUS_TICK_RUNNER_MAX_ITEMS",
+     form::value,
+     {"--tick-runner-max-items", "N",
+      "with --tick: most items (commands, job runs) of each runner (none)"},
+     [](c& x, const v& y, bool) { x.tick_runner_max_items = as_int(y); }},
+    {kind::integer,
+     "tick",
+     "shard-index",
+     "CMDBUS_TICK_SHARD_INDEX",
+     form::value,
+     {"--shard-index", "I",
+      "with --tick and --shard-count: this run's share, 0..N-1 (0)"},
+     [](c& x, const v& y, bool) { x.tick_shard_index = as_int(y); }},
+    {kind::integer,
+     "tick",
+     "shard-count",
+     "CMDBUS_TICK_SHARD_COUNT",
+     form::value,
+     {"--shard-count", "N",
+      "with --tick: parallel runs sharing the work, each with its own "
+      "--shard-index; they never take the same command or job, 0..1024 "
+      "(none)"},
+     [](c& x, const v& y, bool) { x.tick_shard_count = as_int(y); }},
     {kind::integer,
      "retry",
      "max-attempts",
@@ -275,7 +385,7 @@ settings_table<worker_config> make_worker_table() {
        x.dump_config = as_bool(y, lenient);
      }});
   return {std::move(rows),
-          {"worker", "retry", "remote", "tls", "admin"},
+          {"worker", "tick", "retry", "remote", "tls", "admin"},
           {"domains.",
            {{"dsn", store_domain_dsn_entry},
             {"priorities", store_priorities_entry},

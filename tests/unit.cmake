@@ -18,6 +18,7 @@ add_executable(cmdbus-unit-test ${unit_test_sources}
   ${PROJECT_SOURCE_DIR}/actors/ops/status_page.cpp
   ${PROJECT_SOURCE_DIR}/actors/ops/status_snapshot.cpp
   ${PROJECT_SOURCE_DIR}/actors/ops/throughput.cpp
+  ${PROJECT_SOURCE_DIR}/actors/tick.cpp
   ${PROJECT_SOURCE_DIR}/actors/worker/credit_ledger.cpp
   ${PROJECT_SOURCE_DIR}/apps/demo_workflows.cpp)
 target_link_libraries(cmdbus-unit-test PRIVATE

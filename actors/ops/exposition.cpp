@@ -260,6 +260,20 @@ std::string render_metrics(const status_snapshot& s) {
                return static_cast<int>(d.health.state);
              });
   {
+    family_writer f{out, "cmdbus_job_runs_total", "counter",
+                    "Attempts of the singleton jobs, by outcome: ok (held the "
+                    "lock and committed), skipped (another replica held it), "
+                    "failed (rolled back)."};
+    for (auto& j : s.jobs) {
+      f.sample({{"job", j.name}, {"outcome", "ok"}},
+               static_cast<double>(j.ran));
+      f.sample({{"job", j.name}, {"outcome", "skipped"}},
+               static_cast<double>(j.skipped));
+      f.sample({{"job", j.name}, {"outcome", "failed"}},
+               static_cast<double>(j.failed));
+    }
+  }
+  {
     family_writer f{out, "cmdbus_ready", "gauge",
                     "1 while the worker takes work (see /readyz)."};
     f.sample({}, s.ready ? 1 : 0);

@@ -180,4 +180,18 @@ private:
   std::array<std::atomic<int64_t>, all_db_actors.size()> db_errors_{};
 };
 
+/// The counts of one singleton job (db/jobs.hpp), kept across restarts of
+/// the worker: runs by outcome (cmdbus_job_runs_total{job,outcome}).
+struct job_metrics {
+  explicit job_metrics(std::string job_name) : name(std::move(job_name)) {}
+
+  const std::string name;
+  /// Runs that held the lock and committed.
+  std::atomic<int64_t> ran{0};
+  /// Attempts that found the lock held by another session.
+  std::atomic<int64_t> skipped{0};
+  /// Runs that threw or met a failing database (rolled back).
+  std::atomic<int64_t> failed{0};
+};
+
 } // namespace cmdbus

@@ -55,6 +55,9 @@ status_snapshot build_status(const status_inputs& in) {
     s.domains.push_back(domain_of(src));
     s.state = std::max(s.state, src.health.state);
   }
+  for (auto* j : in.jobs)
+    s.jobs.push_back(
+      job_status{j->name, j->ran.load(), j->skipped.load(), j->failed.load()});
   return s;
 }
 

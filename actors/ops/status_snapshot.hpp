@@ -65,6 +65,14 @@ struct domain_status {
 };
 
 /// The whole worker.
+/// The counts of one singleton job (see job_metrics).
+struct job_status {
+  std::string name;
+  int64_t ran = 0;
+  int64_t skipped = 0;
+  int64_t failed = 0;
+};
+
 struct status_snapshot {
   std::string version;
   /// The worst domain state.
@@ -83,6 +91,8 @@ struct status_snapshot {
   std::vector<db::process_figures> processes;
   /// Why the queue figures are missing (empty when they were read).
   std::string queue_error;
+  /// The singleton jobs registered with the worker, in registration order.
+  std::vector<job_status> jobs;
   /// Seconds since the queue figures were read.
   double queue_age_seconds = 0;
 };
@@ -111,6 +121,8 @@ struct status_inputs {
   double uptime_seconds = 0;
   /// In the configured order.
   std::vector<domain_source> domains;
+  /// The singleton jobs' counts (never null), in registration order.
+  std::vector<const job_metrics*> jobs;
 };
 
 /// Builds the status view: per domain its figures copied from its metrics,

@@ -16,15 +16,30 @@ poller_state::poller_state() = default;
 
 poller_state::~poller_state() = default;
 
+std::chrono::milliseconds idle_delay(double min_ms, double max_ms,
+                                     double jitter, int empty_reads,
+                                     std::mt19937_64& rng) {
+  auto ms = std::max<int64_t>(
+    1, static_cast<int64_t>(
+         backoff::exponential(std::max(empty_reads, 1), min_ms, 2.0, max_ms)));
+  auto jittered = backoff::jitter(static_cast<double>(ms), 1.0 - jitter,
+                                  1.0 + jitter, rng);
+  return std::chrono::milliseconds{
+    std::max<int64_t>(1, static_cast<int64_t>(jittered))};
+}
+
 std::chrono::milliseconds idle_delay(std::chrono::milliseconds poll_interval,
                                      int empty_reads, std::mt19937_64& rng) {
   auto base = static_cast<double>(poll_interval.count());
-  auto ms = std::max<int64_t>(
-    1, static_cast<int64_t>(
-         backoff::exponential(std::max(empty_reads, 1), base / 4, 2.0, base)));
-  auto jittered = backoff::jitter(static_cast<double>(ms), 0.8, 1.2, rng);
-  return std::chrono::milliseconds{
-    std::max<int64_t>(1, static_cast<int64_t>(jittered))};
+  return idle_delay(base / 4, base, 0.2, empty_reads, rng);
+}
+
+std::chrono::milliseconds idle_delay(const config::worker_config& cfg,
+                                     int empty_reads, std::mt19937_64& rng) {
+  return idle_delay(
+    static_cast<double>(config::idle_backoff_min_of(cfg).count()),
+    static_cast<double>(config::idle_backoff_max_of(cfg).count()),
+    cfg.idle_jitter, empty_reads, rng);
 }
 
 db::read_options read_options_for(const poller_state& st, int qty) {
@@ -39,6 +54,10 @@ db::read_options read_options_for(const poller_state& st, int qty) {
     auto every = std::max(1, sched.fifo_every);
     auto owed = (st.claimed + qty) / every - st.claimed_oldest;
     how.oldest = static_cast<int>(std::clamp<int64_t>(owed, 0, qty));
+  }
+  if (st.settings.tick && st.settings.shard_count > 1) {
+    how.shard_index = st.settings.shard_index;
+    how.shard_count = st.settings.shard_count;
   }
   return how;
 }
@@ -61,6 +80,27 @@ void arm_timer(self_ptr self, std::chrono::milliseconds delay) {
   self->become(poller_behavior(self));
 }
 
+// Tick mode: returns whether the run's limits stop the reads (its item
+// budget is used up or its deadline passed; then marks the run cut), else
+// lowers `qty` to what is left of the item budget.
+bool tick_limit_reached(self_ptr self, int& qty) {
+  auto& st = self->state;
+  const auto& lim = st.settings.tick_limit;
+  bool reached = false;
+  if (lim.max_items) {
+    auto left = *lim.max_items - st.claimed;
+    if (left <= 0)
+      reached = true;
+    else
+      qty = static_cast<int>(std::min<int64_t>(qty, left));
+  }
+  if (lim.deadline && self->clock().now() >= *lim.deadline)
+    reached = true;
+  if (reached && st.settings.tick_cut)
+    st.settings.tick_cut->store(true);
+  return reached;
+}
+
 void read(self_ptr self) {
   auto& st = self->state;
   if (st.credits <= 0)
@@ -73,8 +113,14 @@ void read(self_ptr self) {
     arm_timer(self, std::max(std::chrono::milliseconds{1}, left));
     return;
   }
+  auto qty = static_cast<int>(st.credits);
+  if (st.settings.tick && tick_limit_reached(self, qty)) {
+    // The run's budget stops the reads: report idle, so that the tick
+    // drains what it holds and ends.
+    self->send(st.parent, atom::empty::value, st.credits_seen);
+    return;
+  }
   try {
-    auto qty = static_cast<int>(st.credits);
     auto vt = static_cast<int>(st.settings.cfg->visibility_timeout.count());
     auto how = read_options_for(st, qty);
     auto res = st.receive(vt, qty, how);
@@ -115,9 +161,13 @@ void read(self_ptr self) {
     if (st.settings.health)
       st.settings.health->poller_read(health_now_ms(), st.credits);
     if (res.read >= qty) {
-      // A full read: there may be more; read again as soon as possible.
+      // A full read: there may be more; read again as soon as possible, or
+      // after the busy delay.
       st.empty_reads = 0;
-      schedule_read(self);
+      if (st.settings.tick || st.settings.cfg->busy_delay.count() <= 0)
+        schedule_read(self);
+      else
+        arm_timer(self, st.settings.cfg->busy_delay);
     } else {
       if (res.read == 0) {
         ++st.empty_reads;
@@ -127,8 +177,7 @@ void read(self_ptr self) {
       }
       if (!st.settings.tick)
         arm_timer(self, res.read == 0
-                          ? idle_delay(st.settings.cfg->poll_interval,
-                                       st.empty_reads, st.rng)
+                          ? idle_delay(*st.settings.cfg, st.empty_reads, st.rng)
                           : st.settings.cfg->poll_interval);
     }
   } catch (const std::exception& e) {
@@ -185,7 +234,7 @@ poller(poller_actor::stateful_pointer<poller_state> self,
   st.parent = std::move(parent);
   st.name = "poller/" + st.settings.domain;
   auto opts = session_for(st.settings, "cmdbus-poller");
-  opts.max_backoff = std::chrono::milliseconds{5000};
+  opts.max_backoff = st.settings.cfg->error_backoff_max;
   st.session = std::make_unique<db_session>(
     st.name, std::move(opts), db_error_counter(st.settings, db_actor::poller),
     [self] { return self->clock().now(); });

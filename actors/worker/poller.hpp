@@ -69,19 +69,33 @@ struct poller_state {
 /// oldest-first: floor((claimed + qty) / fifo_every) - claimed_oldest.
 db::read_options read_options_for(const poller_state& st, int qty);
 
-/// Returns the idle backoff after `empty_reads` consecutive empty reads: a
-/// quarter of the poll interval after the first, doubling per empty read up
-/// to the poll interval, +/- 20 % jitter.
+/// Returns the idle backoff after `empty_reads` consecutive empty reads:
+/// `min_ms` after the first, doubling per empty read up to `max_ms`, +/-
+/// `jitter` (a fraction), at least 1 ms.
+std::chrono::milliseconds idle_delay(double min_ms, double max_ms,
+                                     double jitter, int empty_reads,
+                                     std::mt19937_64& rng);
+
+/// Returns the idle backoff of a poll interval alone: a quarter of it
+/// after the first empty read, doubling up to it, +/- 20 % (the defaults
+/// of the loop timing; the process reply routers use it).
 std::chrono::milliseconds idle_delay(std::chrono::milliseconds poll_interval,
+                                     int empty_reads, std::mt19937_64& rng);
+
+/// Returns the idle backoff of the worker's loop timing (idle-backoff-min,
+/// idle-backoff-max, idle-jitter; docs/worker.md "Loop timing").
+std::chrono::milliseconds idle_delay(const config::worker_config& cfg,
                                      int empty_reads, std::mt19937_64& rng);
 
 /// The poller's behaviour: reads at most `credits` messages whenever it got
 /// credits, a NOTIFY arrived, or its timer fired; sends what it read to
 /// `parent` as (atom::run, commands), undecodable claimed ones as
 /// (atom::finish, ...), and (atom::idle, credits_seen) after an empty read.
-/// A full read is followed by another at once; otherwise it reads again
-/// after the poll interval, after the idle backoff (empty reads), or after
-/// the error backoff; in tick mode only when credits arrive. A domain with
+/// A full read is followed by another at once (or after the busy delay);
+/// otherwise it reads again after the poll interval, after the idle backoff
+/// (empty reads), or after the error backoff; in tick mode only when
+/// credits arrive, and not beyond the run's limits (domain_settings::
+/// tick_limit: it then reports idle and marks the run cut). A domain with
 /// priorities or per-type caps reads through cmdbus_read
 /// (read_options_for): each capped type within its own credits, which the
 /// supervisor returns as (atom::credit, type, n).

@@ -9,6 +9,7 @@
 #include "cmdbus/actors/network.hpp"
 #include "cmdbus/actors/worker/admin_drain.hpp"
 #include "cmdbus/actors/worker/batch_counter.hpp"
+#include "cmdbus/actors/worker/job_runner.hpp"
 #include "cmdbus/actors/worker/root.hpp"
 #include "cmdbus/actors/worker/scheduler.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
@@ -21,6 +22,8 @@ struct runtime::impl {
   std::shared_ptr<system_host> host;
   root_actor root;
   scheduler_actor scheduler;
+  /// The singleton job runner, when jobs are registered.
+  job_runner_actor jobs;
   std::atomic<bool> stopped{false};
   std::shared_future<void> gone;
 };
@@ -78,8 +81,14 @@ runtime::~runtime() {
   stop(caf::exit_reason::user_shutdown);
   impl_->root = nullptr;
   impl_->scheduler = nullptr;
+  impl_->jobs = nullptr;
   // The host destroys the system on a thread of its own.
   impl_->host.reset();
+}
+
+void runtime::start_jobs(job_runner_settings settings) {
+  impl_->jobs = spawn_job_runner(impl_->host->system(), std::move(settings));
+  release_thread_logger();
 }
 
 bool runtime::drain(std::chrono::milliseconds timeout) {
@@ -110,6 +119,8 @@ void runtime::stop(caf::exit_reason reason) {
   caf::anon_send_exit(impl_->root, reason);
   if (impl_->scheduler)
     caf::anon_send_exit(impl_->scheduler, reason);
+  if (impl_->jobs)
+    caf::anon_send_exit(impl_->jobs, reason);
   release_thread_logger();
 }
 

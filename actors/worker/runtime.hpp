@@ -8,7 +8,10 @@
 // batch counter, one supervisor per domain and one process reply router per
 // domain with process managers, each linked to it; each supervisor spawns
 // its writers, handlers and poller, each router its process writers (and,
-// as replies come, process actors), each linked to it.
+// as replies come, process actors), each linked to it. With singleton jobs
+// (worker::add_job), the job runner (actors/worker/job_runner.hpp) beside
+// the root, unlinked: it recovers from database failures itself and ends
+// in step 2 below, after the run in progress.
 //
 // Links carry every ending down and every death up:
 // - a parent that ends (for any reason, `kill` included) ends its children
@@ -68,6 +71,7 @@ struct batch_delivery_settings;
 struct process_settings;
 struct scheduler_settings;
 class schedule_store;
+struct job_runner_settings;
 
 /// The running actors of a worker: its actor system and root. Thread-safe.
 /// Destroying the last handle ends the root (if nobody stopped it) and hands
@@ -88,6 +92,11 @@ public:
   runtime(const runtime&) = delete;
   runtime& operator=(const runtime&) = delete;
   ~runtime();
+
+  /// Starts the singleton job runner of `settings` (actors/worker/
+  /// job_runner.hpp) beside the root; step 2 ends it too (after the run in
+  /// progress, if any).
+  void start_jobs(job_runner_settings settings);
 
   /// Asks every domain to drain (step 1); returns whether all confirmed
   /// within `timeout`.

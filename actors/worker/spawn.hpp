@@ -17,6 +17,7 @@
 #include "cmdbus/actors/ops/health.hpp"
 #include "cmdbus/actors/interfaces.hpp"
 #include "cmdbus/actors/ops/metrics.hpp"
+#include "cmdbus/actors/tick.hpp"
 #include "cmdbus/actors/worker.hpp"
 #include "cmdbus/config/worker_config.hpp"
 
@@ -32,6 +33,14 @@ struct domain_settings {
   std::shared_ptr<const config::worker_config> cfg;
   /// Tick mode (worker::run_tick): process what is due now, then drain.
   bool tick = false;
+  /// Tick mode: the step's limits (the poller reads no more than
+  /// max_items messages and none after the deadline), the shard it reads
+  /// (shard_count > 1: messages whose msg_id % shard_count ==
+  /// shard_index), and where the poller marks that a limit stopped it.
+  tick_limits tick_limit;
+  int shard_index = 0;
+  int shard_count = 0;
+  std::shared_ptr<std::atomic<bool>> tick_cut;
   /// The completion writer records the batches it completes for durable
   /// callback delivery (set when batch callbacks are registered).
   bool record_batches = false;

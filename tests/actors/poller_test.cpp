@@ -213,6 +213,101 @@ CAF_TEST(tick mode reports idle and arms no timer) {
   CAF_CHECK_EQUAL(got->idles, (std::vector<int64_t>{0, 2}));
 }
 
+CAF_TEST(configured idle backoff grows to its max and resets on work) {
+  cfg.idle_backoff_min = 40ms;
+  cfg.idle_backoff_max = 300ms;
+  cfg.idle_jitter = 0.0;
+  start();
+  std::vector<int64_t> delays;
+  for (int i = 0; i < 5; ++i) {
+    CAF_REQUIRE(st().next_poll);
+    delays.push_back(st().next_poll->count());
+    sched.trigger_timeout();
+    sched.run();
+  }
+  CAF_CHECK_EQUAL(delays, (std::vector<int64_t>{40, 80, 160, 300, 300}));
+  // Work resets it: a partial read waits the poll interval, and the next
+  // empty read starts again at the floor.
+  queue->available = 1;
+  sched.trigger_timeout();
+  sched.run();
+  CAF_CHECK_EQUAL(got->runs, std::vector<size_t>{1});
+  CAF_CHECK_EQUAL(st().next_poll->count(), 1000);
+  sched.trigger_timeout();
+  sched.run();
+  CAF_REQUIRE(st().next_poll);
+  CAF_CHECK_EQUAL(st().next_poll->count(), 40);
+}
+
+CAF_TEST(configured idle jitter stays within its fraction) {
+  config::worker_config c;
+  c.idle_backoff_min = 100ms;
+  c.idle_backoff_max = 1000ms;
+  c.idle_jitter = 0.5;
+  std::mt19937_64 rng{5};
+  for (int i = 0; i < 100; ++i) {
+    auto first = idle_delay(c, 1, rng).count();
+    CAF_CHECK_GREATER_OR_EQUAL(first, 50);
+    CAF_CHECK_LESS_OR_EQUAL(first, 150);
+    auto later = idle_delay(c, 20, rng).count();
+    CAF_CHECK_GREATER_OR_EQUAL(later, 500);
+    CAF_CHECK_LESS_OR_EQUAL(later, 1500);
+  }
+}
+
+CAF_TEST(a busy delay paces reads after a full read) {
+  cfg.busy_delay = 50ms;
+  queue->available = 10;
+  start();
+  // A full read of 2: the next read waits the busy delay instead of
+  // following at once.
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2}));
+  CAF_REQUIRE(st().next_poll);
+  CAF_CHECK_EQUAL(st().next_poll->count(), 50);
+}
+
+CAF_TEST(a tick poller reads no more than its item limit) {
+  settings.tick = true;
+  settings.tick_limit.max_items = 3;
+  settings.tick_cut = std::make_shared<std::atomic<bool>>(false);
+  queue->available = 10;
+  start();
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2}));
+  credit(2);
+  // One left of the limit: a read of 1, then the limit reports idle
+  // without reading and marks the run cut.
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 1}));
+  CAF_CHECK_EQUAL(st().claimed, 3);
+  CAF_CHECK(settings.tick_cut->load());
+  CAF_CHECK_EQUAL(got->idles.size(), 1u);
+  credit(3);
+  CAF_CHECK_EQUAL(queue->reads.size(), 2u);
+  CAF_CHECK_EQUAL(queue->available, 7);
+}
+
+CAF_TEST(a tick poller takes nothing after its deadline) {
+  settings.tick = true;
+  settings.tick_limit.deadline = sched.clock().current_time;
+  settings.tick_cut = std::make_shared<std::atomic<bool>>(false);
+  queue->available = 10;
+  start();
+  CAF_CHECK(queue->reads.empty());
+  CAF_CHECK_EQUAL(got->idles.size(), 1u);
+  CAF_CHECK(settings.tick_cut->load());
+}
+
+CAF_TEST(a tick poller reads its shard) {
+  settings.tick = true;
+  settings.shard_index = 1;
+  settings.shard_count = 3;
+  queue->available = 1;
+  start();
+  CAF_REQUIRE_EQUAL(queue->hows.size(), 1u);
+  CAF_CHECK_EQUAL(queue->hows[0].shard_index, 1);
+  CAF_CHECK_EQUAL(queue->hows[0].shard_count, 3);
+  CAF_CHECK(queue->hows[0].chooses());
+}
+
 CAF_TEST(a failed read waits for the error backoff) {
   queue->fail_next = 1;
   start();

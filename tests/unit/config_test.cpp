@@ -263,7 +263,7 @@ TEST(ConfigIni, reports_unknown_keys_and_sections) {
             "worker.ini:1: unknown key 'frobnicate' at the top level");
   EXPECT_EQ(ini_error("\n[workers]\n"),
             "worker.ini:2: unknown section [workers] (expected [worker], "
-            "[retry], [remote], [tls], [admin], [domains.NAME] or "
+            "[tick], [retry], [remote], [tls], [admin], [domains.NAME] or "
             "[domains.NAME.types.TYPE])");
   EXPECT_EQ(ini_error("[worker]\nvisibility_timeout = 3s\n"),
             "worker.ini:2: unknown key 'visibility_timeout' in section "
@@ -886,6 +886,85 @@ TEST(ConfigAdmin, off_by_default_read_from_every_source_checked_described) {
   bad.admin = "nowhere:port";
   EXPECT_TRUE(has_problem(validate(bad), "admin (\"nowhere:port\")"));
   EXPECT_TRUE(contains(worker_help(), "--admin HOST:PORT"));
+}
+
+// -- tick runs ([tick]) and the loop timing ([worker]) ------------------------
+
+TEST(ConfigTick, none_by_default_read_from_every_source_checked_described) {
+  worker_config cfg;
+  EXPECT_TRUE(cfg.tick_runners.empty());
+  EXPECT_EQ(cfg.tick_max_duration, 0ms);
+  EXPECT_EQ(cfg.tick_runner_max_items, 0);
+  EXPECT_EQ(cfg.tick_shard_count, 0);
+  apply_ini(cfg,
+            "[tick]\nrunners = [\"jobs\", \"commands\"]\nmax-duration = 8min\n"
+            "runner-max-duration = 1min\nrunner-max-items = 200\n"
+            "shard-index = 1\nshard-count = 3\n",
+            "w.ini");
+  EXPECT_EQ(cfg.tick_runners, (std::vector<std::string>{"jobs", "commands"}));
+  EXPECT_EQ(cfg.tick_max_duration, 480000ms);
+  EXPECT_EQ(cfg.tick_runner_max_duration, 60000ms);
+  EXPECT_EQ(cfg.tick_runner_max_items, 200);
+  EXPECT_EQ(cfg.tick_shard_index, 1);
+  EXPECT_EQ(cfg.tick_shard_count, 3);
+  apply_env(cfg, fake_env{{{"CMDBUS_TICK_RUNNERS", "commands"},
+                           {"CMDBUS_TICK_RUNNER_MAX_ITEMS", "7"}}}
+                   .lookup());
+  EXPECT_EQ(cfg.tick_runners, (std::vector<std::string>{"commands"}));
+  EXPECT_EQ(cfg.tick_runner_max_items, 7);
+  apply_args(cfg, {"--tick-max-duration", "30s", "--shard-index", "2"});
+  EXPECT_EQ(cfg.tick_max_duration, 30000ms);
+  EXPECT_EQ(cfg.tick_shard_index, 2);
+  auto text = describe(cfg);
+  worker_config again;
+  apply_ini(again, text, "dump.ini");
+  EXPECT_EQ(again.tick_runners, cfg.tick_runners);
+  EXPECT_EQ(again.tick_max_duration, cfg.tick_max_duration);
+  EXPECT_EQ(again.tick_runner_max_items, cfg.tick_runner_max_items);
+  EXPECT_EQ(again.tick_shard_index, 2);
+  auto bad = valid();
+  bad.tick_shard_count = 2;
+  bad.tick_shard_index = 2;
+  EXPECT_TRUE(has_problem(validate(bad), "shard-index (2) must be between 0"));
+  bad = valid();
+  bad.tick_shard_index = 1;
+  EXPECT_TRUE(has_problem(validate(bad), "needs a shard-count above 1"));
+  bad = valid();
+  bad.tick_runners = {"jobs", "jobs"};
+  EXPECT_TRUE(has_problem(validate(bad), "\"jobs\" is listed twice"));
+  bad = valid();
+  bad.tick_runner_max_items = -1;
+  EXPECT_TRUE(has_problem(validate(bad), "runner-max-items (-1)"));
+}
+
+TEST(ConfigLoopTiming, defaults_are_the_earlier_timings) {
+  auto cfg = valid();
+  cfg.poll_interval = 1000ms;
+  EXPECT_EQ(cfg.busy_delay, 0ms);
+  EXPECT_EQ(idle_backoff_min_of(cfg), 250ms);
+  EXPECT_EQ(idle_backoff_max_of(cfg), 1000ms);
+  EXPECT_DOUBLE_EQ(cfg.idle_jitter, 0.2);
+  EXPECT_EQ(cfg.error_backoff_max, 5000ms);
+  apply_ini(cfg,
+            "[worker]\nbusy-delay = 250ms\nidle-backoff-min = 1s\n"
+            "idle-backoff-max = 30s\nidle-jitter = 0.5\n"
+            "error-backoff-max = 30s\n",
+            "w.ini");
+  EXPECT_EQ(cfg.busy_delay, 250ms);
+  EXPECT_EQ(idle_backoff_min_of(cfg), 1000ms);
+  EXPECT_EQ(idle_backoff_max_of(cfg), 30000ms);
+  EXPECT_DOUBLE_EQ(cfg.idle_jitter, 0.5);
+  EXPECT_EQ(cfg.error_backoff_max, 30000ms);
+  EXPECT_TRUE(validate(cfg).empty());
+  auto bad = cfg;
+  bad.idle_backoff_max = 500ms;
+  EXPECT_TRUE(has_problem(validate(bad), "idle-backoff-max (500ms)"));
+  bad = cfg;
+  bad.idle_jitter = 1.5;
+  EXPECT_TRUE(has_problem(validate(bad), "idle-jitter"));
+  bad = cfg;
+  bad.error_backoff_max = 10ms;
+  EXPECT_TRUE(has_problem(validate(bad), "error-backoff-max (10ms)"));
 }
 
 // -- priorities and per-type caps ([domains.NAME], [domains.NAME.types.T]) ---
