@@ -9,9 +9,9 @@
 #include "cmdbus/actors/ops/status_snapshot.hpp"
 #include "cmdbus/actors/ops/throughput.hpp"
 #include "cmdbus/actors/worker/batch_counter.hpp"
-#include "cmdbus/actors/worker/scheduler.hpp"
 #include "cmdbus/actors/worker/remote_link.hpp"
 #include "cmdbus/actors/worker/runtime.hpp"
+#include "cmdbus/actors/worker/scheduler.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
 #include "cmdbus/db/connection.hpp"
 #include "cmdbus/db/queue_name.hpp"
@@ -212,8 +212,7 @@ struct worker::impl {
     }
     rt = actors::runtime::start(
       std::move(domains), callbacks, std::move(delivery), std::move(routers),
-      schedules,
-      schedules ? actors::make_schedule_store(shared) : nullptr);
+      schedules, schedules ? actors::make_schedule_store(shared) : nullptr);
     running = true;
     http = std::move(endpoint);
     admin_port = std::move(admin_server);

@@ -32,9 +32,10 @@ namespace {
 
 std::vector<std::string> worker_args(const std::string& domain,
                                      const std::string& dsn) {
-  return {"worker",          "--demo", "--domain", domain, "--dsn", dsn,
-          "--poll-interval", "100ms",  "--quiet",  "--statement-timeout",
-          "2s"};
+  return {
+    "worker", "--demo",          "--domain", domain,    "--dsn",
+    dsn,      "--poll-interval", "100ms",    "--quiet", "--statement-timeout",
+    "2s"};
 }
 
 int64_t scalar(db::connection& c, const std::string& sql,
@@ -59,13 +60,13 @@ TEST(ScheduleExactlyOnce, EverySlotOnceAcrossTwoWorkersAndKillCycles) {
   auto port_row = c.query("SELECT current_setting('port')");
   auto port = std::stoi(std::string{port_row.text(0, 0)});
   tcp_proxy proxy{port};
-  const std::string dsns[2]
-    = {dsn(), dsn() + " host=127.0.0.1 port=" + std::to_string(proxy.port())
-                + " connect_timeout=2"};
+  const std::string dsns[2] = {dsn(), dsn() + " host=127.0.0.1 port="
+                                        + std::to_string(proxy.port())
+                                        + " connect_timeout=2"};
   std::unique_ptr<background_cmdbus> workers[2];
   for (int i = 0; i < 2; ++i)
-    workers[i]
-      = std::make_unique<background_cmdbus>(worker_args(domain, dsns[i]));
+    workers[i] = std::make_unique<background_cmdbus>(
+      worker_args(domain, dsns[i]));
   auto fired = [&] {
     return scalar(c,
                   "SELECT fired_count FROM commandbus.cmdbus_schedule WHERE "
