@@ -58,8 +58,7 @@ duration or JSON); 2 no such schedule.
 
 constexpr option json_option{"--json", "", "print the result as JSON"};
 
-const command_spec schedule_command{schedule_synopsis, {},
-                                    schedule_exit_codes};
+const command_spec schedule_command{schedule_synopsis, {}, schedule_exit_codes};
 
 const command_spec add_command{
   schedule_synopsis,
@@ -106,8 +105,9 @@ void write_schedule(json_out& out, const schedules::schedule& s) {
     .field("cron", s.def.cron)
     .field("time_zone", s.def.cron ? std::optional<std::string>{s.def.time_zone}
                                    : std::nullopt)
-    .field("every_ms", s.def.every ? std::optional<int64_t>{s.def.every->count()}
-                                   : std::nullopt)
+    .field("every_ms", s.def.every
+                         ? std::optional<int64_t>{s.def.every->count()}
+                         : std::nullopt)
     .field("misfire", std::string{schedules::to_string(s.def.misfire)})
     .field("reply_to", s.def.reply_to)
     .field("max_attempts", s.def.max_attempts)
@@ -194,8 +194,7 @@ int schedule_add(const args& a) {
   if (auto m = a.option("--misfire")) {
     auto p = schedules::parse_misfire_policy(*m);
     if (!p)
-      throw usage_error{"--misfire must be run_once or skip, not '" + *m
-                        + "'"};
+      throw usage_error{"--misfire must be run_once or skip, not '" + *m + "'"};
     d.misfire = *p;
   }
   d.reply_to = a.option("--reply-to");
@@ -219,7 +218,7 @@ int schedule_add(const args& a) {
     out.end_object();
     out.print(std::cout);
   } else {
-    std::cout << (res.created  ? "created"
+    std::cout << (res.created   ? "created"
                   : res.changed ? "updated"
                                 : "unchanged")
               << " schedule " << d.name << " in " << d.domain << " ("

@@ -47,9 +47,9 @@ int main(int argc, char** argv) {
   {
     caf::actor_system_config sys_cfg;
     caf::actor_system sys{sys_cfg};
-    auto aut = sys.spawn<caf::detached>(
-      actors::scheduler, settings, actors::make_schedule_store(cfg),
-      caf::actor_addr{});
+    auto aut = sys.spawn<caf::detached>(actors::scheduler, settings,
+                                        actors::make_schedule_store(cfg),
+                                        caf::actor_addr{});
     std::this_thread::sleep_for(std::chrono::seconds{seconds});
     caf::anon_send_exit(aut, caf::exit_reason::user_shutdown);
   }

@@ -55,8 +55,8 @@ schedule to_schedule(const db::result& r, int i) {
   s.anchor = db::opt_time_at(r, i, 11);
   s.next_slot = db::time_at(r, i, 12);
   s.paused = r.boolean(i, 13);
-  s.def.misfire = parse_misfire_policy(r.text(i, 14))
-                    .value_or(misfire_policy::run_once);
+  s.def.misfire
+    = parse_misfire_policy(r.text(i, 14)).value_or(misfire_policy::run_once);
   s.created_at = db::time_at(r, i, 15);
   s.updated_at = db::time_at(r, i, 16);
   s.last_slot = db::opt_time_at(r, i, 17);
@@ -105,7 +105,8 @@ std::string_view to_string(misfire_policy x) noexcept {
   return x == misfire_policy::skip ? "skip" : "run_once";
 }
 
-std::optional<misfire_policy> parse_misfire_policy(std::string_view x) noexcept {
+std::optional<misfire_policy>
+parse_misfire_policy(std::string_view x) noexcept {
   if (x == "run_once")
     return misfire_policy::run_once;
   if (x == "skip")
@@ -149,37 +150,37 @@ add_result add(db::connection& conn, const definition& d) {
   auto cron_text = d.cron ? std::optional<std::string>{timing.expr().text()}
                           : std::nullopt;
   auto zone = d.cron ? std::optional<std::string>{d.time_zone} : std::nullopt;
-  static const std::string sql
-    = std::string{"WITH up AS (INSERT INTO commandbus.cmdbus_schedule AS s "
-                  "(id, domain, name, command_type, data, reply_to, "
-                  "max_attempts, priority, cron, time_zone, interval_ms, "
-                  "anchor, next_slot, misfire) VALUES ($1::uuid, $2, $3, $4, "
-                  "$5::jsonb, $6, $7::int, $8::int, $9, $10, $11::bigint, "
-                  "$12::timestamptz, $13::timestamptz, $14) "
-                  "ON CONFLICT (domain, name) DO UPDATE SET "
-                  "command_type = EXCLUDED.command_type, data = EXCLUDED.data, "
-                  "reply_to = EXCLUDED.reply_to, "
-                  "max_attempts = EXCLUDED.max_attempts, "
-                  "priority = EXCLUDED.priority, misfire = EXCLUDED.misfire, "
-                  "cron = EXCLUDED.cron, time_zone = EXCLUDED.time_zone, "
-                  "interval_ms = EXCLUDED.interval_ms, "
-                  "anchor = CASE WHEN (s.cron, s.time_zone, s.interval_ms) IS "
-                  "NOT DISTINCT FROM (EXCLUDED.cron, EXCLUDED.time_zone, "
-                  "EXCLUDED.interval_ms) THEN s.anchor ELSE EXCLUDED.anchor "
-                  "END, "
-                  "next_slot = CASE WHEN (s.cron, s.time_zone, s.interval_ms) "
-                  "IS NOT DISTINCT FROM (EXCLUDED.cron, EXCLUDED.time_zone, "
-                  "EXCLUDED.interval_ms) THEN s.next_slot ELSE "
-                  "EXCLUDED.next_slot END, "
-                  "updated_at = now() "
-                  "WHERE (s.command_type, s.data, s.reply_to, s.max_attempts, "
-                  "s.priority, s.misfire, s.cron, s.time_zone, s.interval_ms) "
-                  "IS DISTINCT FROM (EXCLUDED.command_type, EXCLUDED.data, "
-                  "EXCLUDED.reply_to, EXCLUDED.max_attempts, "
-                  "EXCLUDED.priority, EXCLUDED.misfire, EXCLUDED.cron, "
-                  "EXCLUDED.time_zone, EXCLUDED.interval_ms) "
-                  "RETURNING (xmax = 0) AS created) "
-                  "SELECT created FROM up"};
+  static const std::string sql = std::string{
+    "WITH up AS (INSERT INTO commandbus.cmdbus_schedule AS s "
+    "(id, domain, name, command_type, data, reply_to, "
+    "max_attempts, priority, cron, time_zone, interval_ms, "
+    "anchor, next_slot, misfire) VALUES ($1::uuid, $2, $3, $4, "
+    "$5::jsonb, $6, $7::int, $8::int, $9, $10, $11::bigint, "
+    "$12::timestamptz, $13::timestamptz, $14) "
+    "ON CONFLICT (domain, name) DO UPDATE SET "
+    "command_type = EXCLUDED.command_type, data = EXCLUDED.data, "
+    "reply_to = EXCLUDED.reply_to, "
+    "max_attempts = EXCLUDED.max_attempts, "
+    "priority = EXCLUDED.priority, misfire = EXCLUDED.misfire, "
+    "cron = EXCLUDED.cron, time_zone = EXCLUDED.time_zone, "
+    "interval_ms = EXCLUDED.interval_ms, "
+    "anchor = CASE WHEN (s.cron, s.time_zone, s.interval_ms) IS "
+    "NOT DISTINCT FROM (EXCLUDED.cron, EXCLUDED.time_zone, "
+    "EXCLUDED.interval_ms) THEN s.anchor ELSE EXCLUDED.anchor "
+    "END, "
+    "next_slot = CASE WHEN (s.cron, s.time_zone, s.interval_ms) "
+    "IS NOT DISTINCT FROM (EXCLUDED.cron, EXCLUDED.time_zone, "
+    "EXCLUDED.interval_ms) THEN s.next_slot ELSE "
+    "EXCLUDED.next_slot END, "
+    "updated_at = now() "
+    "WHERE (s.command_type, s.data, s.reply_to, s.max_attempts, "
+    "s.priority, s.misfire, s.cron, s.time_zone, s.interval_ms) "
+    "IS DISTINCT FROM (EXCLUDED.command_type, EXCLUDED.data, "
+    "EXCLUDED.reply_to, EXCLUDED.max_attempts, "
+    "EXCLUDED.priority, EXCLUDED.misfire, EXCLUDED.cron, "
+    "EXCLUDED.time_zone, EXCLUDED.interval_ms) "
+    "RETURNING (xmax = 0) AS created) "
+    "SELECT created FROM up"};
   // What the timing was before, to say whether it changed.
   auto before = get(conn, d.domain, d.name);
   auto r = conn.exec(
@@ -273,8 +274,8 @@ send_result trigger(db::connection& conn, const std::string& domain,
   return db::send_one(p, conn);
 }
 
-fire_result fire_due(db::connection& conn, const std::string& domain,
-                     int limit, std::chrono::milliseconds misfire_grace) {
+fire_result fire_due(db::connection& conn, const std::string& domain, int limit,
+                     std::chrono::milliseconds misfire_grace) {
   db::command_queue(domain);
   if (conn.in_transaction())
     throw db::invalid_argument(
@@ -337,8 +338,7 @@ fire_result fire_due(db::connection& conn, const std::string& domain,
                 s.id.to_string());
         log::logger()->error("schedule {}/{}: its timing cannot be evaluated "
                              "({}); paused",
-                             s.def.domain, s.def.name,
-                             log::one_line(e.what()));
+                             s.def.domain, s.def.name, log::one_line(e.what()));
         out.broken.emplace_back(s.def.name, e.what());
         continue;
       }

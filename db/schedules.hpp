@@ -177,10 +177,9 @@ inline constexpr std::chrono::milliseconds default_misfire_grace{10000};
 /// slot after it is due too, and it is `misfire_grace` or more late)
 /// follows its misfire policy; one late by less catches up, every due slot
 /// in order. Commits or throws (`db::error`): then nothing of it happened.
-fire_result fire_due(db::connection& conn, const std::string& domain,
-                     int limit = 100,
-                     std::chrono::milliseconds misfire_grace
-                     = default_misfire_grace);
+fire_result
+fire_due(db::connection& conn, const std::string& domain, int limit = 100,
+         std::chrono::milliseconds misfire_grace = default_misfire_grace);
 
 /// Returns how long until the earliest next slot of `domain`'s unpaused
 /// schedules by the server's clock (negative when due), unset when none.

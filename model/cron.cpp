@@ -21,16 +21,16 @@ struct field_spec {
   const char* const* names;
 };
 
-constexpr const char* month_names[]
-  = {"JAN", "FEB", "MAR", "APR", "MAY", "JUN",
-     "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"};
-constexpr const char* weekday_names[]
-  = {"SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"};
+constexpr const char* month_names[] = {"JAN", "FEB", "MAR", "APR",
+                                       "MAY", "JUN", "JUL", "AUG",
+                                       "SEP", "OCT", "NOV", "DEC"};
+constexpr const char* weekday_names[] = {"SUN", "MON", "TUE", "WED",
+                                         "THU", "FRI", "SAT"};
 
 // Day-of-week takes 0..7 (7 is Sunday), folded to 0..6 after parsing.
 const field_spec fields[] = {
-  {"minute", 0, 59, nullptr},      {"hour", 0, 23, nullptr},
-  {"day-of-month", 1, 31, nullptr}, {"month", 1, 12, month_names},
+  {"minute", 0, 59, nullptr},           {"hour", 0, 23, nullptr},
+  {"day-of-month", 1, 31, nullptr},     {"month", 1, 12, month_names},
   {"day-of-week", 0, 7, weekday_names},
 };
 
@@ -136,7 +136,8 @@ cron_expr cron_expr::parse(std::string_view text) {
     while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i])))
       ++i;
     size_t j = i;
-    while (j < text.size() && !std::isspace(static_cast<unsigned char>(text[j])))
+    while (j < text.size()
+           && !std::isspace(static_cast<unsigned char>(text[j])))
       ++j;
     if (j > i)
       parts.push_back(text.substr(i, j - i));
@@ -173,8 +174,7 @@ bool cron_expr::day_matches(int month, int day, int weekday) const {
 
 bool cron_expr::matches(int month, int day, int weekday, int hour,
                         int minute) const {
-  return day_matches(month, day, weekday) && hour_ok(hour)
-         && minute_ok(minute);
+  return day_matches(month, day, weekday) && hour_ok(hour) && minute_ok(minute);
 }
 
 schedule_timing schedule_timing::cron(std::string_view expr,

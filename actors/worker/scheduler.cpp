@@ -111,8 +111,8 @@ void round(self_ptr self) {
   for (auto& domain : st.settings.domains) {
     auto retry = st.retry_at.find(domain);
     if (retry != st.retry_at.end() && retry->second > now) {
-      sleep = std::min(sleep, std::chrono::ceil<milliseconds>(retry->second
-                                                              - now));
+      sleep = std::min(sleep,
+                       std::chrono::ceil<milliseconds>(retry->second - now));
       continue;
     }
     try {

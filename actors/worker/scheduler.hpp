@@ -30,8 +30,7 @@ public:
 
   /// Fires the due slots of `domain`, at most `limit` schedules, in one
   /// transaction (schedules::fire_due).
-  virtual schedules::fire_result fire(const std::string& domain, int limit)
-    = 0;
+  virtual schedules::fire_result fire(const std::string& domain, int limit) = 0;
 
   /// Returns how long until `domain`'s earliest next slot by the server's
   /// clock (schedules::until_next_slot).
@@ -40,8 +39,8 @@ public:
 
   /// Records a failed call for `domain`; returns the delay before the next
   /// attempt.
-  virtual std::chrono::milliseconds failed(const std::string& domain,
-                                           const std::exception& e)
+  virtual std::chrono::milliseconds
+  failed(const std::string& domain, const std::exception& e)
     = 0;
 
   /// Records a successful round for `domain`.

@@ -83,8 +83,8 @@ schedules::fire_result fired(int claimed, int sent) {
 struct fixture : test_coordinator_fixture<> {
   std::shared_ptr<fake_store> store = std::make_shared<fake_store>();
   scheduler_settings settings;
-  std::shared_ptr<domain_metrics> metrics_a
-    = std::make_shared<domain_metrics>("a", 1, std::vector<std::string>{});
+  std::shared_ptr<domain_metrics> metrics_a = std::make_shared<domain_metrics>(
+    "a", 1, std::vector<std::string>{});
   scheduler_actor aut;
 
   fixture() {

@@ -20,8 +20,8 @@
 #include "cmdbus/db/error.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/db/queues.hpp"
-#include "cmdbus/model/errors.hpp"
 #include "cmdbus/db/schedules.hpp"
+#include "cmdbus/model/errors.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/tcp_proxy.hpp"
 #include "tests/support/test_db.hpp"
@@ -61,8 +61,7 @@ int64_t count(db::connection& c, const std::string& sql,
 }
 
 int64_t commands_of(db::connection& c, const std::string& domain) {
-  return count(c,
-               "SELECT count(*) FROM commandbus.command WHERE domain = $1",
+  return count(c, "SELECT count(*) FROM commandbus.command WHERE domain = $1",
                domain);
 }
 
@@ -399,8 +398,8 @@ TEST(Schedules, AFiringCutOffByALostConnectionLeavesNothingHalfDone) {
   auto proxy = std::make_shared<tcp_proxy>(port);
   db::connection_options opts;
   opts.application_name = "schedule-cut-" + domain;
-  auto cut_dsn = dsn() + " host=127.0.0.1 port="
-                 + std::to_string(proxy->port()) + " connect_timeout=2";
+  auto cut_dsn = dsn() + " host=127.0.0.1 port=" + std::to_string(proxy->port())
+                 + " connect_timeout=2";
   auto outcome = std::make_shared<std::atomic<int>>(0); // 1 threw, 2 returned
   std::thread firing{[cut_dsn, opts, domain, outcome] {
     try {
@@ -413,10 +412,9 @@ TEST(Schedules, AFiringCutOffByALostConnectionLeavesNothingHalfDone) {
   }};
   ASSERT_TRUE(eventually(
     [&] {
-      return c
-               .query("SELECT count(*) FROM pg_stat_activity WHERE "
-                      "application_name = $1 AND wait_event_type = 'Lock'",
-                      opts.application_name)
+      return c.query("SELECT count(*) FROM pg_stat_activity WHERE "
+                     "application_name = $1 AND wait_event_type = 'Lock'",
+                     opts.application_name)
                .int64(0, 0)
              == 1;
     },

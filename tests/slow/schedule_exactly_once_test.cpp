@@ -32,9 +32,10 @@ namespace {
 
 std::vector<std::string> worker_args(const std::string& domain,
                                      const std::string& dsn) {
-  return {"worker",          "--demo", "--domain", domain, "--dsn", dsn,
-          "--poll-interval", "100ms",  "--quiet",  "--statement-timeout",
-          "2s"};
+  return {
+    "worker", "--demo",          "--domain", domain,    "--dsn",
+    dsn,      "--poll-interval", "100ms",    "--quiet", "--statement-timeout",
+    "2s"};
 }
 
 int64_t scalar(db::connection& c, const std::string& sql,
@@ -59,13 +60,13 @@ TEST(ScheduleExactlyOnce, EverySlotOnceAcrossTwoWorkersAndKillCycles) {
   auto port_row = c.query("SELECT current_setting('port')");
   auto port = std::stoi(std::string{port_row.text(0, 0)});
   tcp_proxy proxy{port};
-  const std::string dsns[2]
-    = {dsn(), dsn() + " host=127.0.0.1 port=" + std::to_string(proxy.port())
-                + " connect_timeout=2"};
+  const std::string dsns[2] = {dsn(), dsn() + " host=127.0.0.1 port="
+                                        + std::to_string(proxy.port())
+                                        + " connect_timeout=2"};
   std::unique_ptr<background_cmdbus> workers[2];
   for (int i = 0; i < 2; ++i)
-    workers[i]
-      = std::make_unique<background_cmdbus>(worker_args(domain, dsns[i]));
+    workers[i] = std::make_unique<background_cmdbus>(
+      worker_args(domain, dsns[i]));
   auto fired = [&] {
     return scalar(c,
                   "SELECT fired_count FROM commandbus.cmdbus_schedule WHERE "
@@ -108,7 +109,7 @@ TEST(ScheduleExactlyOnce, EverySlotOnceAcrossTwoWorkersAndKillCycles) {
   EXPECT_EQ(kills, 5);
 
   // The slots from the first one with a command to the last fired one,
-  // each with its derived id; how many of them have a command.
+  // each with its derived id, and how many of them have their command.
   auto r = c.query(
     "WITH s AS (SELECT id, anchor, last_slot FROM commandbus.cmdbus_schedule "
     "WHERE domain = $1), slots AS (SELECT g.slot, (SELECT command_id FROM "
@@ -119,9 +120,9 @@ TEST(ScheduleExactlyOnce, EverySlotOnceAcrossTwoWorkersAndKillCycles) {
     "slots.cid) AS n FROM slots), w AS (SELECT * FROM fired WHERE slot >= "
     "(SELECT min(slot) FROM fired WHERE n > 0)) "
     "SELECT count(*), count(*) FILTER (WHERE n = 1), count(*) FILTER (WHERE "
-    "n = 0), extract(epoch FROM max(slot) - min(slot))::bigint + 1, "
-    "(SELECT count(*) FROM commandbus.command c WHERE c.domain = $1), "
-    "string_agg(slot::text, ', ') FILTER (WHERE n = 0) FROM w",
+    "n = 0), COALESCE(extract(epoch FROM max(slot) - min(slot))::bigint + 1, "
+    "0), (SELECT count(*) FROM commandbus.command c WHERE c.domain = $1), "
+    "COALESCE(string_agg(slot::text, ', ') FILTER (WHERE n = 0), '') FROM w",
     domain);
   auto slots = r.int64(0, 0);
   auto once = r.int64(0, 1);
@@ -130,10 +131,9 @@ TEST(ScheduleExactlyOnce, EverySlotOnceAcrossTwoWorkersAndKillCycles) {
   auto commands = r.int64(0, 4);
   // About 60 s of slots (the first ones may have fired before the timer
   // started, the last ones until the stop).
-  EXPECT_GE(slots, 55);
+  EXPECT_GE(slots, 55) << commands << " commands";
   EXPECT_EQ(span, slots);
-  EXPECT_EQ(missing, 0) << "slots without a command: "
-                        << r.opt_text(0, 5).value_or("");
+  EXPECT_EQ(missing, 0) << "slots without a command: " << r.text(0, 5);
   EXPECT_EQ(once, slots);
   // No command other than the slots' (no slot twice under another id).
   EXPECT_EQ(commands, slots);

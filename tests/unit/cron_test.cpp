@@ -93,8 +93,7 @@ TEST(Cron, RestrictedDayFieldsMatchEither) {
   EXPECT_EQ(next(s, "2026-03-01T00:00:00Z"), "2026-03-02T00:00:00.000000Z");
   // With one day field unrestricted, both must match.
   auto first = schedule_timing::cron("0 0 1 * *", "UTC");
-  EXPECT_EQ(next(first, "2026-02-01T00:00:00Z"),
-            "2026-03-01T00:00:00.000000Z");
+  EXPECT_EQ(next(first, "2026-02-01T00:00:00Z"), "2026-03-01T00:00:00.000000Z");
   auto mondays = schedule_timing::cron("0 0 */1 * MON", "UTC");
   EXPECT_EQ(next(mondays, "2026-02-02T00:00:00Z"),
             "2026-02-09T00:00:00.000000Z");
@@ -114,8 +113,7 @@ TEST(Cron, MonthEndsAndLeapYears) {
   auto every = schedule_timing::cron("* * * * *", "UTC");
   EXPECT_EQ(next(every, "2026-02-28T23:59:59.5Z"),
             "2026-03-01T00:00:00.000000Z");
-  EXPECT_EQ(next(every, "2028-02-28T23:59:00Z"),
-            "2028-02-29T00:00:00.000000Z");
+  EXPECT_EQ(next(every, "2028-02-28T23:59:00Z"), "2028-02-29T00:00:00.000000Z");
 }
 
 TEST(Cron, InvalidExpressionsSayWhy) {
