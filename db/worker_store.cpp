@@ -387,7 +387,8 @@ int worker_store::extend_visibility(const std::vector<int64_t>& msg_ids,
 
 std::vector<uuid>
 worker_store::claim_batch_deliveries(const std::vector<uuid>* batch_ids,
-                                     int lease_seconds, int limit) {
+                                     int lease_seconds, int limit,
+                                     const std::optional<uuid>& claimer) {
   std::optional<std::string> ids;
   if (batch_ids) {
     std::vector<std::string> texts;
@@ -395,10 +396,13 @@ worker_store::claim_batch_deliveries(const std::vector<uuid>* batch_ids,
       texts.push_back(id.to_string());
     ids = array_literal(texts);
   }
+  std::optional<std::string> token;
+  if (claimer)
+    token = claimer->to_string();
   auto r = conn_.query(
     "SELECT batch_id FROM commandbus.cmdbus_claim_batch_deliveries($1, "
-    "$2::uuid[], $3::int, $4::int)",
-    domain_, ids, std::to_string(lease_seconds), std::to_string(limit));
+    "$2::uuid[], $3::int, $4::int, $5::uuid)",
+    domain_, ids, std::to_string(lease_seconds), std::to_string(limit), token);
   std::vector<uuid> claimed;
   for (int row = 0; row < r.rows(); ++row)
     if (auto id = uuid::parse(r.text(row, 0)))

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "cmdbus/db/connection.hpp"
 #include "cmdbus/db/worker_writes.hpp"
 #include "cmdbus/model/outcome.hpp"
+#include "cmdbus/model/uuid.hpp"
 
 namespace cmdbus::db {
 
@@ -143,9 +145,14 @@ public:
 
   /// Claims recorded, undelivered batch completions whose lease is free
   /// (only `batch_ids` when given, else the oldest up to `limit`), leasing
-  /// them for `lease_seconds`. Returns the claimed batch ids.
-  std::vector<uuid> claim_batch_deliveries(const std::vector<uuid>* batch_ids,
-                                           int lease_seconds, int limit);
+  /// them for `lease_seconds`. With a `claimer` token, rows that token
+  /// claimed before are taken again whatever their lease (a claim whose
+  /// answer was lost when the connection dropped), and the claimed rows
+  /// record it. Returns the claimed batch ids.
+  std::vector<uuid>
+  claim_batch_deliveries(const std::vector<uuid>* batch_ids, int lease_seconds,
+                         int limit,
+                         const std::optional<uuid>& claimer = std::nullopt);
 
   /// Records that the callbacks of `batch_ids` ran. Returns how many rows
   /// changed.

@@ -86,7 +86,8 @@ void deliver(counter_ptr self, const std::string& domain,
     }
     auto lease = static_cast<int>(st.settings.lease.count());
     for (;;) {
-      auto claimed = store.claim_batch_deliveries(ids, lease, delivery_chunk);
+      auto claimed = store.claim_batch_deliveries(ids, lease, delivery_chunk,
+                                                  st.claimer);
       for (auto& id : claimed) {
         run_callbacks(self, domain, id);
         unmarked.push_back(id);

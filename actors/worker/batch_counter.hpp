@@ -14,6 +14,7 @@
 #include "cmdbus/actors/worker/db_session.hpp"
 #include "cmdbus/actors/worker.hpp"
 #include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/model/uuid.hpp"
 
 namespace cmdbus::actors {
 
@@ -50,6 +51,10 @@ struct batch_counter_state {
   /// the next delivery or sweep of their domain, so that they are neither
   /// delivered again nor left waiting for their lease to expire.
   std::map<std::string, std::vector<uuid>> unmarked;
+  /// This process's claimer token: a claim whose answer was lost (the
+  /// connection dropped after it committed) is taken again on the retry
+  /// instead of waiting for its lease to expire.
+  uuid claimer = uuid::random();
   static inline const char* name = "batch-counter";
 };
 /// The batch counter's behaviour (detached: callbacks and the database may

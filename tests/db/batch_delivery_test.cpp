@@ -85,6 +85,31 @@ TEST(BatchDelivery, ClaimLeasesMarkDeliversOnce) {
   EXPECT_EQ(state_of(conn, domain, b)->attempts, 2);
 }
 
+// A claim that committed but whose answer the claimer never got (the
+// connection dropped in between): the same claimer takes it again at once,
+// by batch id or in a sweep; another claimer, or a claim without a token,
+// still waits for the lease.
+TEST(BatchDelivery, AClaimWhoseAnswerWasLostIsTakenAgainByItsClaimer) {
+  auto conn = test::connect();
+  auto domain = test::unique_name("bd");
+  db::worker_store store{conn, domain};
+  auto a = uuid::random();
+  record(conn, domain, a);
+  auto mine = uuid::random(), theirs = uuid::random();
+  std::vector<uuid> ids{a};
+  ASSERT_EQ(store.claim_batch_deliveries(&ids, 60, 100, mine).size(), 1u);
+  EXPECT_TRUE(store.claim_batch_deliveries(&ids, 60, 100, theirs).empty());
+  EXPECT_TRUE(store.claim_batch_deliveries(&ids, 60, 100).empty());
+  EXPECT_TRUE(store.claim_batch_deliveries(nullptr, 60, 100, theirs).empty());
+  auto again = store.claim_batch_deliveries(&ids, 60, 100, mine);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0], a);
+  EXPECT_EQ(store.claim_batch_deliveries(nullptr, 60, 100, mine).size(), 1u);
+  EXPECT_EQ(state_of(conn, domain, a)->attempts, 3);
+  EXPECT_EQ(store.mark_batches_delivered({a}), 1);
+  EXPECT_TRUE(store.claim_batch_deliveries(nullptr, 60, 100, mine).empty());
+}
+
 TEST(BatchDelivery, ClaimByIdsLimitAndDomainAreRespected) {
   auto conn = test::connect();
   auto domain = test::unique_name("bd");

@@ -347,7 +347,7 @@ TEST(CliMigrateStatus, FreshDatabaseHasEverythingPendingAndStaysUntouched) {
                    "SELECT count(*) FROM jsonb_array_elements($1::jsonb ->"
                    " 'pending') e WHERE e->>'name' LIKE 'commandbus/V%'",
                    r.out),
-            "11")
+            "12")
     << r.out;
   EXPECT_EQ(scalar(conn, "SELECT to_regnamespace('commandbus')::text"),
             std::nullopt);
