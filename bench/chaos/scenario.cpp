@@ -113,6 +113,18 @@ std::vector<fault_record> inject(const std::string& name, targets& x,
     }
   };
   auto pg_log = x.dir + "/pg.log";
+  // kill -9 of a random worker (seeded), started again at once.
+  std::mt19937_64 rng{x.o.seed};
+  std::uniform_int_distribution<size_t> pick{0, x.fleet.size() - 1};
+  auto kill_random_worker = [&] {
+    auto i = pick(rng);
+    fault_record f;
+    f.what = "kill -9 worker " + std::to_string(i + 1);
+    f.start = clock::now();
+    x.fleet.kill_and_restart(i);
+    f.end = clock::now();
+    faults.push_back(f);
+  };
   if (name == "restart") {
     spread(x.o.restarts, [&](int) {
       faults.push_back(restart_postgres(x.t, "fast", pg_log));
@@ -120,17 +132,7 @@ std::vector<fault_record> inject(const std::string& name, targets& x,
       faults.push_back(restart_postgres(x.t, "immediate", pg_log));
     });
   } else if (name == "kill") {
-    std::mt19937_64 rng{x.o.seed};
-    std::uniform_int_distribution<size_t> pick{0, x.fleet.size() - 1};
-    spread(x.o.kill_cycles, [&](int) {
-      auto i = pick(rng);
-      fault_record f;
-      f.what = "kill -9 worker " + std::to_string(i + 1);
-      f.start = clock::now();
-      x.fleet.kill_and_restart(i);
-      f.end = clock::now();
-      faults.push_back(f);
-    });
+    spread(x.o.kill_cycles, [&](int) { kill_random_worker(); });
   } else if (name == "proxy") {
     spread(x.o.cuts, [&](int) {
       fault_record f;
@@ -163,21 +165,13 @@ std::vector<fault_record> inject(const std::string& name, targets& x,
   } else if (name == "time") {
     // Kills of random workers, and one restart of PostgreSQL (fast, then
     // immediate) in the middle, while delayed commands wait and fall due.
-    std::mt19937_64 rng{x.o.seed};
-    std::uniform_int_distribution<size_t> pick{0, x.fleet.size() - 1};
     spread(x.o.kill_cycles, [&](int k) {
       if (k == x.o.kill_cycles / 2) {
         faults.push_back(restart_postgres(x.t, "fast", pg_log));
         pause_for(2000ms);
         faults.push_back(restart_postgres(x.t, "immediate", pg_log));
       }
-      auto i = pick(rng);
-      fault_record f;
-      f.what = "kill -9 worker " + std::to_string(i + 1);
-      f.start = clock::now();
-      x.fleet.kill_and_restart(i);
-      f.end = clock::now();
-      faults.push_back(f);
+      kill_random_worker();
     });
   } else if (name == "stall") {
     spread(x.o.stalls, [&](int) {
