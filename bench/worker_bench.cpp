@@ -108,6 +108,15 @@ config::worker_config worker_cfg(const std::string& dsn,
   return cfg;
 }
 
+// Waits until the worker has completed `n` commands or `limit` has passed
+// (its counters are cheap to read).
+void wait_completed(worker& w, int64_t n, std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (w.stats().completed < n
+         && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+}
+
 handler_registry noop_registry(const std::string& domain, handler_mode mode) {
   handler_registry reg;
   reg.add(
@@ -266,11 +275,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<scraper> scraping;
     if (http)
       scraping = std::make_unique<scraper>(w.http_port());
-    // Wait for the counters (cheap) with a generous deadline.
-    auto deadline = start + std::chrono::minutes{5};
-    while (w.stats().completed < commands
-           && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(5ms);
+    wait_completed(w, commands, std::chrono::minutes{5});
     auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
                                               - start)
                   .count();
@@ -338,10 +343,7 @@ int main(int argc, char** argv) {
     worker w{worker_cfg(dsn, due_domain, 64, 64),
              noop_registry(due_domain, handler_mode::non_blocking)};
     w.start();
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes{5};
-    while (w.stats().completed < n
-           && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(5ms);
+    wait_completed(w, n, std::chrono::minutes{5});
     w.stop(10s).get();
     auto q = conn.query(
       "SELECT extract(epoch FROM min(updated_at) - $2::timestamptz) * 1000, "
@@ -388,10 +390,7 @@ int main(int argc, char** argv) {
       r.data = data;
       bus.send(r);
     }
-    auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (w.stats().completed < total
-           && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(5ms);
+    wait_completed(w, total, 60s);
     w.stop(10s).get();
     auto q = conn.query(
       "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY ms), "
