@@ -88,6 +88,22 @@ public:
     return pid;
   }
 
+  /// Whether the child is stopped (SIGSTOP took effect: state T in
+  /// /proc/<pid>/stat); false when it runs, exited or is not known.
+  bool stopped() const {
+    auto p = pid();
+    if (p <= 0)
+      return false;
+    std::ifstream in{"/proc/" + std::to_string(p) + "/stat"};
+    std::string line;
+    if (!std::getline(in, line))
+      return false;
+    // "pid (comm) S ...": the state follows the last ')'.
+    auto close = line.rfind(')');
+    return close != std::string::npos && close + 2 < line.size()
+           && line[close + 2] == 'T';
+  }
+
   /// Sends `sig` to the child while it runs (SIGSTOP / SIGCONT to freeze
   /// it and let it go on).
   void signal(int sig) {

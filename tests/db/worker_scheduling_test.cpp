@@ -276,6 +276,23 @@ TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
     background_cmdbus second{args};
     ASSERT_TRUE(eventually([&] { return completed() >= 6; }, 30s));
     first.signal(SIGSTOP);
+    ASSERT_TRUE(eventually([&] { return first.stopped(); }, 10s));
+    // A statement the first worker sent before it froze still runs to its
+    // commit (a read that claims two commands nobody will finish): wait
+    // until every read that started before the freeze has ended.
+    auto frozen_since = *scalar(e.conn, "SELECT clock_timestamp()::text");
+    ASSERT_TRUE(eventually(
+      [&] {
+        return *scalar(e.conn,
+                       "SELECT count(*)::text FROM pg_stat_activity WHERE "
+                       "datname = current_database() AND state = "
+                       "'active' AND query LIKE '%cmdbus_receive%' AND "
+                       "query NOT LIKE '%pg_stat_activity%' AND "
+                       "query_start < $1::timestamptz",
+                       frozen_since)
+               == "0";
+      },
+      30s));
     // What either worker holds now (claimed, not finished): only these may
     // be claimed again.
     held_at_freeze = *scalar(e.conn,
