@@ -1,7 +1,6 @@
 # cmdbus-unit-test: GoogleTest suites without a database (model library:
 # UUIDs, timestamps, enumerations, retry policy, JSON, wire codecs and their
 # golden fixtures in tests/fixtures/wire/). Included from tests/CMakeLists.txt.
-include(GoogleTest)
 
 file(GLOB unit_test_sources CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/*.cpp)
@@ -27,7 +26,7 @@ target_compile_definitions(cmdbus-unit-test PRIVATE
   CMDBUS_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
   CMDBUS_EXPECTED_VERSION="${PROJECT_VERSION}")
 cmdbus_warnings(cmdbus-unit-test)
-gtest_discover_tests(cmdbus-unit-test DISCOVERY_TIMEOUT 60)
+cmdbus_gtest_tests(cmdbus-unit-test DISCOVERY_TIMEOUT 60)
 
 # libFuzzer run over the wire decoders (scripts/fuzz builds with clang++
 # directly, outside CMake, into this build tree).
