@@ -200,7 +200,7 @@ void handler_node::stop(std::chrono::milliseconds timeout) {
                              deadline - std::chrono::steady_clock::now()));
       self->request(pool, left, atom::drain::value)
         .receive([](atom::done) {},
-                 [&](caf::error&) {
+                 [&domain = domain](caf::error&) {
                    log::warn("handler node: handlers of domain {} still "
                              "running at the stop's timeout; their workers "
                              "make their commands visible again",

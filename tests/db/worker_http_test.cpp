@@ -190,7 +190,7 @@ TEST(WorkerHttp, MetricsMatchTheDatabaseAfterAMixedLoad) {
   int64_t deliveries = 0;
   for (auto& [type, n] : sent) {
     SCOPED_TRACE(type);
-    auto of = [&](const char* outcome) {
+    auto of = [&, &type = type](const char* outcome) {
       return m.value("cmdbus_commands_total", {{"domain", d},
                                                {"command_type", type},
                                                {"outcome", outcome}});

@@ -248,7 +248,7 @@ inline std::string with(const members& changes) {
                  {"command_id", "\"$ID\""}};
   for (auto& [name, value] : changes) {
     auto i = std::find_if(out.begin(), out.end(),
-                          [&](auto& m) { return m.first == name; });
+                          [&key = name](auto& m) { return m.first == key; });
     if (i == out.end())
       out.emplace_back(name, value);
     else if (value.empty())
