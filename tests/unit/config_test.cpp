@@ -320,8 +320,8 @@ TEST(ConfigIni, reports_wrong_types) {
             "range: \"99999999999\"");
   EXPECT_EQ(ini_error("[worker]\npoll-interval = 100\n"),
             "worker.ini:2: key 'poll-interval' in section [worker] expects a "
-            "duration with a unit (ms, s, min or h) such as 250ms or 30s, "
-            "got \"100\"");
+            "duration with a unit (ms, s, min, h or d) such as 250ms or "
+            "30s, got \"100\"");
   EXPECT_TRUE(contains(ini_error("[worker]\npoll-interval = 1.5s\n"),
                        "expects a duration"));
   EXPECT_TRUE(contains(ini_error("[worker]\nvisibility-timeout = 1500ms\n"),
