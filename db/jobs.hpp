@@ -35,7 +35,7 @@ struct job_context {
   bool more = false;
   /// Run in order after the run's transaction committed (never when it
   /// rolled back): for counting what the run wrote.
-  std::vector<std::function<void()>> on_commit;
+  std::vector<std::function<void()>> on_commit{};
 };
 
 /// The work of a singleton job. Throwing fails the run: its transaction

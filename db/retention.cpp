@@ -194,7 +194,7 @@ prune_counts preview_prune(connection& conn,
   prune_counts out;
   for (auto& d : targets) {
     auto r = conn.query(
-      "SELECT kind, count FROM commandbus.cmdbus_prune_preview($1, "
+      "SELECT kind, n FROM commandbus.cmdbus_prune_preview($1, "
       "$2::bigint * interval '1 millisecond', "
       "$3::bigint * interval '1 millisecond', "
       "$4::bigint * interval '1 millisecond', "

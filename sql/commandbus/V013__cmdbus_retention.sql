@@ -321,8 +321,8 @@ END;
 $$;
 
 -- Counts what a whole prune of p_domain (NULL: every domain) with these ages
--- would remove (NULL age: that kind is not pruned): rows of each kind by
--- `kind` (commands, command_audits, processes, process_audits, batches,
+-- would remove (NULL age: that kind is not pruned): the number of rows `n`
+-- of each `kind` (commands, command_audits, processes, process_audits, batches,
 -- batch_audits, archived_messages). A batch counts when its commands and
 -- processes would all be removed before it. Changes nothing.
 CREATE FUNCTION commandbus.cmdbus_prune_preview(
@@ -331,7 +331,7 @@ CREATE FUNCTION commandbus.cmdbus_prune_preview(
     p_process_age INTERVAL,
     p_batch_age   INTERVAL,
     p_archive_age INTERVAL
-) RETURNS TABLE(kind TEXT, count BIGINT)
+) RETURNS TABLE(kind TEXT, n BIGINT)
 LANGUAGE plpgsql STABLE
 AS $$
 DECLARE
@@ -413,10 +413,11 @@ BEGIN
             v_archived := v_archived + v_n;
         END LOOP;
     END IF;
-    RETURN QUERY VALUES
-        ('commands', v_commands), ('command_audits', v_caudits),
-        ('processes', v_procs), ('process_audits', v_paudits),
-        ('batches', v_batches), ('batch_audits', v_baudits),
-        ('archived_messages', v_archived);
+    RETURN QUERY
+    SELECT v.k, v.c
+      FROM (VALUES ('commands', v_commands), ('command_audits', v_caudits),
+                   ('processes', v_procs), ('process_audits', v_paudits),
+                   ('batches', v_batches), ('batch_audits', v_baudits),
+                   ('archived_messages', v_archived)) AS v(k, c);
 END;
 $$;
