@@ -62,11 +62,11 @@ Exit codes: 0 done (or counted, with --dry-run), 1 usage error.
 )"};
 
 void print_counts(std::ostream& out, const prune_counts& c, bool dry_run) {
-  out << (dry_run ? "would remove " : "removed ") << c.commands
-      << " commands (" << c.command_audits << " audit rows), " << c.processes
-      << " processes (" << c.process_audits << " audit rows), " << c.batches
-      << " batches (" << c.batch_audits << " audit rows), "
-      << c.archived_messages << " archived messages";
+  out << (dry_run ? "would remove " : "removed ") << c.commands << " commands ("
+      << c.command_audits << " audit rows), " << c.processes << " processes ("
+      << c.process_audits << " audit rows), " << c.batches << " batches ("
+      << c.batch_audits << " audit rows), " << c.archived_messages
+      << " archived messages";
 }
 
 } // namespace

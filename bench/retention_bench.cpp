@@ -307,17 +307,16 @@ int main(int argc, char** argv) {
                 .int64(0, 0);
   std::printf("-- the prune (%lld chunks)\n",
               static_cast<long long>(prune.chunks()));
-  bench::rate pr{"commands removed (with their audit rows)",
-                 prune.busy_seconds() > 0
-                   ? prune.removed() / prune.busy_seconds()
-                   : 0,
-                 prune.removed(), prune.busy_seconds()};
+  bench::rate pr{
+    "commands removed (with their audit rows)",
+    prune.busy_seconds() > 0 ? prune.removed() / prune.busy_seconds() : 0,
+    prune.removed(), prune.busy_seconds()};
   bench::print(pr);
   std::printf("    %lld audit rows; the last %.1f s after the measured "
               "slices; chunk latency p50 %.1f ms, p99 %.1f ms, max %.1f ms; "
               "%lld history commands left (expected 0)\n",
-              static_cast<long long>(prune.audits()), rest,
-              prune.chunk_ms(0.5), prune.chunk_ms(0.99), prune.chunk_ms(1.0),
+              static_cast<long long>(prune.audits()), rest, prune.chunk_ms(0.5),
+              prune.chunk_ms(0.99), prune.chunk_ms(1.0),
               static_cast<long long>(left));
   bench::verdict("worker throughput while pruning",
                  without.per_second > 0 ? with.per_second / without.per_second

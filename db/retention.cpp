@@ -28,7 +28,8 @@ namespace {
 
 // An age as the SQL functions take it: milliseconds, turned into an
 // interval by the statement.
-std::optional<int64_t> ms_of(const std::optional<std::chrono::milliseconds>& x) {
+std::optional<int64_t>
+ms_of(const std::optional<std::chrono::milliseconds>& x) {
   if (!x)
     return std::nullopt;
   return static_cast<int64_t>(x->count());
@@ -149,8 +150,8 @@ prune_counts prune_pass::step(connection& conn) {
     }
     case stage::archive: {
       if (!queues_) {
-        auto r = conn.query("SELECT q FROM commandbus.cmdbus_prune_queues($1) q",
-                            domain);
+        auto r = conn.query(
+          "SELECT q FROM commandbus.cmdbus_prune_queues($1) q", domain);
         std::vector<std::string> names;
         for (int i = 0; i < r.rows(); ++i)
           names.emplace_back(r.text(i, 0));

@@ -297,9 +297,8 @@ TEST_F(Retention, RemovesOldFinishedHistoryAndKeepsWhatIsHeld) {
   ASSERT_EQ(run.exit_code, 0) << run.err;
   EXPECT_EQ(jget(conn, run.out, "{dry_run}"), "false") << run.out;
   EXPECT_EQ(jget(conn, run.out, "{domain}"), domain);
-  for (auto key : {"commands", "command_audits", "processes",
-                   "process_audits", "batches", "batch_audits",
-                   "archived_messages"})
+  for (auto key : {"commands", "command_audits", "processes", "process_audits",
+                   "batches", "batch_audits", "archived_messages"})
     EXPECT_EQ(json_int(conn, run.out, key), json_int(conn, dry.out, key))
       << key << ": " << run.out;
   // 36 commands in chunks of 7 alone take 6 transactions.
@@ -307,15 +306,15 @@ TEST_F(Retention, RemovesOldFinishedHistoryAndKeepsWhatIsHeld) {
 
   for (auto tag : {"done", "failed", "canceled", "in_closed", "done_in_batch"})
     EXPECT_EQ(tagged(tag), 0) << tag;
-  for (auto [tag, n] : std::vector<std::pair<std::string, int>>{
-         {"recent", 4},
-         {"tsq", 3},
-         {"pending", 2},
-         {"running", 2},
-         {"in_open", 3},
-         {"tsq_in_batch", 1},
-         {"live_step", 1},
-         {"live_corr", 1}})
+  for (auto [tag, n] :
+       std::vector<std::pair<std::string, int>>{{"recent", 4},
+                                                {"tsq", 3},
+                                                {"pending", 2},
+                                                {"running", 2},
+                                                {"in_open", 3},
+                                                {"tsq_in_batch", 1},
+                                                {"live_step", 1},
+                                                {"live_corr", 1}})
     EXPECT_EQ(tagged(tag), n) << tag;
   EXPECT_EQ(half_removed(), 0);
   auto batch_left = [&](const std::string& id) {
@@ -360,9 +359,8 @@ TEST_F(Retention, RemovesOldFinishedHistoryAndKeepsWhatIsHeld) {
   // Usage errors.
   EXPECT_EQ(cli({"prune", "--domain", domain}).exit_code, 1);
   EXPECT_EQ(cli({"prune", "--older-than", "soon"}).exit_code, 1);
-  EXPECT_EQ(cli({"prune", "--older-than", "30d", "--chunk-size", "0"})
-              .exit_code,
-            1);
+  EXPECT_EQ(
+    cli({"prune", "--older-than", "30d", "--chunk-size", "0"}).exit_code, 1);
 }
 
 TEST_F(Retention, ChunksSkipHeldRowsAndTheWorkerKeepsCompleting) {
@@ -454,9 +452,9 @@ TEST_F(Retention, TheWorkersRunnerPrunesAndCountsItInMetrics) {
   EXPECT_EQ(m.value("cmdbus_retention_removed_total", {{"kind", "commands"}}),
             35)
     << m.text;
-  EXPECT_EQ(
-    m.value("cmdbus_retention_removed_total", {{"kind", "command_audits"}}),
-    105);
+  EXPECT_EQ(m.value("cmdbus_retention_removed_total",
+                    {{"kind", "command_audits"}}),
+            105);
   EXPECT_EQ(m.value("cmdbus_retention_removed_total", {{"kind", "batches"}}),
             0);
   // 35 commands in chunks of 10: at least 4 chunks.
@@ -499,8 +497,7 @@ TEST_F(Retention, NoReplicaPrunesWhileTheLockIsHeldAndOneDoesAfterwards) {
   // 60 commands in chunks of 10: at least 6 chunks, each a run of the job
   // on the one replica that held the lock.
   EXPECT_GE(retention_job(a).ran.load() + retention_job(b).ran.load(), 6);
-  EXPECT_EQ(retention_job(a).failed.load() + retention_job(b).failed.load(),
-            0);
+  EXPECT_EQ(retention_job(a).failed.load() + retention_job(b).failed.load(), 0);
 }
 
 TEST_F(Retention, TheRunnerRecoversFromACutConnection) {
@@ -517,8 +514,8 @@ TEST_F(Retention, TheRunnerRecoversFromACutConnection) {
   // Cut: the runner's chunks fail (counted) and nothing is half removed.
   proxy.cut();
   commands(30, "COMPLETED", old_age, "second");
-  ASSERT_TRUE(eventually(
-    [&] { return retention_job(w).failed.load() >= 1; }, 15s));
+  ASSERT_TRUE(
+    eventually([&] { return retention_job(w).failed.load() >= 1; }, 15s));
   proxy.restore();
   // By itself, once the database is reachable again.
   EXPECT_TRUE(eventually([&] { return tagged("second") == 0; }, 20s));
