@@ -12,6 +12,7 @@
 //   completing commands of the domain while a chunk holds its rows;
 // - kill -9 of `cmdbus prune` mid-way leaves no command without its audit
 //   rows and no audit rows without their command; a second run finishes;
+//   frozen by SIGSTOP, it stalls no worker, and finishes once continued;
 // - the worker's runner prunes by itself and counts it in /metrics; with
 //   the retention lock held elsewhere no replica prunes; it recovers from a
 //   cut connection by itself.
@@ -423,6 +424,41 @@ TEST_F(Retention, KillNineMidPruneLeavesNothingHalfRemovedAndARerunFinishes) {
   EXPECT_EQ(json_int(conn, rerun.out, "commands"), left) << rerun.out;
   EXPECT_EQ(tagged("done"), 0);
   EXPECT_EQ(archive_rows(conn, queue), 0);
+  EXPECT_EQ(half_removed(), 0);
+}
+
+TEST_F(Retention, AFrozenPruneStallsNoWorkerAndFinishesWhenContinued) {
+  commands(3000, "COMPLETED", old_age, "done");
+  worker w{make_cfg({domain}), handlers()};
+  w.start();
+  finally stop{[&] { stop_worker(w); }};
+  background_cmdbus prune{{"prune", "--domain", domain, "--older-than", "30d",
+                           "--chunk-size", "20", "--pause", "5ms", "--dsn",
+                           dsn()}};
+  ASSERT_TRUE(eventually([&] { return tagged("done") < 2900; }, 20s));
+  // Frozen wherever it is: between chunks, or inside one (holding its rows
+  // and the retention lock).
+  prune.signal(SIGSTOP);
+  ASSERT_TRUE(eventually([&] { return prune.stopped(); }, 10s));
+  bus_env env;
+  for (int i = 0; i < 20; ++i)
+    env.bus.send(make_req(domain, "Noop"));
+  EXPECT_TRUE(eventually(
+    [&] {
+      return count(conn,
+                   "SELECT count(*) FROM commandbus.command WHERE domain = "
+                   "$1 AND command_type = 'Noop' AND status = 'COMPLETED'",
+                   domain)
+             == 20;
+    },
+    10s));
+  EXPECT_GT(tagged("done"), 0);
+  EXPECT_EQ(half_removed(), 0);
+  prune.signal(SIGCONT);
+  auto done = prune.wait(30s);
+  ASSERT_TRUE(done);
+  EXPECT_EQ(done->exit_code, 0) << done->err;
+  EXPECT_EQ(tagged("done"), 0);
   EXPECT_EQ(half_removed(), 0);
 }
 
