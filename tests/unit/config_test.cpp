@@ -263,8 +263,8 @@ TEST(ConfigIni, reports_unknown_keys_and_sections) {
             "worker.ini:1: unknown key 'frobnicate' at the top level");
   EXPECT_EQ(ini_error("\n[workers]\n"),
             "worker.ini:2: unknown section [workers] (expected [worker], "
-            "[tick], [retry], [remote], [tls], [admin], [domains.NAME] or "
-            "[domains.NAME.types.TYPE])");
+            "[tick], [retry], [remote], [tls], [admin], [retention], "
+            "[domains.NAME] or [domains.NAME.types.TYPE])");
   EXPECT_EQ(ini_error("[worker]\nvisibility_timeout = 3s\n"),
             "worker.ini:2: unknown key 'visibility_timeout' in section "
             "[worker] (did you mean 'visibility-timeout'?)");
