@@ -182,19 +182,17 @@ struct Retention : ::testing::Test {
 
   // Every row of the domain in every table a prune touches, as one text.
   std::string footprint() {
-    return std::string{
-      conn
-        .query("SELECT concat_ws(',', (SELECT count(*) FROM "
-               "commandbus.command WHERE domain = $1), (SELECT count(*) FROM "
-               "commandbus.audit WHERE domain = $1), (SELECT count(*) FROM "
-               "commandbus.process WHERE domain = $1), (SELECT count(*) FROM "
-               "commandbus.process_audit WHERE domain = $1), (SELECT count(*) "
-               "FROM commandbus.batch WHERE domain = $1), (SELECT count(*) "
-               "FROM commandbus.cmdbus_batch_delivery WHERE domain = $1), "
-               "(SELECT count(*) FROM pgmq.a_"
-                 + queue + "))",
-               domain)
-        .text(0, 0)};
+    auto r = conn.query(
+      "SELECT concat_ws(',', (SELECT count(*) FROM commandbus.command WHERE "
+      "domain = $1), (SELECT count(*) FROM commandbus.audit WHERE domain = "
+      "$1), (SELECT count(*) FROM commandbus.process WHERE domain = $1), "
+      "(SELECT count(*) FROM commandbus.process_audit WHERE domain = $1), "
+      "(SELECT count(*) FROM commandbus.batch WHERE domain = $1), (SELECT "
+      "count(*) FROM commandbus.cmdbus_batch_delivery WHERE domain = $1), "
+      "(SELECT count(*) FROM pgmq.a_"
+        + queue + "))",
+      domain);
+    return std::string{r.text(0, 0)};
   }
 
   // A worker configuration for the domain whose runner prunes everything
@@ -267,7 +265,7 @@ TEST_F(Retention, RemovesOldFinishedHistoryAndKeepsWhatIsHeld) {
   auto live = process("WAITING", old_age, 0);
   commands(1, "COMPLETED", old_age, "live_step");
   conn.query("INSERT INTO commandbus.process_audit (domain, process_id, "
-             "step_name, command_id, command_type, sent_at) SELECT $1, "
+             "step_name, command_id, command_type, sent_at) SELECT $1::text, "
              "$2::uuid, 'step', c.command_id, 'Step', now() FROM "
              "commandbus.command c WHERE c.domain = $1 AND c.command_type = "
              "'live_step'",
