@@ -39,27 +39,23 @@ double seconds_since(clock_type::time_point t0) {
 }
 
 // Writes `n` COMPLETED commands of `domain`, last changed 40 days ago, with
-// SENT, RECEIVED and COMPLETED audit rows, in slices of 200000.
+// SENT, RECEIVED and COMPLETED audit rows, in slices of 200000 (one
+// statement each: the audit rows from the inserted commands).
 void write_history(db::connection& conn, const std::string& domain, int n) {
   auto queue = db::command_queue(domain);
   for (int from = 1; from <= n; from += 200000) {
     int to = std::min(n, from + 199999);
-    conn.exec("BEGIN");
     conn.query(
-      "INSERT INTO commandbus.command (domain, queue_name, msg_id, "
+      "WITH c AS (INSERT INTO commandbus.command (domain, queue_name, msg_id, "
       "command_id, command_type, status, attempts, max_attempts, created_at, "
       "updated_at) SELECT $1, $2, g, gen_random_uuid(), 'Noop', 'COMPLETED', "
       "1, 3, now() - interval '40 days' - g * interval '1 ms', now() - "
       "interval '40 days' - g * interval '1 ms' FROM generate_series($3::int, "
-      "$4::int) g",
+      "$4::int) g RETURNING domain, command_id, updated_at) INSERT INTO "
+      "commandbus.audit (domain, command_id, event_type, ts) SELECT "
+      "c.domain, c.command_id, e, c.updated_at FROM c CROSS JOIN "
+      "unnest(ARRAY['SENT', 'RECEIVED', 'COMPLETED']) e",
       domain, queue, from, to);
-    conn.query("INSERT INTO commandbus.audit (domain, command_id, event_type, "
-               "ts) SELECT c.domain, c.command_id, e, c.updated_at FROM "
-               "commandbus.command c CROSS JOIN unnest(ARRAY['SENT', "
-               "'RECEIVED', 'COMPLETED']) e WHERE c.domain = $1 AND c.msg_id "
-               "BETWEEN $2 AND $3",
-               domain, from, to);
-    conn.exec("COMMIT");
   }
 }
 
