@@ -402,12 +402,12 @@ TEST_F(Retention, ChunksSkipHeldRowsAndTheWorkerKeepsCompleting) {
 }
 
 TEST_F(Retention, KillNineMidPruneLeavesNothingHalfRemovedAndARerunFinishes) {
-  commands(3000, "COMPLETED", old_age, "done");
+  commands(1000, "COMPLETED", old_age, "done");
   archive("done", old_age);
   background_cmdbus prune{{"prune", "--domain", domain, "--older-than", "30d",
                            "--chunk-size", "20", "--pause", "5ms", "--dsn",
                            dsn()}};
-  ASSERT_TRUE(eventually([&] { return tagged("done") < 2900; }, 20s));
+  ASSERT_TRUE(eventually([&] { return tagged("done") < 950; }, 20s));
   prune.signal(SIGKILL);
   auto died = prune.wait(10s);
   ASSERT_TRUE(died);
@@ -426,14 +426,14 @@ TEST_F(Retention, KillNineMidPruneLeavesNothingHalfRemovedAndARerunFinishes) {
 }
 
 TEST_F(Retention, AFrozenPruneStallsNoWorkerAndFinishesWhenContinued) {
-  commands(3000, "COMPLETED", old_age, "done");
+  commands(1000, "COMPLETED", old_age, "done");
   worker w{make_cfg({domain}), handlers()};
   w.start();
   finally stop{[&] { stop_worker(w); }};
   background_cmdbus prune{{"prune", "--domain", domain, "--older-than", "30d",
                            "--chunk-size", "20", "--pause", "5ms", "--dsn",
                            dsn()}};
-  ASSERT_TRUE(eventually([&] { return tagged("done") < 2900; }, 20s));
+  ASSERT_TRUE(eventually([&] { return tagged("done") < 950; }, 20s));
   // Frozen wherever it is: between chunks, or inside one (holding its rows
   // and the retention lock).
   prune.signal(SIGSTOP);
