@@ -18,6 +18,7 @@
 #include "cmdbus/db/connection.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/db/queues.hpp"
+#include "cmdbus/db/retention.hpp"
 #include "cmdbus/db/schedules.hpp"
 #include "cmdbus/model/log.hpp"
 #include "cmdbus/model/version.hpp"
@@ -48,6 +49,74 @@ void add_to(worker_stats& s, const domain_metrics& m) {
 
 } // namespace
 
+namespace {
+
+// The housekeeping runner's state ([retention]): the domains it covers
+// (filled by the constructors), its pass and counts. Used only by the run
+// in progress (the job runner's thread, or a tick run).
+struct retention_state {
+  /// The served domains and those with processes only, on the worker's
+  /// database.
+  std::vector<std::string> domains;
+  /// The current pass (made at the first run).
+  std::unique_ptr<db::prune_pass> pass;
+  /// What the current pass removed so far (committed chunks).
+  prune_counts pass_total;
+  std::shared_ptr<retention_metrics> metrics
+    = std::make_shared<retention_metrics>();
+};
+
+// Adds `x`, one committed chunk, to `m`.
+void count_chunk(retention_metrics& m, const prune_counts& x) {
+  m.commands.fetch_add(x.commands, std::memory_order_relaxed);
+  m.command_audits.fetch_add(x.command_audits, std::memory_order_relaxed);
+  m.processes.fetch_add(x.processes, std::memory_order_relaxed);
+  m.process_audits.fetch_add(x.process_audits, std::memory_order_relaxed);
+  m.batches.fetch_add(x.batches, std::memory_order_relaxed);
+  m.batch_audits.fetch_add(x.batch_audits, std::memory_order_relaxed);
+  m.archived_messages.fetch_add(x.archived_messages,
+                                std::memory_order_relaxed);
+  m.chunks.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The housekeeping runner as a singleton job (db/jobs.hpp): each run is
+// one chunk of the pass (db/retention.hpp) in the job's transaction, under
+// its lock; a run that leaves work says so, and the next chunk follows
+// after `pause` (on whichever replica takes the lock), so that no
+// transaction and no lock is held longer than a chunk. A pass that is done
+// waits for the next interval. A chunk whose commit failed leaves its rows
+// for the next pass.
+job_fn retention_job(std::shared_ptr<retention_state> st, retention_ages ages,
+                     int chunk_size) {
+  return [st, ages, chunk_size](job_context& ctx) {
+    if (!st->pass)
+      st->pass = std::make_unique<db::prune_pass>(st->domains, ages,
+                                                  chunk_size);
+    else if (st->pass->done())
+      st->pass->restart();
+    auto chunk = st->pass->step(ctx.conn);
+    auto finished = st->pass->done();
+    ctx.more = !finished;
+    ctx.on_commit.push_back([st, chunk, finished] {
+      count_chunk(*st->metrics, chunk);
+      st->pass_total += chunk;
+      if (!finished)
+        return;
+      st->metrics->passes.fetch_add(1, std::memory_order_relaxed);
+      auto& t = st->pass_total;
+      log::from("retention")
+        .info("retention pass done: removed {} commands ({} audit rows), {} "
+              "processes ({} audit rows), {} batches ({} audit rows), {} "
+              "archived messages",
+              t.commands, t.command_audits, t.processes, t.process_audits,
+              t.batches, t.batch_audits, t.archived_messages);
+      t = prune_counts{};
+    });
+  };
+}
+
+} // namespace
+
 // Shared with the tasks of stop(), so that a future that outlives the
 // worker never touches freed memory.
 struct worker::impl {
@@ -62,6 +131,9 @@ struct worker::impl {
   std::vector<actors::job_entry> jobs;
   /// The application's tick runners (add_tick_runner).
   std::vector<tick_runner> app_runners;
+  /// The housekeeping runner's state when [retention] is on (its job is
+  /// the first of `jobs`), else null.
+  std::shared_ptr<retention_state> retention;
   std::atomic<bool> running{false};
   /// Per configured domain (same order) its health inputs, kept across
   /// restarts of the worker.
@@ -92,6 +164,21 @@ struct worker::impl {
   std::atomic<int> admin_drain{0};
   /// This object, for the admin drain's answer (set by the constructor).
   std::weak_ptr<impl> self_ref;
+
+  /// Adds `domain` to what the housekeeping runner prunes when it lives on
+  /// the worker's database (the runner's session); a domain on a database
+  /// of its own is left to `cmdbus prune`, and the log says so.
+  void add_retention_domain(retention_state& st, const std::string& domain) {
+    if (config::dsn_for(cfg, domain) != cfg.dsn) {
+      log::from("retention")
+        .warn("retention: domain {} lives on a database of its own, which "
+              "the worker's housekeeping runner does not prune (run `cmdbus "
+              "prune --domain {}` against it)",
+              domain, domain);
+      return;
+    }
+    st.domains.push_back(domain);
+  }
 
   /// The metrics of `domain` (served, or with processes only).
   std::shared_ptr<domain_metrics> metrics_of(const std::string& domain) const {
@@ -280,18 +367,21 @@ struct worker::impl {
   }
 
   // One step of the jobs runner: each job of the shard from `*next` on,
-  // once, under its lock, within `limits`.
+  // once under its lock (a job whose run says more work is left, until it
+  // says none), within `limits`.
   tick_step jobs_step(const tick_limits& limits, size_t& next) {
     tick_step step;
     db::connection_options opts;
     opts.application_name = "cmdbus-jobs";
     opts.statement_timeout = cfg.statement_timeout;
     std::optional<db::connection> conn;
-    for (; next < jobs.size(); ++next) {
+    while (next < jobs.size()) {
       auto& j = jobs[next];
       if (!db::job_in_shard(j.def->name, cfg.tick_shard_index,
-                            cfg.tick_shard_count))
+                            cfg.tick_shard_count)) {
+        ++next;
         continue;
+      }
       if ((limits.max_items && step.items >= *limits.max_items)
           || (limits.deadline
               && std::chrono::steady_clock::now() >= *limits.deadline)) {
@@ -309,6 +399,10 @@ struct worker::impl {
           .count(),
         "tick");
       ++step.items;
+      // A job that works in chunks runs again while it says more is left
+      // (within the limits).
+      if (!res.more)
+        ++next;
     }
     return step;
   }
@@ -510,6 +604,8 @@ struct worker::impl {
     }
     for (auto& j : jobs)
       in.jobs.push_back(j.metrics.get());
+    if (retention)
+      in.retention = retention->metrics.get();
     return build_status(in);
   }
 
@@ -638,6 +734,19 @@ worker::worker(config::worker_config cfg, handler_registry registry)
   impl_->registry = std::make_shared<const handler_registry>(
     std::move(registry));
   impl_->self_ref = impl_;
+  auto& ret = impl_->cfg.retention;
+  if (ret.enabled()) {
+    auto st = std::make_shared<retention_state>();
+    for (auto& d : impl_->cfg.domains)
+      impl_->add_retention_domain(*st, d);
+    impl_->retention = st;
+    impl_->jobs.push_back(
+      {std::make_shared<const job_definition>(
+         job_definition{db::retention_job_name, ret.interval,
+                        retention_job(st, ret.ages, ret.chunk_size),
+                        ret.pause}),
+       std::make_shared<job_metrics>(db::retention_job_name)});
+  }
 }
 
 worker::worker(config::worker_config cfg, handler_registry registry,
@@ -646,9 +755,12 @@ worker::worker(config::worker_config cfg, handler_registry registry,
   impl_->processes = std::make_shared<const process_registry>(
     std::move(processes));
   for (auto& d : impl_->processes->domains())
-    if (!impl_->metrics_of(d))
+    if (!impl_->metrics_of(d)) {
       impl_->process_only_metrics.push_back(
         std::make_shared<domain_metrics>(d, 0, std::vector<std::string>{}));
+      if (impl_->retention)
+        impl_->add_retention_domain(*impl_->retention, d);
+    }
 }
 
 worker::~worker() {

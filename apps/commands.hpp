@@ -13,6 +13,7 @@ int run_migrate(const std::vector<std::string>& argv);
 int run_send(const std::vector<std::string>& argv);
 int run_send_batch(const std::vector<std::string>& argv);
 int run_cancel(const std::vector<std::string>& argv);
+int run_prune(const std::vector<std::string>& argv);
 int run_show(const std::vector<std::string>& argv);
 int run_list(const std::vector<std::string>& argv);
 int run_wait(const std::vector<std::string>& argv);

@@ -28,6 +28,7 @@ constexpr command_entry commands[] = {
   {"list", cli::run_list},
   {"wait", cli::run_wait},
   {"cancel", cli::run_cancel},
+  {"prune", cli::run_prune},
   {"schedule", cli::run_schedule},
   {"tsq", cli::run_tsq},
   {"batch", cli::run_batch},
@@ -55,6 +56,7 @@ Commands:
   list         list a domain's commands
   wait         wait until a command is finished (exit 0 completed, 5 not)
   cancel       cancel a command before it runs (e.g. a delayed one)
+  prune        remove finished history older than an age, in chunks
   schedule     recurring schedules: add, list, show, pause, resume, remove,
                trigger
   tsq          the troubleshooting queue: list, show, retry, cancel, complete

@@ -89,6 +89,21 @@ std::string describe(const worker_config& cfg) {
            + duration_text(cfg.remote.heartbeat_interval) + "\n";
   }
   out += tls_section(cfg.tls);
+  if (cfg.retention.enabled()) {
+    out += "[retention]\n";
+    auto age = [&](const char* key,
+                   const std::optional<std::chrono::milliseconds>& x) {
+      if (x)
+        out += std::string{key} + " = " + age_text(*x) + "\n";
+    };
+    age("commands", cfg.retention.ages.commands);
+    age("processes", cfg.retention.ages.processes);
+    age("batches", cfg.retention.ages.batches);
+    age("archive", cfg.retention.ages.archive);
+    out += "interval = " + duration_text(cfg.retention.interval) + "\n";
+    out += "chunk-size = " + std::to_string(cfg.retention.chunk_size) + "\n";
+    out += "pause = " + duration_text(cfg.retention.pause) + "\n";
+  }
   std::set<std::string> named;
   for (const auto& [domain, dsn] : cfg.domain_dsn)
     named.insert(domain);

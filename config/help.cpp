@@ -24,7 +24,8 @@ SIGTERM), or drains every domain once with --tick.
 )";
 
 constexpr const char* worker_prose = R"(
-Durations are an integer with a unit: ms, s, min or h (250ms, 30s, 1min).
+Durations are an integer with a unit: ms, s, min, h or d (250ms, 30s, 1min,
+30d).
 Precedence: defaults < config file < environment < command line.
 
 Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DOMAINS (a,b),
@@ -38,6 +39,10 @@ Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DOMAINS (a,b),
   CMDBUS_REMOTE_RECONNECT_MAX, CMDBUS_REMOTE_HEARTBEAT_INTERVAL,
   CMDBUS_TLS_CERTIFICATE, CMDBUS_TLS_KEY, CMDBUS_TLS_CA_FILE,
   CMDBUS_TLS_CA_PATH, CMDBUS_TLS_PASSPHRASE, CMDBUS_ADMIN,
+  CMDBUS_RETENTION_COMMANDS, CMDBUS_RETENTION_PROCESSES,
+  CMDBUS_RETENTION_BATCHES, CMDBUS_RETENTION_ARCHIVE,
+  CMDBUS_RETENTION_INTERVAL, CMDBUS_RETENTION_CHUNK_SIZE,
+  CMDBUS_RETENTION_PAUSE,
   CMDBUS_DOMAIN_DSN_<domain> (CMDBUS_DOMAIN_DSN_reports: that served
   domain's DSN); the log level: CMDBUS_LOG_LEVEL, else SPDLOG_LEVEL, else
   info.
@@ -68,6 +73,14 @@ Config file (CAF INI; ';' starts a comment):
   certificate = "/etc/cmdbus/worker.pem"
   key = "/etc/cmdbus/worker.key"
   ca-file = "/etc/cmdbus/ca.pem"
+  [retention]
+  commands = 30d
+  processes = 30d
+  batches = 30d
+  archive = 7d
+  interval = 1h
+  chunk-size = 1000
+  pause = 0ms
   [domains.reports]
   dsn = "host=db2 dbname=app"
   [admin]
@@ -93,8 +106,8 @@ constexpr const char* node_options_heading
     "the environment, which wins over the config file):\n";
 
 constexpr const char* node_prose = R"(
-Durations are an integer with a unit: ms, s, min or h (500ms, 1s, 2min); a
-bare integer is seconds.
+Durations are an integer with a unit: ms, s, min, h or d (500ms, 1s, 2min);
+a bare integer is seconds.
 
 Config file (CAF INI; ';' starts a comment):
   [node]

@@ -48,6 +48,32 @@ void validate_remote(const worker_config& cfg, Report& report) {
     report(std::move(problem));
 }
 
+// The [retention] rules.
+template <class Report>
+void validate_retention(const retention_config& r, Report& report) {
+  using namespace detail;
+  using std::chrono::milliseconds;
+  auto age = [&](const char* name,
+                 const std::optional<milliseconds>& value) {
+    if (value && *value < milliseconds{1000})
+      report(std::string{"retention "} + name + " (" + duration_text(*value)
+             + ") must be at least 1s");
+  };
+  age("commands", r.ages.commands);
+  age("processes", r.ages.processes);
+  age("batches", r.ages.batches);
+  age("archive", r.ages.archive);
+  if (r.interval < milliseconds{10} || r.interval > milliseconds{86'400'000})
+    report("retention interval (" + duration_text(r.interval)
+           + ") must be between 10ms and 1d");
+  if (r.chunk_size < 1 || r.chunk_size > 100000)
+    report("retention chunk-size (" + std::to_string(r.chunk_size)
+           + ") must be between 1 and 100000");
+  if (r.pause < milliseconds{0} || r.pause > milliseconds{60000})
+    report("retention pause (" + duration_text(r.pause)
+           + ") must be between 0ms and 1min");
+}
+
 } // namespace
 
 std::vector<std::string> validate(const worker_config& cfg) {
@@ -198,6 +224,7 @@ std::vector<std::string> validate(const worker_config& cfg) {
     }
   }
   validate_remote(cfg, report);
+  validate_retention(cfg.retention, report);
   return problems;
 }
 

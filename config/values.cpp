@@ -118,8 +118,8 @@ bool as_bool(const raw_value& v, bool lenient) {
 milliseconds as_duration(const raw_value& v, bool bare_seconds) {
   const std::string expected
     = bare_seconds ? "expects seconds or a duration such as 30s or 2min, got "
-                   : "expects a duration with a unit (ms, s, min or h) such "
-                     "as 250ms or 30s, got ";
+                   : "expects a duration with a unit (ms, s, min, h or d) "
+                     "such as 250ms or 30s, got ";
   if (v.shape != raw_value::form::bare)
     throw value_error(expected + got(v));
   long long n = 0;
@@ -140,6 +140,8 @@ milliseconds as_duration(const raw_value& v, bool bare_seconds) {
     factor = 60'000;
   else if (unit == "h")
     factor = 3'600'000;
+  else if (unit == "d")
+    factor = 86'400'000;
   else
     throw value_error(expected + got(v));
   if (n > max_duration_ms / factor || n < -max_duration_ms / factor)
@@ -211,6 +213,13 @@ std::string duration_text(milliseconds x) {
   if (n != 0 && n % 1000 == 0)
     return std::to_string(n / 1000) + "s";
   return ms_text(x);
+}
+
+std::string age_text(milliseconds x) {
+  auto n = x.count();
+  if (n != 0 && n % 86'400'000 == 0)
+    return std::to_string(n / 86'400'000) + "d";
+  return duration_text(x);
 }
 
 std::string real_text(double x) {

@@ -51,7 +51,7 @@ enum class kind {
   integer_list,
   real,
   boolean,
-  /// An integer with a unit (ms, s, min, h).
+  /// An integer with a unit (ms, s, min, h, d).
   duration,
   /// Like `duration`, but a bare integer means seconds; whole seconds only.
   seconds_duration,
@@ -102,6 +102,10 @@ std::string s_text(std::chrono::seconds x);
 
 /// Returns `x` in the shortest exact unit: 1h, 2min, 30s or 250ms.
 std::string duration_text(std::chrono::milliseconds x);
+
+/// Returns `x` like duration_text, in days when it is a whole number of
+/// days: 30d.
+std::string age_text(std::chrono::milliseconds x);
 
 /// Returns the shortest text that reads back as `x`.
 std::string real_text(double x);

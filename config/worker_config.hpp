@@ -46,6 +46,13 @@
 // | [tls] ca-path                | CMDBUS_TLS_CA_PATH       | --tls-ca-path
 // | [tls] passphrase             | CMDBUS_TLS_PASSPHRASE    | --tls-passphrase
 // | [admin] listen               | CMDBUS_ADMIN             | --admin
+// | [retention] commands         | CMDBUS_RETENTION_COMMANDS | --retention-commands
+// | [retention] processes        | CMDBUS_RETENTION_PROCESSES | --retention-processes
+// | [retention] batches          | CMDBUS_RETENTION_BATCHES | --retention-batches
+// | [retention] archive          | CMDBUS_RETENTION_ARCHIVE | --retention-archive
+// | [retention] interval         | CMDBUS_RETENTION_INTERVAL | --retention-interval
+// | [retention] chunk-size       | CMDBUS_RETENTION_CHUNK_SIZE | --retention-chunk-size
+// | [retention] pause            | CMDBUS_RETENTION_PAUSE   | --retention-pause
 // | [domains.NAME] dsn           | CMDBUS_DOMAIN_DSN_NAME   | --domain-dsn NAME=DSN (many)
 // | [domains.NAME] priorities    | -                        | -
 // | [domains.NAME] fifo-every    | -                        | -
@@ -63,8 +70,8 @@
 // domain each (the last one of a domain wins).
 //
 // Value rules:
-// - Durations are an integer with a unit: `ms`, `s`, `min` or `h` (`250ms`,
-//   `30s`, `1min`). A unit is required everywhere except for
+// - Durations are an integer with a unit: `ms`, `s`, `min`, `h` or `d`
+//   (`250ms`, `30s`, `1min`, `30d`). A unit is required everywhere except for
 //   visibility-timeout, where a bare integer means seconds (it must be a
 //   whole number of seconds in any case).
 // - File strings are quoted ("..." or '...'); lists are `[a, b]` and may span
@@ -89,6 +96,7 @@
 
 #include "cmdbus/config/common.hpp"
 #include "cmdbus/config/network_config.hpp"
+#include "cmdbus/db/retention.hpp"
 
 namespace cmdbus::config {
 
@@ -160,6 +168,31 @@ struct domain_scheduling {
   /// defaults).
   bool chooses() const noexcept {
     return priorities || !type_concurrency.empty();
+  }
+};
+
+/// The worker's housekeeping runner ([retention]; docs/operations.md,
+/// "Retention"): removes finished history older than its age per kind, in
+/// chunks, on one replica at a time. Off unless an age is set.
+struct retention_config {
+  /// The ages per kind (commands, processes, batches, archive); each unset
+  /// by default: that kind is kept for ever. Each >= 1 s when set.
+  retention_ages ages;
+
+  /// Time between passes (a pass prunes until nothing old is left);
+  /// 10 ms .. 1 day.
+  std::chrono::milliseconds interval{3'600'000};
+
+  /// Most rows of a kind removed by one chunk (one transaction); 1..100000.
+  int chunk_size = 1000;
+
+  /// Wait between two chunks of a pass (to leave the database to the
+  /// commands); 0 .. 1 min.
+  std::chrono::milliseconds pause{0};
+
+  /// Whether the runner runs (an age is set).
+  bool enabled() const noexcept {
+    return ages.any();
   }
 };
 
@@ -275,6 +308,11 @@ struct worker_config {
   /// whose name's hash is); count 0 or 1: everything.
   int tick_shard_index = 0;
   int tick_shard_count = 0;
+
+  // -- retention ([retention], docs/operations.md "Retention") -------------
+
+  /// The housekeeping runner: off unless an age is set.
+  retention_config retention;
 
   /// Set by --dump-config only: print describe() and exit instead of
   /// running. Not a setting of the file or the environment.

@@ -362,6 +362,83 @@ settings_table<worker_config> make_worker_table() {
        x.remote.heartbeat_interval = as_duration(y, false);
      }},
   };
+  // [retention]: the housekeeping runner (docs/operations.md).
+  rows.push_back(
+    {kind::duration,
+     "retention",
+     "commands",
+     "CMDBUS_RETENTION_COMMANDS",
+     form::value,
+     {"--retention-commands", "AGE",
+      "remove finished commands (with their audit) older than AGE, e.g. 30d "
+      "(kept)"},
+     [](c& x, const v& y, bool) {
+       x.retention.ages.commands = as_duration(y, false);
+     }});
+  rows.push_back(
+    {kind::duration,
+     "retention",
+     "processes",
+     "CMDBUS_RETENTION_PROCESSES",
+     form::value,
+     {"--retention-processes", "AGE",
+      "remove final processes (with their audit) older than AGE (kept)"},
+     [](c& x, const v& y, bool) {
+       x.retention.ages.processes = as_duration(y, false);
+     }});
+  rows.push_back(
+    {kind::duration,
+     "retention",
+     "batches",
+     "CMDBUS_RETENTION_BATCHES",
+     form::value,
+     {"--retention-batches", "AGE",
+      "remove final batches without commands left, older than AGE (kept)"},
+     [](c& x, const v& y, bool) {
+       x.retention.ages.batches = as_duration(y, false);
+     }});
+  rows.push_back(
+    {kind::duration,
+     "retention",
+     "archive",
+     "CMDBUS_RETENTION_ARCHIVE",
+     form::value,
+     {"--retention-archive", "AGE",
+      "remove archived queue messages older than AGE (kept)"},
+     [](c& x, const v& y, bool) {
+       x.retention.ages.archive = as_duration(y, false);
+     }});
+  rows.push_back(
+    {kind::duration,
+     "retention",
+     "interval",
+     "CMDBUS_RETENTION_INTERVAL",
+     form::value,
+     {"--retention-interval", "DUR",
+      "time between retention passes, 10ms..1d (1h)"},
+     [](c& x, const v& y, bool) {
+       x.retention.interval = as_duration(y, false);
+     }});
+  rows.push_back(
+    {kind::integer,
+     "retention",
+     "chunk-size",
+     "CMDBUS_RETENTION_CHUNK_SIZE",
+     form::value,
+     {"--retention-chunk-size", "N",
+      "most rows of a kind removed per transaction, 1..100000 (1000)"},
+     [](c& x, const v& y, bool) { x.retention.chunk_size = as_int(y); }});
+  rows.push_back(
+    {kind::duration,
+     "retention",
+     "pause",
+     "CMDBUS_RETENTION_PAUSE",
+     form::value,
+     {"--retention-pause", "DUR",
+      "wait between two retention chunks, 0..1min (0ms)"},
+     [](c& x, const v& y, bool) {
+       x.retention.pause = as_duration(y, false);
+     }});
   for (auto& row : tls_settings<c>())
     rows.push_back(row);
   rows.push_back(
@@ -385,7 +462,7 @@ settings_table<worker_config> make_worker_table() {
        x.dump_config = as_bool(y, lenient);
      }});
   return {std::move(rows),
-          {"worker", "tick", "retry", "remote", "tls", "admin"},
+          {"worker", "tick", "retry", "remote", "tls", "admin", "retention"},
           {"domains.",
            {{"dsn", store_domain_dsn_entry},
             {"priorities", store_priorities_entry},

@@ -61,6 +61,9 @@ job_result run_job_once(connection& conn, const job_definition& job) {
     job.fn(ctx);
     tx.commit();
     res.outcome = job_outcome::ran;
+    res.more = ctx.more;
+    for (auto& f : ctx.on_commit)
+      f();
   } catch (const error& e) {
     res.outcome = job_outcome::failed;
     res.error = log::one_line(e.what());
@@ -75,6 +78,14 @@ job_result run_job_once(connection& conn, const job_definition& job) {
     res.unavailable = !conn.is_open();
   }
   return res;
+}
+
+void run_under_job_lock(connection& conn, std::string_view name,
+                        const std::function<void(connection&)>& fn) {
+  transaction tx{conn};
+  conn.query("SELECT pg_advisory_xact_lock($1::bigint)", job_lock_key(name));
+  fn(conn);
+  tx.commit();
 }
 
 } // namespace cmdbus::db

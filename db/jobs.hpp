@@ -15,6 +15,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cmdbus {
 
@@ -28,6 +29,13 @@ class connection;
 struct job_context {
   db::connection& conn;
   const std::string& name;
+  /// Set by the callable when work is left that a further run could do
+  /// now (a job that works in bounded chunks): the next run is then due
+  /// after the job's busy_interval instead of its interval.
+  bool more = false;
+  /// Run in order after the run's transaction committed (never when it
+  /// rolled back): for counting what the run wrote.
+  std::vector<std::function<void()>> on_commit{};
 };
 
 /// The work of a singleton job. Throwing fails the run: its transaction
@@ -41,6 +49,9 @@ struct job_definition {
   /// Time between runs (from one run's start to the next's).
   std::chrono::milliseconds interval{60000};
   job_fn fn;
+  /// Time from a run that said more work is left (job_context::more) to the
+  /// next run; 0: at once (another replica may take it).
+  std::chrono::milliseconds busy_interval{0};
 };
 
 namespace db {
@@ -77,6 +88,8 @@ struct job_result {
   /// lost connection, a restart, a statement timeout) rather than from the
   /// job's own code or an answer refusing a statement.
   bool unavailable = false;
+  /// The run committed and said more work is left (job_context::more).
+  bool more = false;
 };
 
 /// Runs `job` once on `conn`: BEGIN, pg_try_advisory_xact_lock(key), the
@@ -84,6 +97,14 @@ struct job_result {
 /// failed. Never throws for a failure of the job or of the database: it is
 /// the result (a broken connection is left for the caller to replace).
 job_result run_job_once(connection& conn, const job_definition& job);
+
+/// Runs `fn(conn)` in a transaction that first waits for the advisory lock
+/// of job `name` (pg_advisory_xact_lock, the key of job_lock_key): work
+/// done outside a worker's job runner (a command-line tool) that must not
+/// overlap the job's runs. Commits when `fn` returns; when `fn` or the
+/// database throws, rolls back and the exception propagates.
+void run_under_job_lock(connection& conn, std::string_view name,
+                        const std::function<void(connection&)>& fn);
 
 } // namespace db
 } // namespace cmdbus

@@ -273,6 +273,28 @@ std::string render_metrics(const status_snapshot& s) {
                static_cast<double>(j.failed));
     }
   }
+  if (s.retention) {
+    {
+      family_writer f{out, "cmdbus_retention_removed_total", "counter",
+                      "Rows the housekeeping runner removed, by kind "
+                      "(commands and their audit rows, processes and "
+                      "theirs, batches and theirs, archived messages)."};
+      for (auto& [kind, n] : s.retention->removed)
+        f.sample({{"kind", kind}}, static_cast<double>(n));
+    }
+    {
+      family_writer f{out, "cmdbus_retention_chunks_total", "counter",
+                      "Chunks (transactions) the housekeeping runner "
+                      "committed."};
+      f.sample({}, static_cast<double>(s.retention->chunks));
+    }
+    {
+      family_writer f{out, "cmdbus_retention_passes_total", "counter",
+                      "Passes of the housekeeping runner that left nothing "
+                      "old to remove."};
+      f.sample({}, static_cast<double>(s.retention->passes));
+    }
+  }
   {
     family_writer f{out, "cmdbus_ready", "gauge",
                     "1 while the worker takes work (see /readyz)."};

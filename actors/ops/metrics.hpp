@@ -194,4 +194,22 @@ struct job_metrics {
   std::atomic<int64_t> failed{0};
 };
 
+/// The counts of the worker's housekeeping runner ([retention],
+/// docs/operations.md "Retention"), kept across restarts of the worker:
+/// rows it removed by kind (cmdbus_retention_removed_total{kind}) and the
+/// chunks (transactions) that removed them.
+struct retention_metrics {
+  std::atomic<int64_t> commands{0};
+  std::atomic<int64_t> command_audits{0};
+  std::atomic<int64_t> processes{0};
+  std::atomic<int64_t> process_audits{0};
+  std::atomic<int64_t> batches{0};
+  std::atomic<int64_t> batch_audits{0};
+  std::atomic<int64_t> archived_messages{0};
+  /// Committed chunks.
+  std::atomic<int64_t> chunks{0};
+  /// Completed passes (a pass ends when nothing old is left).
+  std::atomic<int64_t> passes{0};
+};
+
 } // namespace cmdbus

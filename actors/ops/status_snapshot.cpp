@@ -58,6 +58,19 @@ status_snapshot build_status(const status_inputs& in) {
   for (auto* j : in.jobs)
     s.jobs.push_back(
       job_status{j->name, j->ran.load(), j->skipped.load(), j->failed.load()});
+  if (auto* r = in.retention) {
+    retention_status rs;
+    rs.removed = {{"commands", r->commands.load()},
+                  {"command_audits", r->command_audits.load()},
+                  {"processes", r->processes.load()},
+                  {"process_audits", r->process_audits.load()},
+                  {"batches", r->batches.load()},
+                  {"batch_audits", r->batch_audits.load()},
+                  {"archived_messages", r->archived_messages.load()}};
+    rs.chunks = r->chunks.load();
+    rs.passes = r->passes.load();
+    s.retention = std::move(rs);
+  }
   return s;
 }
 

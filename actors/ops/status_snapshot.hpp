@@ -73,6 +73,14 @@ struct job_status {
   int64_t failed = 0;
 };
 
+/// The counts of the housekeeping runner (see retention_metrics): rows
+/// removed by kind, in the order of the metric's samples.
+struct retention_status {
+  std::vector<std::pair<std::string, int64_t>> removed;
+  int64_t chunks = 0;
+  int64_t passes = 0;
+};
+
 struct status_snapshot {
   std::string version;
   /// The worst domain state.
@@ -93,6 +101,8 @@ struct status_snapshot {
   std::string queue_error;
   /// The singleton jobs registered with the worker, in registration order.
   std::vector<job_status> jobs;
+  /// The housekeeping runner's counts, when [retention] is configured.
+  std::optional<retention_status> retention;
   /// Seconds since the queue figures were read.
   double queue_age_seconds = 0;
 };
@@ -123,6 +133,8 @@ struct status_inputs {
   std::vector<domain_source> domains;
   /// The singleton jobs' counts (never null), in registration order.
   std::vector<const job_metrics*> jobs;
+  /// The housekeeping runner's counts; null when [retention] is off.
+  const retention_metrics* retention = nullptr;
 };
 
 /// Builds the status view: per domain its figures copied from its metrics,

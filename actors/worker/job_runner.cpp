@@ -26,7 +26,12 @@ void record_job_attempt(const job_entry& job, const db::job_result& res,
   switch (res.outcome) {
     case db::job_outcome::ran:
       m.ran.fetch_add(1, std::memory_order_relaxed);
-      lg.info("job {} ran in {} ms", def.name, took_ms);
+      // A chunk of a job that works in chunks: one line per chunk would
+      // flood the log.
+      if (res.more)
+        lg.debug("job {} ran in {} ms, more to do", def.name, took_ms);
+      else
+        lg.info("job {} ran in {} ms", def.name, took_ms);
       break;
     case db::job_outcome::skipped:
       m.skipped.fetch_add(1, std::memory_order_relaxed);
@@ -51,13 +56,17 @@ int64_t ms_between(std::chrono::steady_clock::time_point a,
   return std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count();
 }
 
-// Runs job `j` once and counts and logs what became of it.
+// Runs job `j` once, counts and logs what became of it, and sets when it
+// is due next: after its busy interval when the run said more work is
+// left, else at its interval (next_due_after).
 void run_one(self_ptr self, job_runner_state::scheduled& j) {
   auto& st = self->state;
   auto start = self->clock().now();
   auto res = st.attempt(*j.job.def);
-  record_job_attempt(j.job, res, ms_between(start, self->clock().now()),
-                     st.name);
+  auto now = self->clock().now();
+  record_job_attempt(j.job, res, ms_between(start, now), st.name);
+  j.next_due = res.more ? now + j.job.def->busy_interval
+                        : next_due_after(j.next_due, now, j.job.def->interval);
 }
 
 // Arms the timer (the behaviour's idle timeout, not a delayed_send: a
@@ -85,8 +94,6 @@ void run_due(self_ptr self) {
     if (st.session->outage().backing_off())
       break; // the database failed: the others wait for the backoff
     run_one(self, j);
-    j.next_due = next_due_after(j.next_due, self->clock().now(),
-                                j.job.def->interval);
   }
   if (st.session->outage().backing_off()) {
     auto retry = st.session->outage().retry_at();

@@ -65,13 +65,15 @@ next_due_after(std::chrono::steady_clock::time_point due,
                std::chrono::milliseconds interval);
 
 /// Counts `res`, the attempt of `job` that took `took_ms`, in the job's
-/// metrics and logs it on one line under `origin` (a run at info, a skip at
-/// debug, a failure at warning). Shared by the runner and tick runs.
+/// metrics and logs it on one line under `origin` (a run at info, or at
+/// debug when it said more work is left; a skip at debug, a failure at
+/// warning). Shared by the runner and tick runs.
 void record_job_attempt(const job_entry& job, const db::job_result& res,
                         int64_t took_ms, const std::string& origin);
 
 /// The runner's behaviour: runs every job at once at the start, then each
-/// at its interval (next_due_after); counts each attempt in the job's
+/// at its interval (next_due_after), or after its busy interval when its
+/// last run said more work is left (job_context::more); counts each attempt in the job's
 /// metrics (ran, skipped or failed) and logs it on one line (a run at info,
 /// a skip at debug, a failure at warning). A failed run rolled back; the
 /// job runs again at its next interval.

@@ -2,7 +2,8 @@
 // every job runs at the start and then at its own interval; each attempt is
 // counted by its outcome (ran, skipped because another replica holds the
 // lock, failed); a failed run is tried again at the next interval, and runs
-// missed by a slow run are skipped, not run back to back. The database is
+// missed by a slow run are skipped, not run back to back; a run that says
+// more work is left is followed after the job's busy interval. The database is
 // replaced by a fake attempt function.
 
 #define CAF_SUITE actors.job_runner
@@ -22,6 +23,8 @@ namespace {
 struct fake_db {
   std::vector<std::string> attempts;
   std::map<std::string, std::deque<db::job_outcome>> next;
+  /// Per job, whether its next runs say more work is left (then none).
+  std::map<std::string, std::deque<bool>> more;
 
   db::job_result attempt(const job_definition& def) {
     attempts.push_back(def.name);
@@ -34,6 +37,11 @@ struct fake_db {
     }
     if (res.outcome == db::job_outcome::failed)
       res.error = "boom";
+    auto& m = more[def.name];
+    if (res.outcome == db::job_outcome::ran && !m.empty()) {
+      res.more = m.front();
+      m.pop_front();
+    }
     return res;
   }
 };
@@ -101,6 +109,26 @@ CAF_TEST(every job runs at the start and then at its own interval) {
   CAF_CHECK_EQUAL(metrics(0).ran.load(), 4);
   CAF_CHECK_EQUAL(metrics(1).ran.load(), 2);
   CAF_CHECK_EQUAL(metrics(0).failed.load(), 0);
+}
+
+CAF_TEST(a run that says more is left runs again after the busy interval) {
+  settings.jobs = {{std::make_shared<const job_definition>(job_definition{
+                      "chunks", 1000ms, [](job_context&) {}, 10ms}),
+                    std::make_shared<job_metrics>("chunks")}};
+  dbs->more["chunks"] = {true, true};
+  start();
+  // Two runs said more: each next one follows after 10 ms; the third said
+  // none, and the job waits for its interval from there.
+  CAF_REQUIRE(sched.trigger_timeout());
+  sched.run();
+  CAF_CHECK(elapsed() == 10ms);
+  CAF_REQUIRE(sched.trigger_timeout());
+  sched.run();
+  CAF_CHECK(elapsed() == 20ms);
+  CAF_REQUIRE(sched.trigger_timeout());
+  sched.run();
+  CAF_CHECK(elapsed() == 1020ms);
+  CAF_CHECK_EQUAL(metrics(0).ran.load(), 4);
 }
 
 CAF_TEST(a failed run is counted and the job runs again at its next interval) {

@@ -87,6 +87,7 @@ const std::vector<documented_command> commands{
   {{"list"}, "### `cmdbus list DOMAIN`"},
   {{"wait"}, "### `cmdbus wait DOMAIN COMMAND_ID`"},
   {{"cancel"}, "### `cmdbus cancel DOMAIN COMMAND_ID`"},
+  {{"prune"}, "### `cmdbus prune`"},
   {{"schedule", "add"}, "### `cmdbus schedule`"},
   {{"schedule", "list"}, "### `cmdbus schedule`"},
   {{"schedule", "show"}, "### `cmdbus schedule`"},

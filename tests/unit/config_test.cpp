@@ -263,8 +263,8 @@ TEST(ConfigIni, reports_unknown_keys_and_sections) {
             "worker.ini:1: unknown key 'frobnicate' at the top level");
   EXPECT_EQ(ini_error("\n[workers]\n"),
             "worker.ini:2: unknown section [workers] (expected [worker], "
-            "[tick], [retry], [remote], [tls], [admin], [domains.NAME] or "
-            "[domains.NAME.types.TYPE])");
+            "[tick], [retry], [remote], [tls], [admin], [retention], "
+            "[domains.NAME] or [domains.NAME.types.TYPE])");
   EXPECT_EQ(ini_error("[worker]\nvisibility_timeout = 3s\n"),
             "worker.ini:2: unknown key 'visibility_timeout' in section "
             "[worker] (did you mean 'visibility-timeout'?)");
@@ -320,8 +320,8 @@ TEST(ConfigIni, reports_wrong_types) {
             "range: \"99999999999\"");
   EXPECT_EQ(ini_error("[worker]\npoll-interval = 100\n"),
             "worker.ini:2: key 'poll-interval' in section [worker] expects a "
-            "duration with a unit (ms, s, min or h) such as 250ms or 30s, "
-            "got \"100\"");
+            "duration with a unit (ms, s, min, h or d) such as 250ms or "
+            "30s, got \"100\"");
   EXPECT_TRUE(contains(ini_error("[worker]\npoll-interval = 1.5s\n"),
                        "expects a duration"));
   EXPECT_TRUE(contains(ini_error("[worker]\nvisibility-timeout = 1500ms\n"),
@@ -1049,4 +1049,48 @@ TEST(ConfigScheduling, reports_bad_entries) {
   EXPECT_EQ(problems[2],
             "concurrency of type \"Slow\" in domain \"payments\" (0) must "
             "be between 1 and 4096");
+}
+
+// -- [retention] --------------------------------------------------------------
+
+TEST(ConfigRetention, is_off_by_default_and_reads_ages_in_days) {
+  EXPECT_FALSE(valid().retention.enabled());
+  auto cfg = valid();
+  apply_ini(cfg,
+            "[retention]\ncommands = 30d\narchive = 12h\ninterval = 10min\n"
+            "chunk-size = 500\npause = 20ms\n",
+            "worker.ini");
+  EXPECT_TRUE(cfg.retention.enabled());
+  EXPECT_EQ(cfg.retention.ages.commands, std::chrono::milliseconds{30 * 86'400'000LL});
+  EXPECT_EQ(cfg.retention.ages.archive, std::chrono::milliseconds{12 * 3'600'000LL});
+  EXPECT_FALSE(cfg.retention.ages.processes);
+  EXPECT_FALSE(cfg.retention.ages.batches);
+  EXPECT_EQ(cfg.retention.interval, 10min);
+  EXPECT_EQ(cfg.retention.chunk_size, 500);
+  EXPECT_EQ(cfg.retention.pause, 20ms);
+  EXPECT_TRUE(validate(cfg).empty());
+  // describe() writes the section back in days, and it reads back the same.
+  auto text = describe(cfg);
+  EXPECT_TRUE(contains(text, "[retention]\ncommands = 30d\narchive = 12h\n"))
+    << text;
+  worker_config again;
+  apply_ini(again, text, "described.ini");
+  EXPECT_EQ(again.retention.ages.commands, cfg.retention.ages.commands);
+  EXPECT_EQ(again.retention.chunk_size, 500);
+}
+
+TEST(ConfigRetention, rejects_bad_values) {
+  auto cfg = valid();
+  cfg.retention.ages.batches = 500ms;
+  cfg.retention.chunk_size = 0;
+  cfg.retention.interval = 2 * 86'400'000ms;
+  cfg.retention.pause = 2min;
+  auto problems = validate(cfg);
+  EXPECT_TRUE(has_problem(problems, "retention batches (500ms) must be at least 1s"));
+  EXPECT_TRUE(has_problem(problems, "retention chunk-size (0)"));
+  EXPECT_TRUE(has_problem(problems, "retention interval (48h)"));
+  EXPECT_TRUE(has_problem(problems, "retention pause (2min)"));
+  EXPECT_TRUE(contains(ini_error("[retention]\ncommands = 30days\n"),
+                       "expects a duration"));
+  EXPECT_TRUE(contains(ini_error("[retention]\nkeep = 30d\n"), "keep"));
 }
