@@ -8,22 +8,30 @@
 #include "apps/output.hpp"
 #include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 
 namespace cmdbus::cli {
 
 namespace {
 
 const command_spec queues_command{
-  R"(usage: cmdbus queues [--dsn DSN] [--json]
+  R"(usage: cmdbus queues [--create QUEUE]... [--dsn DSN] [--json]
 
 Shows PGMQ metrics of every queue: length, visible length, age of the newest
-and oldest message in seconds, and messages ever sent.
+and oldest message in seconds, and messages ever sent. With --create, first
+creates each QUEUE that does not exist (a domain's command queue is
+DOMAIN__commands): the operator's way to provide the queues of a worker
+whose role may not create them (`cmdbus grant`).
 )",
-  {dsn_option,
+  {{"--create", "QUEUE",
+    "create QUEUE first unless it exists (repeatable; the schema's owner or "
+    "an operator role)"},
+   dsn_option,
    {"--json", "", "print a JSON array, one object per queue"},
    help_option},
   R"(
-Exit codes: 0 ok, 1 usage error.
+Exit codes: 0 ok, 1 usage error (e.g. an invalid queue name).
 )"};
 
 } // namespace
@@ -33,8 +41,13 @@ int run_queues(const std::vector<std::string>& argv) {
   if (a.help())
     return print_help(queues_command);
   a.expect_positional(0, "no positional arguments");
+  auto create = a.options("--create");
+  for (auto& q : create)
+    db::validate_queue_name(q);
   db::pool pool{pool_options_for(a, 1)};
   auto conn = pool.acquire();
+  for (auto& q : create)
+    db::create_queue(*conn, q);
   auto r = conn->exec(
     "SELECT queue_name, queue_length, queue_visible_length, "
     "newest_msg_age_sec, oldest_msg_age_sec, total_messages FROM "

@@ -22,6 +22,7 @@ struct command_entry {
 
 constexpr command_entry commands[] = {
   {"migrate", cli::run_migrate},
+  {"grant", cli::run_grant},
   {"send", cli::run_send},
   {"send-batch", cli::run_send_batch},
   {"show", cli::run_show},
@@ -49,6 +50,8 @@ constexpr const char* main_synopsis
 Commands:
   migrate      create or upgrade the database schema; --status lists
                applied and pending migrations
+  grant        set up the worker, operator and reader group roles and make
+               login roles members (least privilege)
   send         send one command
   send-batch   send the commands of a JSON-lines file (optionally as a batch)
   show         show a command: metadata, payload, audit trail, when it is

@@ -82,7 +82,14 @@ failure describe_failure(std::exception_ptr ep) {
       log::debug("no cmdbus schema: {}", log::one_line(e.what()));
       return {exit_failed, never_migrated};
     }
-    return {exit_failed, e.what()};
+    std::string what = e.what();
+    if (e.sqlstate() == "42501"
+        && what.find("cmdbus grant") == std::string::npos)
+      return {exit_failed,
+              what
+                + " (the connected role lacks this right: connect as a role "
+                  "of the group this job needs, see `cmdbus grant --help`)"};
+    return {exit_failed, what};
   } catch (const std::exception& e) {
     return {exit_failed, e.what()};
   }

@@ -11,9 +11,6 @@ namespace cmdbus::db {
 
 namespace {
 
-// Arbitrary constant shared by every cmdbus migrate run ("cmdbus" in ASCII).
-constexpr const char* migrate_lock_key = "109315985728883";
-
 constexpr const char* pgmq_component = "pgmq";
 constexpr const char* commandbus_component = "commandbus";
 

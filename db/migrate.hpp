@@ -39,6 +39,11 @@ struct migrate_report {
   std::vector<std::string> applied;
 };
 
+/// The key of the advisory lock that serialises `migrate` runs (and `cmdbus
+/// grant` runs with them) on a database: an arbitrary constant ("cmdbus" in
+/// ASCII).
+inline constexpr const char* migrate_lock_key = "109315985728883";
+
 /// The name of our bookkeeping table.
 constexpr std::string_view migrations_table = "commandbus.cmdbus_migrations";
 

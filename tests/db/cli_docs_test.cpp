@@ -81,6 +81,7 @@ struct documented_command {
 const std::vector<documented_command> commands{
   {{}, "## Global options"},
   {{"migrate"}, "### `cmdbus migrate`"},
+  {{"grant"}, "### `cmdbus grant`"},
   {{"send"}, "### `cmdbus send DOMAIN TYPE`"},
   {{"send-batch"}, "### `cmdbus send-batch DOMAIN`"},
   {{"show"}, "### `cmdbus show DOMAIN COMMAND_ID`"},
