@@ -20,6 +20,7 @@ Shows PGMQ metrics of every queue: length, visible length, age of the newest
 and oldest message in seconds, and messages ever sent.
 )",
   {dsn_option,
+   dsn_file_option,
    {"--json", "", "print a JSON array, one object per queue"},
    help_option},
   R"(

@@ -27,8 +27,9 @@ constexpr const char* worker_prose = R"(
 Durations are an integer with a unit: ms, s, min or h (250ms, 30s, 1min).
 Precedence: defaults < config file < environment < command line.
 
-Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DOMAINS (a,b),
-  CMDBUS_CONCURRENCY, CMDBUS_PREFETCH, CMDBUS_VISIBILITY_TIMEOUT,
+Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DSN_FILE,
+  CMDBUS_DOMAINS (a,b), CMDBUS_CONCURRENCY, CMDBUS_PREFETCH,
+  CMDBUS_VISIBILITY_TIMEOUT,
   CMDBUS_POLL_INTERVAL, CMDBUS_USE_NOTIFY (true/false/1/0),
   CMDBUS_STATEMENT_TIMEOUT,
   CMDBUS_SHUTDOWN_TIMEOUT, CMDBUS_FLUSH_INTERVAL, CMDBUS_HTTP,
