@@ -151,6 +151,7 @@ TEST_F(PostgresTls, WorkerCompletesEverythingThroughACutARestartAndAKill) {
   };
   std::vector<std::string> worker_args{"worker",
                                        "--demo",
+                                       "--create",
                                        "--domain",
                                        d,
                                        "--dsn-file",
