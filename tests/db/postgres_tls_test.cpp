@@ -118,6 +118,16 @@ protected:
     ASSERT_TRUE(setup_error_.empty()) << setup_error_;
   }
 
+  /// A wrong CA, a certificate for another name, a server without TLS and
+  /// a DSN without TLS for a server that demands it: each refused with one
+  /// line that says what to fix, by the tool and by a worker.
+  void refusals_say_what_to_fix();
+
+  /// The password from libpq's password file or from a DSN file (every
+  /// place that names one); a DSN file open to others refused; the
+  /// password in no output.
+  void passwords_come_from_files_only_their_owner_reads();
+
   /// The server's DSN (through `port`, 0: direct) with its password.
   static std::string dsn_with_password(int port = 0) {
     return server_->dsn(port) + " password=" + server_->password();
@@ -149,24 +159,15 @@ TEST_F(PostgresTls, WorkerCompletesEverythingThroughACutARestartAndAKill) {
       {"send-batch", d, "--file", file, "--create", "--dsn-file", send_dsn});
     ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
   };
-  std::vector<std::string> worker_args{"worker",
-                                       "--demo",
-                                       "--create",
-                                       "--domain",
-                                       d,
-                                       "--dsn-file",
-                                       worker_dsn,
-                                       "--concurrency",
-                                       "4",
-                                       "--visibility-timeout",
-                                       "2s",
-                                       "--statement-timeout",
-                                       "1s",
-                                       "--poll-interval",
-                                       "100ms",
-                                       "--error-backoff-max",
-                                       "200ms",
-                                       "--log-level",
+  std::vector<std::string> worker_args{"worker",   "--demo",
+                                       "--create", "--domain",
+                                       d,          "--dsn-file",
+                                       worker_dsn, "--concurrency",
+                                       "4",        "--visibility-timeout",
+                                       "2s",       "--statement-timeout",
+                                       "1s",       "--poll-interval",
+                                       "100ms",    "--error-backoff-max",
+                                       "200ms",    "--log-level",
                                        "debug"};
   auto checks = db::connection::open(pg.socket_dsn());
   auto all_completed = [&](int64_t n) {
@@ -229,7 +230,7 @@ TEST_F(PostgresTls, WorkerCompletesEverythingThroughACutARestartAndAKill) {
   EXPECT_FALSE(contains(outputs, pg.password())) << outputs;
 }
 
-TEST_F(PostgresTls, RefusalsSayWhatToFixAndNeverShowThePassword) {
+void PostgresTls::refusals_say_what_to_fix() {
   auto& pg = *server_;
   temp_dir dir;
   struct refusal {
@@ -279,7 +280,7 @@ TEST_F(PostgresTls, RefusalsSayWhatToFixAndNeverShowThePassword) {
   }
 }
 
-TEST_F(PostgresTls, PasswordsComeFromFilesThatOnlyTheirOwnerMayRead) {
+void PostgresTls::passwords_come_from_files_only_their_owner_reads() {
   auto& pg = *server_;
   temp_dir dir;
   auto secret = pg.password();
@@ -360,4 +361,10 @@ TEST_F(PostgresTls, PasswordsComeFromFilesThatOnlyTheirOwnerMayRead) {
   EXPECT_EQ(r.exit_code, 6) << r.err;
   EXPECT_TRUE(contains(r.err, "password authentication failed")) << r.err;
   EXPECT_FALSE(contains(r.out + r.err, secret)) << r.err;
+}
+
+// One test for both (ctest starts a process, and so a server, per test).
+TEST_F(PostgresTls, RefusalsSayWhatToFixAndPasswordsStayInOwnersFiles) {
+  refusals_say_what_to_fix();
+  passwords_come_from_files_only_their_owner_reads();
 }
