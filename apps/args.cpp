@@ -6,6 +6,7 @@
 #include <iterator>
 
 #include "apps/values.hpp"
+#include "cmdbus/db/dsn.hpp"
 
 namespace cmdbus::cli {
 
@@ -140,11 +141,34 @@ void args::expect_positional(size_t n, const std::string& usage) const {
 }
 
 std::string args::dsn() const {
-  if (auto v = option(std::string{dsn_option.name}))
-    return *v;
-  if (const char* env = std::getenv("CMDBUS_DSN"))
-    return env;
-  return {};
+  auto read = [](const std::string& path, const std::string& place) {
+    try {
+      return db::read_dsn_file(path);
+    } catch (const db::invalid_argument& e) {
+      throw usage_error{place + " cannot be used: " + e.what()};
+    }
+  };
+  auto dsn = option(std::string{dsn_option.name});
+  auto file = option(std::string{dsn_file_option.name});
+  if (dsn && file)
+    throw usage_error{"give --dsn or --dsn-file, not both"};
+  if (file)
+    return read(*file, "option --dsn-file");
+  if (dsn)
+    return *dsn;
+  // An empty variable counts as unset, as for the worker.
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v != nullptr ? v : "";
+  };
+  auto env_dsn = env("CMDBUS_DSN");
+  auto env_file = env("CMDBUS_DSN_FILE");
+  if (!env_dsn.empty() && !env_file.empty())
+    throw usage_error{
+      "set CMDBUS_DSN or CMDBUS_DSN_FILE in the environment, not both"};
+  if (!env_file.empty())
+    return read(env_file, "environment variable CMDBUS_DSN_FILE");
+  return env_dsn;
 }
 
 bool has_flag(const std::vector<std::string>& argv, const std::string& name) {
@@ -156,14 +180,15 @@ int run_subcommand(const std::string& command,
                    const std::vector<std::string>& argv,
                    const command_spec& overview,
                    const std::vector<subcommand>& subcommands) {
-  // The options before the subcommand's name (only --dsn takes a value
-  // there) go behind it.
+  // The options before the subcommand's name (only --dsn and --dsn-file
+  // take a value there) go behind it.
   std::vector<std::string> rest;
   size_t i = 0;
   while (i < argv.size() && argv[i].size() > 1 && argv[i][0] == '-'
          && argv[i] != "--help" && argv[i] != "-h" && argv[i] != "--") {
     rest.push_back(argv[i]);
-    if (argv[i] == dsn_option.name && i + 1 < argv.size())
+    if ((argv[i] == dsn_option.name || argv[i] == dsn_file_option.name)
+        && i + 1 < argv.size())
       rest.push_back(argv[++i]);
     ++i;
   }

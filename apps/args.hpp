@@ -27,6 +27,14 @@ inline constexpr option dsn_option{
   "--dsn", "DSN",
   "connection string (default: $CMDBUS_DSN, then the libpq environment)"};
 
+/// --dsn-file PATH: the DSN from a file of its owner's alone (it may hold
+/// the password), instead of --dsn ($CMDBUS_DSN_FILE instead of
+/// $CMDBUS_DSN).
+inline constexpr option dsn_file_option{
+  "--dsn-file", "PATH",
+  "read the connection string from PATH, a file only its owner may read "
+  "(mode 600), instead of --dsn (default: $CMDBUS_DSN_FILE)"};
+
 /// -h, --help.
 inline constexpr option help_option = config::help_option;
 
@@ -114,7 +122,11 @@ public:
   /// `usage` names them ("DOMAIN and COMMAND_ID").
   void expect_positional(size_t n, const std::string& usage) const;
 
-  /// Returns the DSN: --dsn, else $CMDBUS_DSN, else "" (libpq environment).
+  /// Returns the DSN: --dsn or the content of --dsn-file's file, else
+  /// $CMDBUS_DSN or the content of $CMDBUS_DSN_FILE's file, else "" (the
+  /// libpq environment). Throws usage_error when the command line (or the
+  /// environment) gives both, or when the file cannot be used
+  /// (db::read_dsn_file).
   std::string dsn() const;
 
 private:

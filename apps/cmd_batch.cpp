@@ -52,6 +52,7 @@ COMPLETED, COMPLETED_WITH_FAILURES (any case). Default limit 100.
    {"--limit", "N", "at most N batches (default 100)"},
    {"--offset", "N", "skip the first N"},
    dsn_option,
+   dsn_file_option,
    {"--json", "",
     "print an array of batch objects (with `progress`, the finished fraction "
     "0..1)"},
@@ -71,6 +72,7 @@ troubleshooting queue stays IN_PROGRESS until they are resolved
 (`cmdbus tsq`).
 )",
   {dsn_option,
+   dsn_file_option,
    {"--json", "",
     "print {\"batch\": {... \"progress\": 0..1 ...}, \"troubleshooting\": "
     "[commands]}"},
@@ -96,6 +98,7 @@ is never reopened. No audit event is written and no completion callback
 runs.
 )",
   {dsn_option,
+   dsn_file_option,
    {"--json", "", "print {\"before\": {batch}, \"after\": {batch}}"},
    help_option},
   R"(

@@ -33,6 +33,7 @@ queue is canceled with `cmdbus tsq cancel`.
   {{"--reason", "TEXT", "the reason, in the reply and the audit"},
    {"--operator", "NAME", "recorded in the audit (default: $USER)"},
    dsn_option,
+   dsn_file_option,
    {"--json", "",
     "print {command_id, canceled: true, batch_id, batch_completed}"},
    help_option},

@@ -38,6 +38,7 @@ its backoff is not one of them.
    {"--limit", "N", "at most N commands (default 100)"},
    {"--offset", "N", "skip the first N"},
    dsn_option,
+   dsn_file_option,
    {"--json", "",
     "print a JSON array of commands (with --scheduled each has \"due_at\")"},
    help_option},

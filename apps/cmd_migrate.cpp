@@ -37,6 +37,7 @@ real pgmq extension is used instead when the server has it).
 )",
   {{"--status", "", "report applied and pending migrations; change nothing"},
    dsn_option,
+   dsn_file_option,
    {"--verbose", "", "log each step to stderr (at least --log-level info)",
     "-v"},
    {"--json", "", "print the result as JSON"},

@@ -65,6 +65,7 @@ COMPENSATED, FAILED, CANCELED (any case); repeat --status for several.
    {"--type", "T", "only processes of this process type"},
    {"--limit", "N", "at most N processes (default 100)"},
    dsn_option,
+   dsn_file_option,
    {"--json", "", "print an array of process objects"},
    help_option},
   R"(
@@ -83,6 +84,7 @@ the troubleshooting queue shows IN_TROUBLESHOOTING_QUEUE: `cmdbus tsq
 complete` resumes the process, `cmdbus tsq cancel` compensates it.
 )",
   {dsn_option,
+   dsn_file_option,
    {"--json", "", "print {\"process\": {...}, \"steps\": [...]}"},
    help_option},
   R"(
@@ -118,6 +120,7 @@ Types: the demo workflows, which `cmdbus worker` drives in every domain:
    {"--batch-id", "ID", "join this PROCESS batch (it must exist)"},
    {"--create", "", "create the domain's command queue if it does not exist"},
    dsn_option,
+   dsn_file_option,
    {"--json", "",
     "print {\"process_id\", \"domain\", \"process_type\", \"status\", "
     "\"current_step\"}"},

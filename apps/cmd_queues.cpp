@@ -28,6 +28,7 @@ whose role may not create them (`cmdbus grant`).
     "create QUEUE first unless it exists (repeatable; the schema's owner or "
     "an operator role)"},
    dsn_option,
+   dsn_file_option,
    {"--json", "", "print a JSON array, one object per queue"},
    help_option},
   R"(

@@ -79,6 +79,7 @@ it is archived like the others when reading, left alone with --peek.
     "invalid message: {msg_id, enqueued_at, read_ct, valid: false, error, "
     "raw})"},
    dsn_option,
+   dsn_file_option,
    help_option},
   R"(
 Exit codes: 0 ok (also when there was nothing to read), 1 usage error,
@@ -254,6 +255,7 @@ with a growing delay (50 ms up to 1 s).
     "give up after DUR (e.g. 30s, 5m); default: wait forever"},
    {"--json", "", "print the command as JSON"},
    dsn_option,
+   dsn_file_option,
    help_option},
   R"(
 Exit codes:

@@ -77,16 +77,19 @@ const command_spec add_command{
    {"--max-attempts", "N", "of its commands (default 3)"},
    {"--priority", "N", "of its commands (default: none)"},
    dsn_option,
+   dsn_file_option,
    json_option,
    help_option},
   schedule_exit_codes};
 
 const command_spec list_command{schedule_synopsis,
-                                {dsn_option, json_option, help_option},
+                                {dsn_option, dsn_file_option, json_option,
+                                 help_option},
                                 schedule_exit_codes};
 
 const command_spec named_command{schedule_synopsis,
-                                 {dsn_option, json_option, help_option},
+                                 {dsn_option, dsn_file_option, json_option,
+                                  help_option},
                                  schedule_exit_codes};
 
 std::string timing_text(const schedules::schedule& s) {

@@ -51,6 +51,7 @@ when it is due, `cmdbus list DOMAIN --scheduled` lists such commands, and
     "priority (default: none, the same as 0; docs/scheduling.md)"},
    {"--create", "", "create DOMAIN__commands when it does not exist"},
    dsn_option,
+   dsn_file_option,
    {"--json", "",
     "print the result as JSON: {command_id, msg_id, queue, correlation_id, "
     "not_before} (not_before is null unless --delay or --at was given)"},

@@ -77,6 +77,7 @@ is ever added to an existing batch.
     "the batch's custom data, an object (JSON text, @FILE, or - for standard "
     "input)"},
    dsn_option,
+   dsn_file_option,
    {"--json", "",
     "print the result as JSON: without --batch {queue, total_commands, "
     "chunks, results}, with it {batch_id, total, queue, results}; results "

@@ -49,6 +49,7 @@ audit id).
               attempt's lease)
 )",
   {dsn_option,
+   dsn_file_option,
    {"--json", "",
     "print {\"command\": {...}, \"payload\": ..., \"payload_source\": "
     "\"queue\" | \"archive\" | null, \"due_at\": ... | null, "

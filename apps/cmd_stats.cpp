@@ -57,6 +57,7 @@ when DOMAIN is omitted):
     "scheduled, invisible, oldest_visible_age_sec}, completed_last_minute, "
     "completed_last_hour, failed_last_minute, failed_last_hour"},
    dsn_option,
+   dsn_file_option,
    help_option},
   R"(
 Cost: the counts use the command table's indexes; only the COMPLETED count

@@ -95,12 +95,14 @@ const command_spec list_command{
    {"--limit", "N", "at most N commands (default 50)"},
    {"--offset", "N", "skip the first N"},
    dsn_option,
+   dsn_file_option,
    json_option,
    help_option},
   tsq_exit_codes};
 
 const command_spec show_command{tsq_synopsis,
-                                {dsn_option, json_option, help_option},
+                                {dsn_option, dsn_file_option, json_option,
+                                 help_option},
                                 tsq_exit_codes};
 
 // The options of retry, cancel and complete; `extra` is the operation's own.
@@ -116,7 +118,8 @@ std::vector<option> operation_options(std::vector<option> extra) {
      "recorded in the audit (default: $USER, else $LOGNAME, else the "
      "account's name)"}};
   out.insert(out.end(), extra.begin(), extra.end());
-  out.insert(out.end(), {dsn_option, json_option, help_option});
+  out.insert(out.end(),
+             {dsn_option, dsn_file_option, json_option, help_option});
   return out;
 }
 

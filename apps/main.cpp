@@ -43,8 +43,8 @@ constexpr command_entry commands[] = {
 };
 
 constexpr const char* main_synopsis
-  = R"(usage: cmdbus [--dsn DSN] [--log-level LEVEL] [--log-format FORMAT]
-              <command> [options]
+  = R"(usage: cmdbus [--dsn DSN | --dsn-file PATH] [--log-level LEVEL]
+              [--log-format FORMAT] <command> [options]
        cmdbus help <command>
 
 Commands:
@@ -79,12 +79,15 @@ Commands:
 )";
 
 constexpr const char* main_epilogue = R"(
---dsn, --json, --log-level and --log-format may stand before or after the
-command.
+--dsn, --dsn-file, --json, --log-level and --log-format may stand before or
+after the command.
 
-Connection: --dsn DSN, else $CMDBUS_DSN, else the standard libpq environment
-(PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, ...). DSN is a libpq
-key=value string or a postgresql:// URI. Passwords are never printed.
+Connection: --dsn DSN or --dsn-file PATH, else $CMDBUS_DSN or
+$CMDBUS_DSN_FILE, else the standard libpq environment (PGHOST, PGPORT,
+PGUSER, PGPASSFILE, PGDATABASE, ...). DSN is a libpq key=value string or a
+postgresql:// URI; a DSN file holds one and must be readable by its owner
+alone (mode 600). Keep passwords off the command line: in a DSN file or in
+libpq's password file (PGPASSFILE). Passwords are never printed.
 
 Output: human-readable text; --json prints JSON instead (errors too, as
 {"error": "...", "exit_code": N} on standard output).
@@ -111,6 +114,7 @@ const cli::command_spec main_command{
   {{"--help", "", "show this help (`cmdbus CMD --help` for a command's)", "-h"},
    {"--version", "", "print the version"},
    cli::dsn_option,
+   cli::dsn_file_option,
    {"--json", "", "JSON output (see Output below)"},
    cli::log_level_option,
    cli::log_format_option,
@@ -148,18 +152,19 @@ std::string unknown_command(const std::string& name) {
          + (near.empty() ? "" : "; did you mean " + near + "?");
 }
 
-// Moves the global options that stand before the command (--dsn, --json)
-// behind it, where the command's own parser reads them.
+// Moves the global options that stand before the command (--dsn,
+// --dsn-file, --json) behind it, where the command's own parser reads them.
 std::vector<std::string> take_global_options(std::vector<std::string>& argv) {
   std::vector<std::string> moved;
   while (!argv.empty()) {
     auto& a = argv.front();
-    if (a == "--dsn") {
+    if (a == "--dsn" || a == "--dsn-file") {
       if (argv.size() < 2)
-        throw cli::usage_error{"--dsn needs a value"};
-      moved.insert(moved.end(), {"--dsn", argv[1]});
+        throw cli::usage_error{a + " needs a value"};
+      moved.insert(moved.end(), {a, argv[1]});
       argv.erase(argv.begin(), argv.begin() + 2);
-    } else if (a.rfind("--dsn=", 0) == 0 || a == "--json") {
+    } else if (a.rfind("--dsn=", 0) == 0 || a.rfind("--dsn-file=", 0) == 0
+               || a == "--json") {
       moved.push_back(a);
       argv.erase(argv.begin());
     } else {

@@ -34,16 +34,49 @@ std::string login_advice(const db::error& e) {
   const auto& s = e.sqlstate();
   if (s == "28P01")
     return " (the server refused the password: check the password in --dsn, "
-           "$CMDBUS_DSN or $PGPASSWORD; with password authentication the "
-           "server gives this same answer for a user that does not exist)";
+           "the DSN file, $CMDBUS_DSN, $PGPASSWORD or the password file; with "
+           "password authentication the server gives this same answer for a "
+           "user that does not exist)";
   if (s == "3D000")
     return " (the database does not exist on that server: check dbname in "
            "--dsn or $CMDBUS_DSN, or create it and run `cmdbus migrate`)";
-  if (std::string{e.what()}.find("no pg_hba.conf entry") != std::string::npos)
+  std::string what = e.what();
+  // Refused without TLS, where TLS was not tried (sslmode=disable, or a
+  // server without TLS): the server may take this login over TLS only.
+  if (what.find("no pg_hba.conf entry") != std::string::npos
+      && what.find("no encryption") != std::string::npos
+      && what.find("SSL encryption") == std::string::npos)
+    return " (the server's pg_hba.conf allows no connection without TLS "
+           "from this host for this user and database: if the server takes "
+           "TLS, add sslmode=verify-full and sslrootcert=CA-FILE to the DSN; "
+           "else ask its administrator)";
+  if (what.find("no pg_hba.conf entry") != std::string::npos)
     return " (the server's pg_hba.conf allows no connection from this host "
            "for this user and database: ask its administrator)";
   return " (the server knows no such user: check user in --dsn or "
          "$CMDBUS_DSN)";
+}
+
+// What to do about a TLS connection that libpq refused, by libpq's reason
+// (its messages are English whatever the server's language); "" for any
+// other failure.
+std::string tls_advice(const std::string& what) {
+  auto has = [&](const char* x) { return what.find(x) != std::string::npos; };
+  if (has("certificate verify failed"))
+    return " (the server's certificate is not signed by the CA that the "
+           "client trusts: set sslrootcert in the DSN to the file of the CA "
+           "that signed it)";
+  if (has("does not match host name"))
+    return " (the server's certificate is for another host name: connect "
+           "with the name it is for, e.g. host=NAME hostaddr=IP, or give the "
+           "server a certificate for this name)";
+  if (has("server does not support SSL"))
+    return " (the server does not speak TLS: turn on ssl in its "
+           "postgresql.conf, or check host and port in the DSN)";
+  if (has("root certificate file"))
+    return " (set sslrootcert in the DSN to the file of the CA that signed "
+           "the server's certificate)";
+  return {};
 }
 
 } // namespace
@@ -71,6 +104,8 @@ failure describe_failure(std::exception_ptr ep) {
       return {exit_auth, std::string{e.what()} + login_advice(e)};
     if (e.code() == db::errc::connection) {
       std::string what = e.what();
+      if (auto advice = tls_advice(what); !advice.empty())
+        return {exit_db_unavailable, what + advice};
       return {exit_db_unavailable,
               what
                 + (what.find("Is the server running") != std::string::npos

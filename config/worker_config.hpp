@@ -11,6 +11,7 @@
 // | file: [section] key        | environment              | option
 // |------------------------------|--------------------------|-----------------
 // | dsn (top level or [global])  | CMDBUS_DSN               | --dsn
+// | dsn-file (the same)          | CMDBUS_DSN_FILE          | --dsn-file
 // | [worker] domains             | CMDBUS_DOMAINS (a,b)     | --domain (many)
 // | [worker] concurrency         | CMDBUS_CONCURRENCY       | --concurrency
 // | [worker] prefetch            | CMDBUS_PREFETCH          | --prefetch
@@ -62,6 +63,12 @@
 // `priorities`, `fifo-every` and the per-type caps ([domains.NAME.types.TYPE]
 // concurrency) are how the worker chooses and runs the domain's commands
 // (domain_scheduling, docs/scheduling.md); file and API only.
+//
+// `dsn-file` names a file that holds the DSN (it may hold the password;
+// db::read_dsn_file reads it and refuses a file that its group or others
+// may read). It is another way to give `dsn`: the later place wins as for
+// any setting, and one place (the file, the environment, the command line)
+// that gives both is an error.
 //
 // A domain's own DSN (`[domains.payments] dsn = "..."`) puts that domain on
 // another database; a domain without one uses `dsn`. NAME must be a served
@@ -200,6 +207,10 @@ struct retention_config {
 struct worker_config {
   /// libpq connection string or URI; "" means the libpq environment.
   std::string dsn;
+
+  /// A file that holds the DSN (`dsn-file`), as given; load() (and
+  /// apply_env()) read it into `dsn` and clear this (see the table above).
+  std::string dsn_file;
 
   /// The DSNs of domains living on another database ([domains.NAME] dsn),
   /// by domain; every other domain uses `dsn`. Each key must be one of

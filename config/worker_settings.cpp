@@ -4,6 +4,7 @@
 
 #include "cmdbus/config/settings.hpp"
 #include "cmdbus/config/worker_config.hpp"
+#include "cmdbus/db/dsn.hpp"
 
 namespace cmdbus::config::detail {
 
@@ -69,6 +70,54 @@ void apply_domain_dsn_env(worker_config& cfg, const env_lookup& getenv,
   }
 }
 
+/// Reads the DSN file that the place which gives the DSN names, into
+/// `cfg.dsn`: the command line (`command_line`), else the environment, else
+/// the config file; one place that gives both a DSN and a DSN file is an
+/// error. Throws config_error naming the place.
+void resolve_dsn_file(worker_config& cfg, const env_lookup& getenv,
+                      const worker_config& command_line) {
+  auto env_dsn = getenv("CMDBUS_DSN");
+  auto env_file = getenv("CMDBUS_DSN_FILE");
+  bool env_gives_dsn = env_dsn && !env_dsn->empty();
+  bool env_gives_file = env_file && !env_file->empty();
+  std::string file;
+  std::string place;
+  if (!command_line.dsn.empty() || !command_line.dsn_file.empty()) {
+    if (!command_line.dsn.empty() && !command_line.dsn_file.empty())
+      throw config_error("give --dsn or --dsn-file, not both");
+    file = command_line.dsn_file;
+    place = "option --dsn-file";
+  } else if (env_gives_dsn || env_gives_file) {
+    if (env_gives_dsn && env_gives_file)
+      throw config_error("set CMDBUS_DSN or CMDBUS_DSN_FILE in the "
+                         "environment, not both");
+    file = env_gives_file ? *env_file : "";
+    place = "environment variable CMDBUS_DSN_FILE";
+  } else if (!cfg.dsn_file.empty()) {
+    if (!cfg.dsn.empty())
+      throw config_error("the config file sets both dsn and dsn-file: keep "
+                         "one");
+    file = cfg.dsn_file;
+    place = "key 'dsn-file' of the config file";
+  }
+  cfg.dsn_file.clear();
+  if (file.empty())
+    return;
+  try {
+    cfg.dsn = db::read_dsn_file(file);
+  } catch (const db::invalid_argument& e) {
+    throw config_error(place + " cannot be used: " + e.what());
+  }
+}
+
+/// What is read once the rest is known: the DSN file and the served
+/// domains' CMDBUS_DOMAIN_DSN_<domain>.
+void late_settings(worker_config& cfg, const env_lookup& getenv,
+                   const worker_config& command_line) {
+  resolve_dsn_file(cfg, getenv, command_line);
+  apply_domain_dsn_env(cfg, getenv, command_line);
+}
+
 settings_table<worker_config> make_worker_table() {
   using c = worker_config;
   using v = raw_value;
@@ -82,6 +131,16 @@ settings_table<worker_config> make_worker_table() {
       "libpq connection string or URI (default: $CMDBUS_DSN, else the libpq "
       "environment)"},
      [](c& x, const v& y, bool) { x.dsn = as_string(y); }},
+    // Read once every place is known (resolve_dsn_file).
+    {kind::string,
+     "",
+     "dsn-file",
+     "CMDBUS_DSN_FILE",
+     form::value,
+     {"--dsn-file", "PATH",
+      "read the DSN from PATH, a file only its owner may read (mode 600); "
+      "instead of --dsn"},
+     [](c& x, const v& y, bool) { x.dsn_file = as_string(y); }},
     {kind::string_list,
      "worker",
      "domains",
@@ -475,7 +534,7 @@ settings_table<worker_config> make_worker_table() {
            "CAF-INI config file (else $CMDBUS_CONFIG, else none)"},
           "CMDBUS_CONFIG",
           worker_help,
-          apply_domain_dsn_env};
+          late_settings};
 }
 
 } // namespace

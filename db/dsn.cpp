@@ -2,11 +2,18 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include <libpq-fe.h>
+#include <sys/stat.h>
+
+#include "cmdbus/db/queue_name.hpp"
 
 namespace cmdbus::db {
 
@@ -275,6 +282,40 @@ std::string describe_target(const std::string& dsn) {
   auto port = pick("port", "PGPORT", "5432");
   auto dbname = pick("dbname", "PGDATABASE", "(default db)");
   return user + "@" + host + ":" + port + "/" + dbname;
+}
+
+std::string read_dsn_file(const std::string& path) {
+  auto fail = [&](const std::string& why) {
+    return invalid_argument("DSN file " + printable(path) + ": " + why);
+  };
+  if (path.empty())
+    throw invalid_argument("the DSN file's name is empty");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    throw fail(std::strerror(errno));
+  if (!S_ISREG(st.st_mode))
+    throw fail("not a regular file");
+  if ((st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o",
+                  static_cast<unsigned>(st.st_mode & 07777));
+    throw fail(std::string{"its group or others have access (mode "} + mode
+               + "), and it may hold a password: allow its owner alone "
+                 "(chmod 600 FILE)");
+  }
+  std::ifstream in{path, std::ios::binary};
+  if (!in)
+    throw fail(std::strerror(errno));
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad())
+    throw fail("cannot be read");
+  auto text = buf.str();
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r'))
+    text.pop_back();
+  if (text.empty())
+    throw fail("empty (it should hold a connection string)");
+  return text;
 }
 
 } // namespace cmdbus::db

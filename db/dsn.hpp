@@ -3,10 +3,13 @@
 // Connection strings as they may be shown: with their secrets masked, or as
 // the short "user@host:port/dbname" of their target. Both read the DSN with
 // libpq's own parser (PQconninfoParse), so that they see it as a connection
-// would: a key=value string or a postgresql:// URI.
+// would: a key=value string or a postgresql:// URI. And connection strings
+// read from a file of their own (--dsn-file), which may hold a password.
 
 #include <string>
 #include <string_view>
+
+#include "cmdbus/db/error.hpp"
 
 namespace cmdbus::db {
 
@@ -28,5 +31,13 @@ std::string mask_dsn(std::string_view dsn);
 /// read "(default ...)". A DSN that libpq cannot parse reads
 /// "(invalid connection string)".
 std::string describe_target(const std::string& dsn);
+
+/// Returns the DSN that the file `path` holds, without its trailing line
+/// ends ("\n" or "\r\n"). Since the DSN may hold a password, the file must
+/// be a regular file that neither its group nor others may read, write or
+/// run (mode 0600 or 0400, as libpq requires of a password file). Throws
+/// `invalid_argument` naming the path and what to fix (never the file's
+/// content) when the file is missing, unreadable, open to others, or empty.
+std::string read_dsn_file(const std::string& path);
 
 } // namespace cmdbus::db

@@ -39,7 +39,7 @@ public:
       binary};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<std::string> overrides{
-      "CMDBUS_DSN=", "CMDBUS_CONFIG=", "CMDBUS_DOMAINS=",
+      "CMDBUS_DSN=", "CMDBUS_DSN_FILE=", "CMDBUS_CONFIG=", "CMDBUS_DOMAINS=",
       "CMDBUS_FAULT_INJECT="};
     overrides.insert(overrides.end(), env.begin(), env.end());
     result_ = std::async(std::launch::async, [argv, overrides] {

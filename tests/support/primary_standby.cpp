@@ -9,12 +9,12 @@
 #include <stdexcept>
 #include <utility>
 
-#include <pwd.h>
 #include <unistd.h>
 
 #include "cmdbus/db/connection.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/server_programs.hpp"
 
 namespace cmdbus::test {
 
@@ -22,47 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* bindir = "/usr/lib/postgresql/15/bin";
-
-/// The system user the servers run as when the tests run as root.
-constexpr const char* server_user = "postgres";
-
-bool is_root() {
-  return ::geteuid() == 0;
-}
-
-/// Hands `path` to the server user (when root).
-void give_to_server(const fs::path& path) {
-  if (!is_root())
-    return;
-  auto* pw = ::getpwnam(server_user);
-  if (pw == nullptr)
-    throw std::runtime_error(std::string{"primary_standby: no system user "}
-                             + server_user);
-  if (::chown(path.c_str(), pw->pw_uid, pw->pw_gid) != 0)
-    throw std::runtime_error("primary_standby: chown " + path.string()
-                             + " failed");
-}
-
-void append(const fs::path& file, const std::string& text) {
-  std::ofstream out{file, std::ios::app};
-  out << text;
-  if (!out)
-    throw std::runtime_error("primary_standby: cannot write " + file.string());
-}
-
-/// The last `n` lines of `file` ("" when unreadable).
-std::string tail(const fs::path& file, size_t n) {
-  std::ifstream in{file};
-  std::vector<std::string> lines;
-  for (std::string line; std::getline(in, line);)
-    lines.push_back(std::move(line));
-  std::string out;
-  for (size_t i = lines.size() > n ? lines.size() - n : 0; i < lines.size();
-       ++i)
-    out += lines[i] + "\n";
-  return out;
-}
+constexpr const char* who = "primary_standby";
 
 /// The settings both servers share (the standby's copy of the primary's
 /// file gets its own port and socket folder appended).
@@ -140,16 +100,12 @@ int distinct_free_port(int other) {
 
 primary_standby::primary_standby(std::string dbname)
   : dbname_(std::move(dbname)) {
-  char tmpl[] = "/tmp/cmdbus-failover-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr)
-    throw std::runtime_error("primary_standby: mkdtemp failed");
-  dir_ = tmpl;
+  dir_ = make_server_folder("cmdbus-failover");
   try {
     fs::path dir{dir_};
-    give_to_server(dir);
     for (auto* sub : {"run-primary", "run-standby"}) {
       fs::create_directory(dir / sub);
-      give_to_server(dir / sub);
+      give_to_server(dir / sub, who);
     }
     primary_port_ = free_port();
     standby_port_ = distinct_free_port(primary_port_);
@@ -157,8 +113,8 @@ primary_standby::primary_standby(std::string dbname)
     run("initdb",
         {"-D", (dir / "primary").string(), "-U", "cmdbus", "--auth=trust", "-E",
          "UTF8", "--locale=C.UTF-8", "--no-sync"});
-    append(dir / "primary" / "postgresql.conf",
-           server_conf(primary_port_, dir / "run-primary"));
+    append_to(dir / "primary" / "postgresql.conf",
+              server_conf(primary_port_, dir / "run-primary"), who);
     run("pg_ctl", {"-D", (dir / "primary").string(), "-l",
                    (dir / "primary.log").string(), "-w", "-t", "60", "start"});
     primary_alive_ = true;
@@ -172,8 +128,8 @@ primary_standby::primary_standby(std::string dbname)
         {"-D", (dir / "standby").string(), "-h", "127.0.0.1", "-p",
          std::to_string(replication_->port()), "-U", "cmdbus", "-R", "-X",
          "stream", "-c", "fast", "--no-sync"});
-    append(dir / "standby" / "postgresql.conf",
-           server_conf(standby_port_, dir / "run-standby"));
+    append_to(dir / "standby" / "postgresql.conf",
+              server_conf(standby_port_, dir / "run-standby"), who);
     run("pg_ctl", {"-D", (dir / "standby").string(), "-l",
                    (dir / "standby.log").string(), "-w", "-t", "60", "start"});
     standby_alive_ = true;
@@ -299,26 +255,13 @@ void primary_standby::promote_standby() {
 
 std::string primary_standby::logs() const {
   fs::path dir{dir_};
-  return "--- primary log (tail) ---\n" + tail(dir / "primary.log", 30)
-         + "--- standby log (tail) ---\n" + tail(dir / "standby.log", 30);
+  return "--- primary log (tail) ---\n" + tail_of(dir / "primary.log", 30)
+         + "--- standby log (tail) ---\n" + tail_of(dir / "standby.log", 30);
 }
 
 void primary_standby::run(const std::string& program,
                           const std::vector<std::string>& args) {
-  // As the server user when root, from the folder of the servers (the
-  // programs change to their working folder, which that user may not
-  // reach).
-  std::vector<std::string> argv;
-  if (is_root())
-    argv = {"/usr/sbin/runuser", "-u", server_user, "--"};
-  argv.insert(argv.end(), {"/bin/sh", "-c", "cd \"$0\" && exec \"$@\"", dir_,
-                           std::string{bindir} + "/" + program});
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto r = run_process(argv);
-  if (r.exit_code != 0)
-    throw std::runtime_error("primary_standby: " + program + " failed (exit "
-                             + std::to_string(r.exit_code) + "): " + r.err
-                             + r.out);
+  run_server_program(dir_, program, args, who);
 }
 
 } // namespace cmdbus::test

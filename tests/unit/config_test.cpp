@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/support/config_fakes.hpp"
@@ -621,6 +622,111 @@ TEST(ConfigErrors, never_contain_the_password) {
   });
   EXPECT_FALSE(err.empty());
   EXPECT_FALSE(contains(err, "secret")) << err;
+}
+
+// -- the DSN from a file
+// -------------------------------------------------------
+
+TEST(ConfigDsnFile, is_read_from_every_source_the_later_winning) {
+  // temp_file makes files of mode 0600.
+  temp_file in_file{"host=from-file password=s1\n"};
+  temp_file in_env{"host=from-env password=s2\n"};
+  temp_file on_cli{"host=from-cli password=s3\n"};
+  temp_file ini{"dsn-file = \"" + in_file.path()
+                + "\"\n[worker]\ndomains = [\"d\"]\n"};
+  auto cfg = load({"--config", ini.path()}, fake_env{}.lookup());
+  EXPECT_EQ(cfg.dsn, "host=from-file password=s1");
+  EXPECT_EQ(cfg.dsn_file, "");
+  // The environment wins over the file, with a DSN or a DSN file.
+  cfg = load({"--config", ini.path()},
+             fake_env{{{"CMDBUS_DSN", "host=env"}}}.lookup());
+  EXPECT_EQ(cfg.dsn, "host=env");
+  fake_env env{{{"CMDBUS_DSN_FILE", in_env.path()}}};
+  cfg = load({"--config", ini.path()}, env.lookup());
+  EXPECT_EQ(cfg.dsn, "host=from-env password=s2");
+  // The command line wins over both.
+  cfg = load({"--config", ini.path(), "--dsn-file", on_cli.path()},
+             env.lookup());
+  EXPECT_EQ(cfg.dsn, "host=from-cli password=s3");
+  cfg = load({"--config", ini.path(), "--dsn=host=cli"}, env.lookup());
+  EXPECT_EQ(cfg.dsn, "host=cli");
+  // --dump-config masks what the file held.
+  cfg = load({"--config", ini.path()}, env.lookup());
+  EXPECT_TRUE(contains(describe(cfg), "password=***")) << describe(cfg);
+  EXPECT_FALSE(contains(describe(cfg), "s2")) << describe(cfg);
+  // apply_env() reads it too.
+  worker_config only_env;
+  apply_env(only_env, env.lookup());
+  EXPECT_EQ(only_env.dsn, "host=from-env password=s2");
+}
+
+TEST(ConfigDsnFile, one_place_gives_a_dsn_or_a_dsn_file_not_both) {
+  temp_file dsn{"host=db\n"};
+  temp_file both{"dsn = \"host=ini\"\ndsn-file = \"" + dsn.path()
+                 + "\"\n[worker]\ndomains = [\"d\"]\n"};
+  EXPECT_EQ(error_of([&] {
+              load({"--config", both.path()}, fake_env{}.lookup());
+            }),
+            "the config file sets both dsn and dsn-file: keep one");
+  EXPECT_EQ(error_of([&] {
+              load({"--domain", "d"},
+                   fake_env{{{"CMDBUS_DSN", "host=env"},
+                             {"CMDBUS_DSN_FILE", dsn.path()}}}
+                     .lookup());
+            }),
+            "set CMDBUS_DSN or CMDBUS_DSN_FILE in the environment, not both");
+  EXPECT_EQ(error_of([&] {
+              load({"--domain", "d", "--dsn-file", dsn.path(), "--dsn",
+                    "host=cli"},
+                   fake_env{}.lookup());
+            }),
+            "give --dsn or --dsn-file, not both");
+  // A later place that gives one settles it.
+  auto cfg = load({"--config", both.path(), "--dsn", "host=cli"},
+                  fake_env{}.lookup());
+  EXPECT_EQ(cfg.dsn, "host=cli");
+}
+
+TEST(ConfigDsnFile, refuses_a_file_others_may_read_naming_where_it_came_from) {
+  temp_file open{"host=db password=s3cret\n"};
+  ::chmod(open.path().c_str(), 0640);
+  auto err = error_of([&] {
+    load({"--domain", "d", "--dsn-file", open.path()}, fake_env{}.lookup());
+  });
+  EXPECT_EQ(err.rfind("option --dsn-file cannot be used: DSN file \""
+                        + open.path()
+                        + "\": its group or others have access (mode 0640)",
+                      0),
+            0u)
+    << err;
+  EXPECT_TRUE(contains(err, "chmod 600")) << err;
+  EXPECT_FALSE(contains(err, "s3cret")) << err;
+  err = error_of([&] {
+    load({"--domain", "d"},
+         fake_env{{{"CMDBUS_DSN_FILE", open.path()}}}.lookup());
+  });
+  EXPECT_EQ(err.rfind("environment variable CMDBUS_DSN_FILE cannot be used: "
+                      "DSN file",
+                      0),
+            0u)
+    << err;
+  EXPECT_FALSE(contains(err, "s3cret")) << err;
+  temp_file ini{"dsn-file = \"" + open.path()
+                + "\"\n[worker]\ndomains = [\"d\"]\n"};
+  err = error_of([&] { load({"--config", ini.path()}, fake_env{}.lookup()); });
+  EXPECT_EQ(err.rfind("key 'dsn-file' of the config file cannot be used: "
+                      "DSN file",
+                      0),
+            0u)
+    << err;
+  EXPECT_TRUE(contains(err, "(mode 0640)")) << err;
+  EXPECT_FALSE(contains(err, "s3cret")) << err;
+  err = error_of([] {
+    load({"--domain", "d", "--dsn-file", "/nonexistent/dsn"},
+         fake_env{}.lookup());
+  });
+  EXPECT_EQ(err, "option --dsn-file cannot be used: DSN file "
+                 "\"/nonexistent/dsn\": No such file or directory");
 }
 
 // -- the HTTP endpoint's address ----------------------------------------------
