@@ -27,7 +27,7 @@ constexpr const char* worker_prose = R"(
 Durations are an integer with a unit: ms, s, min or h (250ms, 30s, 1min).
 Precedence: defaults < config file < environment < command line.
 
-Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DOMAINS (a,b),
+Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_POOLER, CMDBUS_DOMAINS (a,b),
   CMDBUS_CONCURRENCY, CMDBUS_PREFETCH, CMDBUS_VISIBILITY_TIMEOUT,
   CMDBUS_POLL_INTERVAL, CMDBUS_USE_NOTIFY (true/false/1/0),
   CMDBUS_STATEMENT_TIMEOUT,
