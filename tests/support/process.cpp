@@ -173,6 +173,7 @@ process_result run_cmdbus(const std::vector<std::string>& args,
   std::vector<std::string> argv{CMDBUS_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<std::string> overrides{"CMDBUS_DSN=",
+                                     "CMDBUS_POOLER=",
                                      "CMDBUS_CONFIG=",
                                      "CMDBUS_DOMAINS=",
                                      "CMDBUS_CONCURRENCY=",
