@@ -36,7 +36,7 @@ db::connection open_for(const std::string& dsn, db::pooler_mode pooler,
 }
 
 std::string text_of(db::connection& c, const std::string& sql) {
-  return std::string{c.exec(sql).text(0, 0)};
+  return c.exec(sql).opt_text(0, 0).value_or("");
 }
 
 int64_t plus_one(db::connection& c, int64_t x) {
@@ -421,6 +421,10 @@ TEST(Pooler, ConnectionsOfOneWorker) {
     cfg.http = "127.0.0.1:0";
     cfg.pooler = pooler;
     worker w{cfg, std::move(reg)};
+    // The batch counter delivers to a callback only.
+    std::atomic<int> delivered{0};
+    w.on_batch_complete(
+      [&delivered](const std::string&, const uuid&) { ++delivered; });
     finally stop{[&] { stop_worker(w); }};
     w.start();
     auto opts = pool_options(1);
@@ -429,12 +433,19 @@ TEST(Pooler, ConnectionsOfOneWorker) {
     command_bus bus{pool};
     auto conn = db::connection::open(db.dsn());
     // A command each, retried once and completed, so that every writer
-    // has connected, and a scrape for the endpoint's queue figures.
-    for (auto& d : {a, b}) {
-      auto id = bus.send(make_req(d, "Ok")).command_id;
-      EXPECT_TRUE(
-        eventually([&] { return has_status(conn, d, id, "COMPLETED"); }));
-    }
+    // has connected (domain a's in a batch, for the batch counter's
+    // delivery), and a scrape for the endpoint's queue figures.
+    batch_command in_batch;
+    in_batch.command_type = "Ok";
+    in_batch.command_id = uuid::random();
+    bus.create_batch(a, {in_batch});
+    EXPECT_TRUE(eventually([&] {
+      return has_status(conn, a, in_batch.command_id, "COMPLETED")
+             && delivered.load() == 1;
+    }));
+    auto id = bus.send(make_req(b, "Ok")).command_id;
+    EXPECT_TRUE(
+      eventually([&] { return has_status(conn, b, id, "COMPLETED"); }));
     scrape(w.http_port());
     counts seen;
     // Eventually: the previous worker's connections may still be closing.
@@ -443,7 +454,7 @@ TEST(Pooler, ConnectionsOfOneWorker) {
       auto rows = conn.query(
         "SELECT application_name, count(*) FROM pg_stat_activity WHERE "
         "datname = current_database() AND pid <> pg_backend_pid() AND "
-        "application_name LIKE 'cmdbus%' GROUP BY 1");
+        "application_name LIKE 'cmdbus-%' GROUP BY 1");
       for (int i = 0; i < rows.rows(); ++i)
         seen[std::string{rows.text(i, 0)}] = rows.int64(i, 1);
       return seen == expected;

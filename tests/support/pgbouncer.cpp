@@ -42,7 +42,7 @@ std::map<std::string, std::string> parsed(const std::string& dsn) {
   return out;
 }
 
-std::string quoted(const std::string& v) {
+std::string dsn_value(const std::string& v) {
   std::string out = "'";
   for (char c : v) {
     if (c == '\'' || c == '\\')
@@ -122,7 +122,7 @@ std::string pgbouncer::dsn(const std::string& server_dsn) const {
   std::string out;
   for (auto& [key, value] : parsed(server_dsn))
     if (key != "host" && key != "hostaddr" && key != "port")
-      out += key + "=" + quoted(value) + " ";
+      out += key + "=" + dsn_value(value) + " ";
   return out + "host=127.0.0.1 port=" + std::to_string(port_);
 }
 
