@@ -269,12 +269,14 @@ TEST(Pooler, WorkersCompleteEveryCommandOnceInBothModes) {
     EXPECT_EQ(not_completed_once(conn, d), 0);
     EXPECT_LE(most.servers, 3);
     EXPECT_GT(most.clients_active, 3) << "more clients than server sessions";
+    // Without pooler = transaction the workers' statements fail on
+    // server sessions without their names (and are retried).
     for (auto* w : {&w1, &w2}) {
       auto r = w->stop();
       ASSERT_TRUE(r);
       EXPECT_EQ(r->exit_code, 0) << r->err;
+      EXPECT_EQ(r->err.find("prepared statement"), std::string::npos) << r->err;
     }
-    EXPECT_EQ(b.log().find("prepared statement"), std::string::npos) << b.log();
   }
 }
 
