@@ -246,7 +246,7 @@ TEST(Pooler, WorkersCompleteEveryCommandOnceInBothModes) {
     ASSERT_TRUE(r);
     EXPECT_EQ(r->exit_code, 0) << r->err;
   }
-  // Transaction mode: two workers (5 connections each without LISTEN) and
+  // Transaction mode: two workers (4 connections each without LISTEN) and
   // the sender share 3 server connections.
   {
     pgbouncer b{{pool_mode::transaction, 3, 500ms}};
