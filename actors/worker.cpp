@@ -268,8 +268,11 @@ struct worker::impl {
     {
       db::connection_options opts;
       opts.application_name = "cmdbus-worker";
+      opts.pooler = cfg.pooler;
       for (auto& group : config::group_by_dsn(cfg, cfg.domains)) {
         auto conn = db::connection::open(group.dsn, opts);
+        // Behind a transaction pooler the server must bound statements.
+        db::check_pooled_statement_timeout(conn, cfg.statement_timeout);
         for (auto& d : group.domains) {
           db::create_queue(conn, db::command_queue(d));
           // The index of the priority order (docs/scheduling.md).
@@ -348,6 +351,10 @@ struct worker::impl {
     }
     log::info("worker started for {} domain(s), concurrency {}",
               cfg.domains.size(), cfg.concurrency);
+    if (cfg.pooler == db::pooler_mode::transaction)
+      log::info("behind a transaction pooler: polling every {} ms without "
+                "LISTEN, no named statements",
+                cfg.poll_interval.count());
   }
 
   // One step of domain `domain`'s commands runner: processes what is due
@@ -374,6 +381,7 @@ struct worker::impl {
     db::connection_options opts;
     opts.application_name = "cmdbus-jobs";
     opts.statement_timeout = cfg.statement_timeout;
+    opts.pooler = cfg.pooler;
     std::optional<db::connection> conn;
     while (next < jobs.size()) {
       auto& j = jobs[next];
@@ -430,6 +438,7 @@ struct worker::impl {
       db::connection_options opts;
       opts.application_name = "cmdbus-schedules";
       opts.statement_timeout = cfg.statement_timeout;
+      opts.pooler = cfg.pooler;
       auto dsn = cfg.domain_dsn.find(d);
       conn.emplace(db::connection::open(
         dsn == cfg.domain_dsn.end() ? cfg.dsn : dsn->second, opts));
@@ -518,6 +527,7 @@ struct worker::impl {
     s.session.dsn = cfg.dsn;
     s.session.statement_timeout = cfg.statement_timeout;
     s.session.application_name = "cmdbus-jobs";
+    s.session.pooler = cfg.pooler;
     s.session.max_backoff = std::chrono::milliseconds{5000};
     return s;
   }
@@ -543,6 +553,7 @@ struct worker::impl {
     status_source src;
     src.dsn = cfg.dsn;
     src.domain_dsn = cfg.domain_dsn;
+    src.pooler = cfg.pooler;
     src.process_domains = processes->domains();
     src.domains = cfg.domains;
     src.snapshot = [this] { return status(); };

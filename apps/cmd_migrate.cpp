@@ -4,6 +4,7 @@
 
 #include "apps/args.hpp"
 #include "apps/commands.hpp"
+#include "apps/database.hpp"
 #include "apps/output.hpp"
 #include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/connection.hpp"
@@ -119,7 +120,9 @@ int run_migrate(const std::vector<std::string>& argv) {
   // --verbose shows at least the info lines, whatever the level otherwise.
   if (a.flag("--verbose") && log::logger()->level() > spdlog::level::info)
     log::set_level(spdlog::level::info);
-  auto conn = db::connection::open(a.dsn());
+  db::connection_options opts;
+  opts.pooler = pooler_of_environment();
+  auto conn = db::connection::open(a.dsn(), opts);
   if (a.flag("--status"))
     return print_status(a, conn);
   auto report = db::migrate(conn, sql::pgmq_files(), sql::commandbus_files());

@@ -215,6 +215,7 @@ std::optional<int64_t> remaining_messages(const config::worker_config& cfg) {
   try {
     db::connection_options opts;
     opts.application_name = "cmdbus-worker";
+    opts.pooler = cfg.pooler;
     int64_t n = 0;
     for (auto& group : config::group_by_dsn(cfg, cfg.domains)) {
       auto conn = db::connection::open(group.dsn, opts);
@@ -332,6 +333,7 @@ int run_worker(const std::vector<std::string>& argv,
     popts.dsn = group.dsn;
     popts.max_size = 1;
     popts.connection.application_name = "cmdbus-worker";
+    popts.connection.pooler = cfg.pooler;
     // The one failure is the program's error; no backoff log.
     popts.log_failures = false;
     db::pool pool{popts};

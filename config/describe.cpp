@@ -40,6 +40,7 @@ std::string describe(const worker_config& cfg) {
   using std::chrono::milliseconds;
   std::string out;
   out += "dsn = " + ini_string(db::mask_dsn(cfg.dsn)) + "\n";
+  out += "pooler = " + ini_string(db::to_string(cfg.pooler)) + "\n";
   out += "[worker]\n";
   out += "domains = " + ini_list(cfg.domains) + "\n";
   out += "concurrency = " + std::to_string(cfg.concurrency) + "\n";

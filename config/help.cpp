@@ -28,7 +28,7 @@ Durations are an integer with a unit: ms, s, min, h or d (250ms, 30s, 1min,
 30d).
 Precedence: defaults < config file < environment < command line.
 
-Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DSN_FILE,
+Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DSN_FILE, CMDBUS_POOLER,
   CMDBUS_DOMAINS (a,b), CMDBUS_CONCURRENCY, CMDBUS_PREFETCH,
   CMDBUS_VISIBILITY_TIMEOUT,
   CMDBUS_POLL_INTERVAL, CMDBUS_USE_NOTIFY (true/false/1/0),

@@ -7,6 +7,10 @@
 
 namespace cmdbus::config {
 
+bool listens(const worker_config& cfg) noexcept {
+  return cfg.use_notify && cfg.pooler != db::pooler_mode::transaction;
+}
+
 const std::string& dsn_for(const worker_config& cfg,
                            const std::string& domain) {
   auto i = cfg.domain_dsn.find(domain);

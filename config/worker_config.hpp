@@ -12,6 +12,7 @@
 // |------------------------------|--------------------------|-----------------
 // | dsn (top level or [global])  | CMDBUS_DSN               | --dsn
 // | dsn-file (the same)          | CMDBUS_DSN_FILE          | --dsn-file
+// | pooler (top level or [global]) | CMDBUS_POOLER          | --pooler
 // | [worker] domains             | CMDBUS_DOMAINS (a,b)     | --domain (many)
 // | [worker] concurrency         | CMDBUS_CONCURRENCY       | --concurrency
 // | [worker] prefetch            | CMDBUS_PREFETCH          | --prefetch
@@ -104,6 +105,7 @@
 #include "cmdbus/config/common.hpp"
 #include "cmdbus/config/network_config.hpp"
 #include "cmdbus/db/retention.hpp"
+#include "cmdbus/db/pooler.hpp"
 
 namespace cmdbus::config {
 
@@ -217,6 +219,13 @@ struct worker_config {
   /// `domains`. Read through dsn_for().
   std::map<std::string, std::string> domain_dsn;
 
+  /// The connection pooler in front of the databases ("none", "session",
+  /// "transaction"; docs/operations.md, "Connection poolers"). Behind a
+  /// transaction pooler the worker polls (no LISTEN, see listens()),
+  /// prepares nothing by name, and needs the server to apply a statement
+  /// timeout of at most statement_timeout itself.
+  db::pooler_mode pooler = db::pooler_mode::none;
+
   /// The domains to serve; at least one, each a valid domain name
   /// (1..37 ASCII letters, digits or underscores), no duplicates.
   std::vector<std::string> domains;
@@ -242,7 +251,8 @@ struct worker_config {
   /// Poll period (and the wait for a notification); 10 ms .. 1 h.
   std::chrono::milliseconds poll_interval{1000};
 
-  /// Whether to LISTEN for PGMQ notifications instead of polling only.
+  /// Whether to LISTEN for PGMQ notifications instead of polling only;
+  /// ignored behind a transaction pooler (see listens()).
   bool use_notify = true;
 
   /// Retry policy of failed commands.
@@ -336,6 +346,11 @@ std::chrono::milliseconds idle_backoff_min_of(const worker_config& cfg);
 
 /// The idle backoff's cap: idle_backoff_max, else poll_interval.
 std::chrono::milliseconds idle_backoff_max_of(const worker_config& cfg);
+
+/// Whether the worker LISTENs for notifications: use_notify, unless a
+/// transaction pooler is in front (it would hand the listening session to
+/// other clients, and the notifications would be lost).
+bool listens(const worker_config& cfg) noexcept;
 
 /// The DSN of `domain`: its own ([domains.NAME] dsn), else the worker's.
 const std::string& dsn_for(const worker_config& cfg, const std::string& domain);

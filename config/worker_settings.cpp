@@ -141,6 +141,20 @@ settings_table<worker_config> make_worker_table() {
       "read the DSN from PATH, a file only its owner may read (mode 600); "
       "instead of --dsn"},
      [](c& x, const v& y, bool) { x.dsn_file = as_string(y); }},
+    {kind::string,
+     "",
+     "pooler",
+     "CMDBUS_POOLER",
+     form::value,
+     {"--pooler", "MODE",
+      "the connection pooler in front of the database: none, session or "
+      "transaction (none; transaction: polls, no LISTEN)"},
+     [](c& x, const v& y, bool) {
+       auto mode = db::parse_pooler(as_string(y));
+       if (!mode)
+         throw value_error("expects none, session or transaction");
+       x.pooler = *mode;
+     }},
     {kind::string_list,
      "worker",
      "domains",

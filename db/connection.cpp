@@ -52,6 +52,12 @@ struct connection::impl {
   std::string target;
   std::deque<std::string> notices;
   std::unordered_set<std::string> prepared;
+  pooler_mode pooler = pooler_mode::none;
+
+  // Whether named statements and session state are allowed.
+  bool keeps_session() const noexcept {
+    return pooler != pooler_mode::transaction;
+  }
 
   // Prepares `sql` as `name` unless done already on this connection.
   void prepare(const std::string& name, const std::string& sql, int nparams);
@@ -97,6 +103,7 @@ connection connection::open(const std::string& dsn,
   PQconninfoFree(parsed);
   auto ptr = std::make_unique<impl>();
   ptr->target = describe_target(dsn);
+  ptr->pooler = opts.pooler;
   auto timeout = std::to_string(opts.connect_timeout.count());
   // Our defaults come first so that the DSN can override them. Keepalives
   // notice a peer that vanished while we wait for a result (about a minute);
@@ -136,8 +143,10 @@ connection connection::open(const std::string& dsn,
   PQsetNoticeReceiver(ptr->conn, &impl::on_notice, ptr.get());
   connection result{std::move(ptr)};
   // Timestamps are parsed from ISO output whatever the server's default.
+  // Poolers keep this one for their clients (PgBouncer tracks DateStyle
+  // like client_encoding and TimeZone, in every pooling mode).
   result.exec("SET datestyle TO 'ISO, MDY'");
-  if (opts.statement_timeout)
+  if (opts.statement_timeout && result.impl_->keeps_session())
     result.set_statement_timeout(*opts.statement_timeout);
   log::debug("connected to {}", result.target());
   return result;
@@ -218,6 +227,8 @@ void connection::impl::prepare(const std::string& name, const std::string& sql,
 result connection::exec_prepared(const std::string& name,
                                  const std::string& sql,
                                  const std::vector<param>& params) {
+  if (!impl_->keeps_session())
+    return exec(sql, params);
   impl_->prepare(name, sql, static_cast<int>(params.size()));
   auto values = param_values(params);
   return checked(impl_->conn,
@@ -227,8 +238,16 @@ result connection::exec_prepared(const std::string& name,
 }
 
 void connection::set_statement_timeout(std::chrono::milliseconds timeout) {
+  if (!impl_->keeps_session())
+    throw invalid_argument(
+      "cannot set statement_timeout per session behind a transaction pooler: "
+      "set it for the role or the database instead");
   query("SELECT set_config('statement_timeout', $1, false)",
         std::to_string(timeout.count()));
+}
+
+pooler_mode connection::pooler() const noexcept {
+  return impl_->pooler;
 }
 
 std::vector<std::string> connection::take_notices() {
@@ -264,10 +283,38 @@ std::vector<result>
 connection::pipeline(const std::vector<statement>& statements) {
   if (statements.empty())
     return {};
+  if (!impl_->keeps_session()) {
+    // Unnamed: the pooler may give the next pipeline another server session.
+    auto unnamed = statements;
+    for (auto& st : unnamed)
+      st.name.clear();
+    return detail::run_pipeline(impl_->conn, impl_->target, unnamed);
+  }
   for (auto& st : statements)
     if (!st.name.empty())
       impl_->prepare(st.name, st.sql, static_cast<int>(st.params.size()));
   return detail::run_pipeline(impl_->conn, impl_->target, statements);
+}
+
+void check_pooled_statement_timeout(connection& conn,
+                                    std::chrono::milliseconds wanted) {
+  if (conn.pooler() != pooler_mode::transaction)
+    return;
+  // pg_settings shows statement_timeout in milliseconds.
+  auto ms = conn
+              .exec("SELECT setting::bigint FROM pg_catalog.pg_settings "
+                    "WHERE name = 'statement_timeout'")
+              .int64(0, 0);
+  if (ms > 0 && ms <= wanted.count())
+    return;
+  auto want = std::to_string(wanted.count()) + "ms";
+  throw invalid_argument(
+    "pooler = transaction: connections cannot set statement-timeout (" + want
+    + ") per session, and the server's statement_timeout is "
+    + (ms == 0 ? std::string{"0 (none)"} : std::to_string(ms) + "ms")
+    + "; set it to at most " + want
+    + " for the role or the database (ALTER ROLE ... SET statement_timeout = '"
+    + want + "'), or in the pooler's connect_query");
 }
 
 } // namespace cmdbus::db

@@ -15,6 +15,7 @@
 
 #include "cmdbus/db/dsn.hpp"
 #include "cmdbus/db/error.hpp"
+#include "cmdbus/db/pooler.hpp"
 #include "cmdbus/db/result.hpp"
 #include "cmdbus/db/text_format.hpp"
 #include "cmdbus/db/transaction.hpp"
@@ -29,10 +30,18 @@ namespace cmdbus::db {
 struct connection_options {
   /// Shown in pg_stat_activity, unless the DSN sets its own.
   std::string application_name = "cmdbus";
-  /// Server-side statement timeout; unset keeps the server default.
+  /// Server-side statement timeout; unset keeps the server default. Not
+  /// set behind a transaction pooler (a session setting would stay on the
+  /// pooler's server session, for whichever client comes next): there the
+  /// server's own setting applies (see check_pooled_statement_timeout).
   std::optional<std::chrono::milliseconds> statement_timeout;
   /// Upper bound for establishing the connection.
   std::chrono::seconds connect_timeout{10};
+  /// The pooler between this connection and the server. Behind a
+  /// transaction pooler, the connection keeps nothing in the session:
+  /// prepared statements run unnamed, LISTEN and set_statement_timeout
+  /// are refused, statement_timeout is not set.
+  pooler_mode pooler = pooler_mode::none;
 };
 
 /// An owned libpq connection. Not thread-safe: one owner at a time.
@@ -59,7 +68,9 @@ public:
 
   /// Runs a named prepared statement: prepares `sql` under `name` on first
   /// use on this connection (plans are cached server-side), then executes
-  /// it. One name must always denote the same SQL.
+  /// it. One name must always denote the same SQL. Behind a transaction
+  /// pooler, runs `sql` unnamed instead (like `exec`): the next statement
+  /// may reach another server session, one without the prepared name.
   result exec_prepared(const std::string& name, const std::string& sql,
                        const std::vector<param>& params);
 
@@ -78,7 +89,12 @@ public:
   int64_t copy_in(const std::string& sql, std::string_view data);
 
   /// Sets the server-side statement timeout of this session (0 disables).
+  /// Throws `invalid_argument` behind a transaction pooler, where the
+  /// setting would outlive the transaction on a session others share.
   void set_statement_timeout(std::chrono::milliseconds timeout);
+
+  /// Returns the pooler this connection was opened for.
+  pooler_mode pooler() const noexcept;
 
   /// Returns and clears the NOTICE/WARNING messages received so far
   /// (the most recent 100 are kept).
@@ -103,7 +119,8 @@ public:
   // -- pipeline mode ---------------------------------------------------------
 
   /// One statement of a pipeline. With a `name`, it runs as a prepared
-  /// statement (prepared before the pipeline on first use).
+  /// statement (prepared before the pipeline on first use), except behind
+  /// a transaction pooler, where it runs unnamed.
   struct statement {
     std::string sql;
     std::vector<param> params;
@@ -122,7 +139,9 @@ public:
 
   /// Subscribes to `channel` (`LISTEN`); the name must be a valid queue-style
   /// identifier (e.g. `pgmq_notify_payments__commands`), it is folded to
-  /// lower case like an unquoted identifier.
+  /// lower case like an unquoted identifier. Throws `invalid_argument`
+  /// behind a transaction pooler, which hands the session that listens to
+  /// other clients after the statement (notifications would be lost).
   void listen(const std::string& channel);
 
   /// Waits until at least one notification arrives or `timeout` passes and
@@ -137,5 +156,13 @@ private:
   explicit connection(std::unique_ptr<impl> ptr);
   std::unique_ptr<impl> impl_;
 };
+
+/// Behind a transaction pooler, where connections cannot set their own
+/// statement timeout: throws `invalid_argument` (saying what to change)
+/// unless the server applies one of at most `wanted` to the sessions
+/// `conn` reaches (set for the role or the database, or by the pooler's
+/// connect query). Does nothing without a transaction pooler.
+void check_pooled_statement_timeout(connection& conn,
+                                    std::chrono::milliseconds wanted);
 
 } // namespace cmdbus::db

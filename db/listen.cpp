@@ -12,6 +12,10 @@
 namespace cmdbus::db {
 
 void connection::listen(const std::string& channel) {
+  if (pooler() == pooler_mode::transaction)
+    throw invalid_argument("LISTEN does not work behind a transaction pooler "
+                           "(the pooler hands the listening session to other "
+                           "clients): poll instead (use-notify = false)");
   // LISTEN takes no parameters: the identifier is validated first. A
   // channel is pgmq_notify_{queue}, so it may be longer than a queue name:
   // up to PostgreSQL's identifier length (63 bytes).

@@ -229,6 +229,14 @@ bool superseded_checksum(std::string_view component, std::string_view version,
 migrate_report migrate(connection& conn,
                        const std::vector<migration_file>& pgmq_files,
                        const std::vector<migration_file>& commandbus_files) {
+  // The lock that keeps two runs apart is a session's: behind a
+  // transaction pooler its unlock could reach another server session and
+  // leave it held for good.
+  if (conn.pooler() == pooler_mode::transaction)
+    throw invalid_argument(
+      "migrations hold a session-level lock and cannot run through a "
+      "transaction pooler: run `cmdbus migrate` against the server itself "
+      "(or through a session pooler)");
   migrate_report report;
   advisory_lock lock{conn};
   ensure_bookkeeping(conn);

@@ -69,6 +69,7 @@ inline session_options process_session_options(const process_settings& s) {
   opts.dsn = config::dsn_for(*s.cfg, s.domain);
   opts.statement_timeout = s.cfg->statement_timeout;
   opts.application_name = "cmdbus-processes";
+  opts.pooler = s.cfg->pooler;
   opts.max_backoff = std::chrono::milliseconds{5000};
   return opts;
 }

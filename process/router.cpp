@@ -261,7 +261,7 @@ process_router(self_ptr self, process_settings settings, router_io io,
                         }};
   for (int i = 0; i < std::max(1, st.settings.writers); ++i)
     st.writers.push_back(st.spawn_writer(self, st.settings));
-  if (st.settings.cfg->use_notify)
+  if (config::listens(*st.settings.cfg))
     st.listen = std::make_unique<listener>(
       "listener/" + st.settings.queue,
       config::dsn_for(*st.settings.cfg, st.settings.domain),

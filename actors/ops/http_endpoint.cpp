@@ -34,10 +34,10 @@ public:
   static constexpr auto retry_after = std::chrono::seconds{5};
 
   /// `slots`: where each of `domains` is in a snapshot's domains.
-  queue_reader(std::string dsn, std::vector<std::string> domains,
-               std::vector<size_t> slots,
+  queue_reader(std::string dsn, db::pooler_mode pooler,
+               std::vector<std::string> domains, std::vector<size_t> slots,
                std::vector<std::string> process_domains)
-    : dsn_(std::move(dsn)), domains_(std::move(domains)),
+    : dsn_(std::move(dsn)), pooler_(pooler), domains_(std::move(domains)),
       slots_(std::move(slots)), process_domains_(std::move(process_domains)) {
     // nop
   }
@@ -75,6 +75,7 @@ private:
         opts.application_name = "cmdbus-metrics";
         opts.statement_timeout = std::chrono::milliseconds{2000};
         opts.connect_timeout = std::chrono::seconds{2};
+        opts.pooler = pooler_;
         conn_ = std::make_unique<db::connection>(
           db::connection::open(dsn_, opts));
       }
@@ -97,6 +98,7 @@ private:
   }
 
   std::string dsn_;
+  db::pooler_mode pooler_;
   std::vector<std::string> domains_;
   std::vector<size_t> slots_;
   std::vector<std::string> process_domains_;
@@ -140,7 +142,8 @@ public:
           processes.push_back(d);
       }
       readers_.push_back(std::make_unique<queue_reader>(
-        group.dsn, std::move(mine), std::move(slots), std::move(processes)));
+        group.dsn, source.pooler, std::move(mine), std::move(slots),
+        std::move(processes)));
     }
   }
 

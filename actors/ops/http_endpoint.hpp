@@ -36,6 +36,8 @@ struct status_source {
   /// (config::dsn_for).
   std::string dsn;
   std::map<std::string, std::string> domain_dsn;
+  /// The connection pooler in front of the databases.
+  db::pooler_mode pooler = db::pooler_mode::none;
   /// The domains whose processes the worker drives (their live processes
   /// are read with the queue figures).
   std::vector<std::string> process_domains;

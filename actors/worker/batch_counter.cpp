@@ -58,6 +58,7 @@ db_session& session_of(counter_ptr self, const std::string& domain) {
     opts.dsn = dsn;
     opts.statement_timeout = st.settings.cfg->statement_timeout;
     opts.application_name = "cmdbus-batches";
+    opts.pooler = st.settings.cfg->pooler;
     session = std::make_unique<db_session>("batch-counter", std::move(opts),
                                            nullptr);
   }

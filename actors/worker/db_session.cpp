@@ -101,6 +101,7 @@ db::connection& db_session::get() {
     o.application_name = opts_.application_name;
     o.statement_timeout = opts_.statement_timeout;
     o.connect_timeout = opts_.connect_timeout;
+    o.pooler = opts_.pooler;
     conn_ = std::make_unique<db::connection>(
       db::connection::open(opts_.dsn, o));
   }

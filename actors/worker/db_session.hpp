@@ -96,6 +96,8 @@ struct session_options {
   std::string application_name = "cmdbus-worker";
   /// Longest backoff between attempts.
   std::chrono::milliseconds max_backoff{2000};
+  /// The connection pooler in front of the database.
+  db::pooler_mode pooler = db::pooler_mode::none;
 };
 
 /// A connection opened on demand, dropped when broken, with an

@@ -253,7 +253,7 @@ poller(poller_actor::stateful_pointer<poller_state> self,
        config::scheduling_of(*st.settings.cfg, st.settings.domain)
          .type_concurrency)
     st.type_credits[type] = cap;
-  if (st.settings.cfg->use_notify && !st.settings.tick)
+  if (config::listens(*st.settings.cfg) && !st.settings.tick)
     st.listen = std::make_unique<listener>(
       "listener/" + st.settings.domain,
       config::dsn_for(*st.settings.cfg, st.settings.domain),

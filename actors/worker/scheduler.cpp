@@ -53,6 +53,7 @@ private:
       opts.dsn = dsn;
       opts.statement_timeout = cfg_->statement_timeout;
       opts.application_name = "cmdbus-scheduler";
+      opts.pooler = cfg_->pooler;
       s = std::make_unique<db_session>("scheduler", std::move(opts), nullptr);
     }
     return *s;

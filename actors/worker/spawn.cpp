@@ -21,6 +21,7 @@ session_options session_for(const domain_settings& settings,
   opts.dsn = config::dsn_for(*settings.cfg, settings.domain);
   opts.statement_timeout = settings.cfg->statement_timeout;
   opts.application_name = application_name;
+  opts.pooler = settings.cfg->pooler;
   return opts;
 }
 

@@ -174,6 +174,7 @@ process_result run_cmdbus(const std::vector<std::string>& args,
   argv.insert(argv.end(), args.begin(), args.end());
   std::vector<std::string> overrides{"CMDBUS_DSN=",
                                      "CMDBUS_DSN_FILE=",
+                                     "CMDBUS_POOLER=",
                                      "CMDBUS_CONFIG=",
                                      "CMDBUS_DOMAINS=",
                                      "CMDBUS_CONCURRENCY=",

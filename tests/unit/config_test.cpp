@@ -409,6 +409,24 @@ TEST(ConfigEnv, reports_bad_values_with_the_variable) {
                        "CMDBUS_POLL_INTERVAL expects a duration"));
 }
 
+TEST(ConfigPooler, reads_the_mode_and_polls_behind_a_transaction_pooler) {
+  worker_config cfg;
+  EXPECT_EQ(cfg.pooler, cmdbus::db::pooler_mode::none);
+  EXPECT_TRUE(listens(cfg));
+  apply_ini(cfg, "pooler = \"session\"\n", "worker.ini");
+  EXPECT_EQ(cfg.pooler, cmdbus::db::pooler_mode::session);
+  EXPECT_TRUE(listens(cfg));
+  apply_env(cfg, fake_env{{{"CMDBUS_POOLER", "transaction"}}}.lookup());
+  EXPECT_EQ(cfg.pooler, cmdbus::db::pooler_mode::transaction);
+  EXPECT_TRUE(cfg.use_notify) << "the setting stays; the worker polls";
+  EXPECT_FALSE(listens(cfg));
+  apply_args(cfg, {"--pooler", "none"});
+  EXPECT_EQ(cfg.pooler, cmdbus::db::pooler_mode::none);
+  EXPECT_TRUE(contains(describe(cfg), "\npooler = \"none\"\n"));
+  EXPECT_TRUE(contains(ini_error("pooler = \"transactions\"\n"),
+                       "expects none, session or transaction"));
+}
+
 // -- command line ------------------------------------------------------------
 
 TEST(ConfigArgs, applies_every_option) {
