@@ -92,16 +92,7 @@ public:
   /// /proc/<pid>/stat); false when it runs, exited or is not known.
   bool stopped() const {
     auto p = pid();
-    if (p <= 0)
-      return false;
-    std::ifstream in{"/proc/" + std::to_string(p) + "/stat"};
-    std::string line;
-    if (!std::getline(in, line))
-      return false;
-    // "pid (comm) S ...": the state follows the last ')'.
-    auto close = line.rfind(')');
-    return close != std::string::npos && close + 2 < line.size()
-           && line[close + 2] == 'T';
+    return p > 0 && process_state(p) == 'T';
   }
 
   /// Sends `sig` to the child while it runs (SIGSTOP / SIGCONT to freeze

@@ -64,13 +64,8 @@ pid_t parent_of(pid_t pid) {
 
 /// Whether `pid` is gone or a zombie (dead, not reaped yet).
 bool dead(pid_t pid) {
-  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
-  std::string stat;
-  if (!std::getline(in, stat))
-    return true;
-  auto close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size()
-         && (stat[close + 2] == 'Z' || stat[close + 2] == 'X');
+  auto state = process_state(pid);
+  return state == 0 || state == 'Z' || state == 'X';
 }
 
 /// The processes whose parent is `pid`.

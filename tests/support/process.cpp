@@ -217,6 +217,18 @@ std::string last_line(const std::string& text) {
   return text.substr(start, end + 1 - start);
 }
 
+char process_state(int pid) {
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
+  std::string stat;
+  if (!std::getline(in, stat))
+    return 0;
+  // "pid (comm) state ...": the state follows the name's last ')'.
+  auto close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size())
+    return 0;
+  return stat[close + 2];
+}
+
 std::optional<double> cpu_seconds(int pid) {
   std::ifstream in{"/proc/" + std::to_string(pid) + "/stat"};
   std::string stat{std::istreambuf_iterator<char>{in},

@@ -43,6 +43,10 @@ bool crashed(const process_result& r);
 /// process). For bounds on what a process consumes while it should idle.
 std::optional<double> cpu_seconds(int pid);
 
+/// The state letter of process `pid` in /proc/PID/stat (R running, S
+/// sleeping, T stopped, Z zombie, ...); 0 when there is no such process.
+char process_state(int pid);
+
 /// Returns the number of lines (newline characters) of `text`.
 size_t line_count(const std::string& text);
 
