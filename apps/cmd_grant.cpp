@@ -23,11 +23,12 @@ Sets up three group roles (NOLOGIN) with what each job needs on this
 database, and makes existing login roles members of them:
   PREFIX_worker    `cmdbus worker`: reads, claims and finishes commands,
                    replies, batches, process managers, schedules, jobs;
-                   creates the priority index of its queues
+                   creates the priority index of its queues, and the
+                   reply queues its commands name
   PREFIX_operator  the operator commands (send, cancel, tsq, batch,
                    schedule, process start) and creating queues
   PREFIX_reader    SELECT only (list, show, stats, queues, tsq list, ...)
-None of them may create, alter or drop a table or a queue's tables, nor
+None of them may drop a queue, create, alter or drop a table, nor
 write the migrations' bookkeeping or PGMQ's list of queues. Queues are
 created as the owner (commandbus.cmdbus_create_queue), so that new queues
 and tables the owner creates later are usable by the groups at once

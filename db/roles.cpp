@@ -65,10 +65,14 @@ void add_rights(std::vector<std::string>& out, const std::string& database,
   out.push_back("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA commandbus, "
                 "pgmq TO "
                 + writers);
-  // Queues are created as the owner, by the operator (and the owner) only;
-  // the index of the priority order by the worker at its start.
+  // Queues are created as the owner, through the owner's function: by the
+  // operator, and by the worker for the reply queues its commands name
+  // (and its own queue with --create); the tables stay the owner's, so
+  // neither may drop them. The index of the priority order is built by the
+  // worker at its start.
   out.push_back(
-    "GRANT EXECUTE ON FUNCTION commandbus.cmdbus_create_queue(text) TO " + o);
+    "GRANT EXECUTE ON FUNCTION commandbus.cmdbus_create_queue(text) TO "
+    + writers);
   out.push_back("GRANT EXECUTE ON FUNCTION "
                 "commandbus.cmdbus_create_priority_index(text) TO "
                 + writers);

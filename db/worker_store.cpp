@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/queues.hpp"
 #include "cmdbus/db/text_format.hpp"
 #include "cmdbus/model/errors.hpp"
 #include "cmdbus/model/wire.hpp"
@@ -203,10 +204,25 @@ std::string claims_of(const Items& xs) {
 
 } // namespace
 
+void worker_store::ensure_reply_queues(
+  const std::vector<finished_command>& items) {
+  constexpr size_t most_remembered = 4096;
+  for (auto& x : items) {
+    auto& to = x.rc.cmd.reply_to;
+    if (!to || to->empty() || reply_queues_.count(*to) > 0 || !reply_for(x))
+      continue;
+    create_queue(conn_, *to);
+    if (reply_queues_.size() >= most_remembered)
+      reply_queues_.clear();
+    reply_queues_.insert(*to);
+  }
+}
+
 finish_result worker_store::finish(const std::vector<finished_command>& items) {
   finish_result out;
   if (items.empty())
     return out;
+  ensure_reply_queues(items);
   // Split by kind: success, and the three final failure kinds; each group
   // keeps the positions of its items in `items`.
   struct group {

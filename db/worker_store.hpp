@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -180,6 +181,16 @@ private:
   /// The statement of a read with `how.chooses()` (cmdbus_receive_read).
   result receive_chosen(int vt_seconds, int qty, const uuid& claim,
                         const read_options& how);
+
+  /// Creates the reply queues that `items` send to and that this store has
+  /// not seen yet, before the write, through create_queue (as the schema's
+  /// owner where the role may ask for it): inside the write a missing queue
+  /// would be created with the connected role's own rights, which a worker
+  /// role does not have.
+  void ensure_reply_queues(const std::vector<finished_command>& items);
+
+  /// Reply queues known to exist; bounded (cleared when it grows large).
+  std::unordered_set<std::string> reply_queues_;
 
   connection& conn_;
   std::string domain_;

@@ -1,7 +1,7 @@
 // Least-privilege roles (`cmdbus grant`, docs/operations.md "Roles"): the
 // command itself (dry run, idempotence, memberships, its errors); what each
 // group may not do (a reader changes nothing, an operator alters and drops
-// nothing, a worker drops and creates no queue) and that queues and tables
+// nothing, a worker drops no queue and creates one only as the owner) and that queues and tables
 // created later are usable by the groups at once; and the jobs done through
 // the tool as each role: an operator provides the queue and sends, a
 // `cmdbus worker` as the worker role completes commands (a retry, a move to
@@ -262,11 +262,10 @@ TEST(Roles, EachGroupIsRefusedWhatItsJobDoesNotNeed) {
          "UPDATE commandbus.cmdbus_migrations SET checksum = 'x'",
          "DROP FUNCTION commandbus.cmdbus_create_queue(text)"})
     EXPECT_EQ(sqlstate_of(op, sql), "42501") << sql;
-  // The worker: no queue dropped or created, no DDL.
+  // The worker: no queue dropped, none created with its own rights, no DDL.
   for (auto& sql : std::vector<std::string>{
          "SELECT pgmq.drop_queue('" + queue + "')", "DROP TABLE " + q_table,
          "SELECT pgmq.create('" + queue + "_w')",
-         "SELECT commandbus.cmdbus_create_queue('" + queue + "_w')",
          "ALTER TABLE commandbus.batch ADD COLUMN x INT", "TRUNCATE " + q_table,
          "CREATE TABLE pgmq.q_w_t (i int)"})
     EXPECT_EQ(sqlstate_of(worker, sql), "42501") << sql;
@@ -279,9 +278,9 @@ TEST(Roles, EachGroupIsRefusedWhatItsJobDoesNotNeed) {
             "t");
 
   // What they may: the worker moves messages and builds the priority index
-  // (as the function's owner); the operator creates a queue, which belongs
-  // to the owner; the groups use it at once, as a queue the owner creates
-  // directly and a table of a later migration.
+  // (as the function's owner); the operator and the worker create a queue,
+  // which belongs to the owner; the groups use it at once, as a queue the
+  // owner creates directly and a table of a later migration.
   EXPECT_EQ(sqlstate_of(worker, "SELECT pgmq.send('" + queue
                                   + "', '{}'::jsonb); SELECT pgmq.archive('"
                                   + queue + "', 1::bigint)"),
@@ -299,10 +298,20 @@ TEST(Roles, EachGroupIsRefusedWhatItsJobDoesNotNeed) {
                    "schemaname = 'pgmq' AND tablename = $1",
                    "q_" + later),
             "t");
+  auto by_worker = unique_name("rlq");
+  EXPECT_EQ(scalar(worker, "SELECT commandbus.cmdbus_create_queue($1)::text",
+                   by_worker),
+            "true");
   auto direct = unique_name("rlq");
   env.owner.query("SELECT pgmq.create($1)", direct);
   env.owner.exec("CREATE TABLE commandbus.rl_later (i INT)");
-  for (auto& q : {later, direct}) {
+  for (auto& q : {later, by_worker, direct}) {
+    EXPECT_EQ(scalar(env.owner,
+                     "SELECT tableowner = current_user FROM pg_tables WHERE "
+                     "schemaname = 'pgmq' AND tablename = $1",
+                     "q_" + q),
+              "t")
+      << q;
     EXPECT_EQ(sqlstate_of(worker, "SELECT pgmq.send('" + q
                                     + "', '{}'::jsonb); SELECT * FROM "
                                       "pgmq.read('"
@@ -334,12 +343,11 @@ TEST(Roles, TheToolDoesEachJobAsItsRoleAndTheWorkerSurvivesACut) {
   auto as_reader = env.dsn_as(env.reader_login);
   auto as_worker = env.dsn_as(env.worker_login);
 
-  // A worker role finds no queue: it may not create one, and says who can.
-  r = roles_env::cli(
-    {"worker", "--demo", "--tick", "--domain", domain, "--create"}, as_worker);
+  // A reader finds no queue: it may not create one, and says who can.
+  r = roles_env::cli({"queues", "--create", queue}, as_reader);
   EXPECT_EQ(r.exit_code, 4) << r.err;
   EXPECT_TRUE(
-    contains(r.err, "role " + env.worker_login + " may not create queues"))
+    contains(r.err, "role " + env.reader_login + " may not create queues"))
     << r.err;
   EXPECT_TRUE(contains(r.err, "`cmdbus queues --create " + queue + "`"))
     << r.err;
@@ -360,6 +368,13 @@ TEST(Roles, TheToolDoesEachJobAsItsRoleAndTheWorkerSurvivesACut) {
   };
   auto ok = send(R"({"behavior": {"result": {"ok": 1}}})",
                  {"--reply-to", replies});
+  // A command whose reply queue is gone by the time it completes (a sender
+  // that never created it): the worker role creates it, as the owner, and
+  // the domain's other completions do not wait for anybody.
+  auto gone = domain + "__gone";
+  auto orphan = send(R"({"behavior": {"result": {"ok": 2}}})",
+                     {"--reply-to", gone});
+  env.owner.query("SELECT pgmq.drop_queue($1)", gone);
   auto retried = send(R"({"behavior": {"transient_attempts": 1}})");
   auto broken = send(R"({"behavior": {"outcome": "permanent"}})");
   auto delayed = send("{}", {"--delay", "1h"});
@@ -406,6 +421,7 @@ TEST(Roles, TheToolDoesEachJobAsItsRoleAndTheWorkerSurvivesACut) {
   EXPECT_TRUE(eventually(
     [&] {
       return status(ok) == "COMPLETED" && status(retried) == "COMPLETED"
+             && status(orphan) == "COMPLETED"
              && status(broken) == "IN_TROUBLESHOOTING_QUEUE"
              && process_status() == "COMPLETED"
              && batch_status() == "COMPLETED:2";
@@ -421,6 +437,12 @@ TEST(Roles, TheToolDoesEachJobAsItsRoleAndTheWorkerSurvivesACut) {
             "2");
   EXPECT_EQ(status(delayed), "CANCELED");
   EXPECT_EQ(queue_rows(env.owner, replies), 1);
+  EXPECT_EQ(queue_rows(env.owner, gone), 1);
+  EXPECT_EQ(scalar(env.owner,
+                   "SELECT tableowner = current_user FROM pg_tables WHERE "
+                   "schemaname = 'pgmq' AND tablename = $1",
+                   "q_" + gone),
+            "t");
 
   // The connection is cut: the worker goes on once it is back.
   proxy.cut();
