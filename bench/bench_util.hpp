@@ -28,6 +28,14 @@ inline int int_option(int argc, char** argv, const std::string& name,
   return fallback;
 }
 
+/// Whether `--NAME` is among the arguments.
+inline bool flag(int argc, char** argv, const std::string& name) {
+  for (int i = 1; i < argc; ++i)
+    if (argv[i] == name)
+      return true;
+  return false;
+}
+
 inline db::pool_options small_pool(const std::string& dsn) {
   db::pool_options popts;
   popts.dsn = dsn;
