@@ -209,7 +209,10 @@ void worker_store::ensure_reply_queues(
   constexpr size_t most_remembered = 4096;
   for (auto& x : items) {
     auto& to = x.rc.cmd.reply_to;
-    if (!to || to->empty() || reply_queues_.count(*to) > 0 || !reply_for(x))
+    // A name that is no queue name is left to the write, which refuses it
+    // (the envelope check keeps such names from the worker's reads).
+    if (!to || to->empty() || reply_queues_.count(*to) > 0
+        || !queue_name_problem(*to).empty() || !reply_for(x))
       continue;
     create_queue(conn_, *to);
     if (reply_queues_.size() >= most_remembered)
