@@ -37,7 +37,6 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "cmdbus/db/command_bus.hpp"
@@ -351,14 +350,23 @@ time_of(const std::string& line) {
          + std::chrono::microseconds{micros};
 }
 
+/// A database session's last recovery: seconds from the promotion to its
+/// log line, and what the line says of the outage ("after N failed
+/// attempt(s) in T ms").
+struct recovery {
+  double seconds = 0;
+  std::string who;
+  std::string attempts;
+};
+
 /// From the workers' JSON logs: for each database session that reported
-/// using the database again ("<who> uses the database again ..."), the
-/// seconds from `promoted` to its last such line (its recovery from the
-/// failover), longest first.
-std::vector<std::pair<double, std::string>>
+/// using the database again ("<who> uses the database again ..."), its last
+/// such line after `promoted`, slowest first. A session with nothing to do
+/// during the outage reconnects when it next has work: one failed attempt.
+std::vector<recovery>
 recoveries(const std::string& logs,
            std::chrono::system_clock::time_point promoted) {
-  std::map<std::string, double> latest;
+  std::map<std::string, recovery> latest;
   std::istringstream in{logs};
   for (std::string line; std::getline(in, line);) {
     auto message = field(line, "message");
@@ -368,13 +376,21 @@ recoveries(const std::string& logs,
     if (at == std::string::npos || !time)
       continue;
     std::chrono::duration<double> after = *time - promoted;
-    auto& x = latest[message->substr(0, at)];
-    x = std::max(x, after.count());
+    auto who = message->substr(0, at);
+    auto& x = latest[who];
+    if (x.who.empty() || after.count() > x.seconds) {
+      auto tail = message->find(" after ", at);
+      x = {after.count(), who,
+           tail == std::string::npos ? "" : message->substr(tail + 1)};
+    }
   }
-  std::vector<std::pair<double, std::string>> out;
-  for (auto& [who, secs] : latest)
-    out.emplace_back(secs, who);
-  std::sort(out.rbegin(), out.rend());
+  std::vector<recovery> out;
+  for (auto& [who, x] : latest)
+    out.push_back(x);
+  std::sort(out.begin(), out.end(),
+            [](const recovery& a, const recovery& b) {
+              return a.seconds > b.seconds;
+            });
   return out;
 }
 
@@ -522,7 +538,8 @@ TEST(Failover, NothingIsLostWhenTheSynchronousStandbyTakesOver) {
   auto times = recoveries(outputs, promoted);
   std::cout << "synchronous failover: seconds from the promotion until each "
                "session used the new primary (slowest first):\n";
-  for (auto& [secs, who] : times)
-    std::printf("  %-32s %6.2f\n", who.c_str(), secs);
+  for (auto& x : times)
+    std::printf("  %-36s %6.2f  (%s)\n", x.who.c_str(), x.seconds,
+                x.attempts.c_str());
   std::cout << std::flush;
 }
