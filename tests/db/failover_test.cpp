@@ -1,4 +1,5 @@
-// A real failover to an asynchronous standby: a primary and its standby
+// Real failovers: to a synchronous standby (nothing lost; at the end of the
+// file) and, first, to an asynchronous one: a primary and its standby
 // (tests/support/primary_standby.hpp), two `cmdbus worker` processes on a
 // DSN that names both hosts (target_session_attrs=read-write), and a load
 // of commands with a reply queue; then, with the standby behind, the
