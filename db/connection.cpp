@@ -10,6 +10,7 @@
 
 #include "cmdbus/db/libpq.hpp"
 #include "cmdbus/db/pipeline.hpp"
+#include "cmdbus/db/server.hpp"
 #include "cmdbus/model/log.hpp"
 
 namespace cmdbus::db {
@@ -40,6 +41,18 @@ std::string joined_lines(const std::string& text) {
     }
     pos = end + 1;
   }
+  return out;
+}
+
+// "host:port" of the server `conn` reached. PQhost gives the host of the
+// DSN libpq connected to (an address, a name, or a socket folder), never
+// credentials.
+std::string host_and_port(PGconn* conn) {
+  const char* host = PQhost(conn);
+  const char* port = PQport(conn);
+  std::string out = host != nullptr && *host != '\0' ? host : "localhost";
+  if (port != nullptr && *port != '\0')
+    out += std::string{":"} + port;
   return out;
 }
 
@@ -148,7 +161,7 @@ connection connection::open(const std::string& dsn,
   result.exec("SET datestyle TO 'ISO, MDY'");
   if (opts.statement_timeout && result.impl_->keeps_session())
     result.set_statement_timeout(*opts.statement_timeout);
-  log::debug("connected to {}", result.target());
+  log::debug("connected to {} on {}", result.target(), server_of(result));
   return result;
 }
 
@@ -262,6 +275,10 @@ bool connection::is_open() const noexcept {
 
 const std::string& connection::target() const noexcept {
   return impl_->target;
+}
+
+std::string server_of(connection& conn) {
+  return host_and_port(conn.native());
 }
 
 int connection::backend_pid() const noexcept {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 
+#include "cmdbus/db/server.hpp"
 #include "cmdbus/model/backoff.hpp"
 #include "cmdbus/model/log.hpp"
 
@@ -65,8 +66,9 @@ std::unique_ptr<connection> pool::open_new() {
       connection::open(opts_.dsn, opts_.connection));
     std::lock_guard<std::mutex> guard{mtx_};
     if (failures_ > 0)
-      log::info("database {} reachable again after {} failed attempt(s)",
-                target_, failures_);
+      log::info("database {} reachable again on {} after {} failed "
+                "attempt(s)",
+                target_, server_of(*conn), failures_);
     failures_ = 0;
     return conn;
   } catch (const error& e) {

@@ -63,14 +63,24 @@ process_db_errors(const process_settings& s) {
   return {s.metrics, &s.metrics->other_db_errors};
 }
 
-/// The database session of a process router or writer of `s`.
+/// The database session of a process writer of `s`. A writer, as the
+/// completion writer: the same connection settings and the writers' backoff
+/// cap (session_options::max_backoff), so that after an outage or a
+/// failover the processes move on as soon as the commands' outcomes do.
 inline session_options process_session_options(const process_settings& s) {
   session_options opts;
   opts.dsn = config::dsn_for(*s.cfg, s.domain);
   opts.statement_timeout = s.cfg->statement_timeout;
   opts.application_name = "cmdbus-processes";
   opts.pooler = s.cfg->pooler;
-  opts.max_backoff = std::chrono::milliseconds{5000};
+  return opts;
+}
+
+/// The database session of a process router of `s`. A reader, as the
+/// poller: its backoff is capped at error-backoff-max.
+inline session_options process_router_session_options(const process_settings& s) {
+  auto opts = process_session_options(s);
+  opts.max_backoff = s.cfg->error_backoff_max;
   return opts;
 }
 

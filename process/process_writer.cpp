@@ -88,10 +88,8 @@ void delete_applied(process_writer_state& st, db::connection& conn,
 }
 
 apply_outcome retry_later(process_writer_state& st) {
-  return {
-    apply_kind::retry, std::nullopt, "database unavailable",
-    std::chrono::duration_cast<std::chrono::milliseconds>(
-      st.session->outage().retry_at() - std::chrono::steady_clock::now())};
+  return {apply_kind::retry, std::nullopt, "database unavailable",
+          st.session->outage().retry_in()};
 }
 
 } // namespace
@@ -177,9 +175,11 @@ process_writer(self_ptr self, process_settings settings, apply_fn apply,
   auto& st = self->state;
   st.settings = std::move(settings);
   st.name = "process-writer/" + st.settings.domain;
+  // The backoff runs on the actor's clock, as the completion writer's
+  // (which a deterministic test moves by hand).
   st.session = std::make_unique<db_session>(
     st.name, process_session_options(st.settings),
-    process_db_errors(st.settings));
+    process_db_errors(st.settings), [self] { return self->clock().now(); });
   st.session->report_outages_to(st.settings.health);
   st.apply = apply
                ? std::move(apply)

@@ -223,7 +223,7 @@ process_router(self_ptr self, process_settings settings, router_io io,
   st.settings = std::move(settings);
   st.name = "process-router/" + st.settings.domain;
   st.session = std::make_unique<db_session>(
-    st.name, process_session_options(st.settings),
+    st.name, process_router_session_options(st.settings),
     process_db_errors(st.settings), [self] { return self->clock().now(); });
   st.session->report_outages_to(st.settings.health);
   if (io.read) {

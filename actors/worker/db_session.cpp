@@ -3,6 +3,7 @@
 #include "cmdbus/actors/ops/health.hpp"
 #include "cmdbus/db/error.hpp"
 #include "cmdbus/db/pool.hpp"
+#include "cmdbus/db/server.hpp"
 #include "cmdbus/model/log.hpp"
 
 namespace cmdbus::actors {
@@ -16,6 +17,11 @@ constexpr auto reminder_period = std::chrono::minutes{1};
 
 int64_t millis(clock::duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+// " on host:port" for a log line, or nothing.
+std::string on(std::string_view server) {
+  return server.empty() ? std::string{} : " on " + std::string{server};
 }
 
 } // namespace
@@ -35,15 +41,16 @@ outage_tracker::outage_tracker(std::string who,
     now_ = [] { return clock::now(); };
 }
 
-std::chrono::milliseconds outage_tracker::failed(const std::exception& e) {
+std::chrono::milliseconds outage_tracker::failed(const std::exception& e,
+                                                 std::string_view server) {
   auto now = now_();
   if (failures_++ == 0) {
     since_ = now;
     reminded_ = now;
     log::from(who_).warn(
-      "{} cannot use the database ({}); retrying with backoff, "
+      "{} cannot use the database{} ({}); retrying with backoff, "
       "nothing is dropped",
-      who_, log::one_line(e.what()));
+      who_, on(server), log::one_line(e.what()));
   } else if (now - reminded_ >= reminder_period) {
     reminded_ = now;
     log::from(who_).warn(
@@ -62,18 +69,24 @@ std::chrono::milliseconds outage_tracker::failed(const std::exception& e) {
   return delay;
 }
 
-void outage_tracker::succeeded() {
+void outage_tracker::succeeded(std::string_view server) {
   if (failures_ == 0)
     return;
   log::from(who_).info(
-    "{} uses the database again after {} failed attempt(s) in {} ms", who_,
-    failures_, millis(now_() - since_));
+    "{} uses the database again{} after {} failed attempt(s) in {} ms", who_,
+    on(server), failures_, millis(now_() - since_));
   failures_ = 0;
   retry_at_ = {};
 }
 
 bool outage_tracker::backing_off() const noexcept {
   return failures_ > 0 && now_() < retry_at_;
+}
+
+std::chrono::milliseconds outage_tracker::retry_in() const {
+  if (!backing_off())
+    return std::chrono::milliseconds{0};
+  return std::chrono::ceil<std::chrono::milliseconds>(retry_at_ - now_());
 }
 
 db_session::db_session(std::string who, session_options opts,
@@ -104,6 +117,13 @@ db::connection& db_session::get() {
     o.pooler = opts_.pooler;
     conn_ = std::make_unique<db::connection>(
       db::connection::open(opts_.dsn, o));
+    auto server = db::server_of(*conn_);
+    if (!server_.empty() && server != server_)
+      log::from(who()).info("{} connected to {} (before: {})", who(), server,
+                            server_);
+    else
+      log::from(who()).debug("{} connected to {}", who(), server);
+    server_ = server;
   }
   return *conn_;
 }
@@ -117,7 +137,7 @@ std::chrono::milliseconds db_session::failed(const std::exception& e) {
   }
   if (conn_ && !conn_->is_open())
     conn_.reset();
-  return outage_.failed(e);
+  return outage_.failed(e, server_);
 }
 
 } // namespace cmdbus::actors

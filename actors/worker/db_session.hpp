@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 
 #include "cmdbus/db/connection.hpp"
 
@@ -41,12 +42,15 @@ public:
   /// Records a failed round trip: logs the first failure of an outage
   /// (warning) and a reminder once a minute while it lasts; returns the
   /// delay before the next attempt (100 ms doubling up to the cap, drawn
-  /// from [delay/2, delay]).
-  std::chrono::milliseconds failed(const std::exception& e);
+  /// from [delay/2, delay]). `server` ("host:port", may be empty) is the
+  /// server the client was using, for the log line.
+  std::chrono::milliseconds failed(const std::exception& e,
+                                   std::string_view server = {});
 
   /// Records a successful round trip; logs the recovery once after
-  /// failures.
-  void succeeded();
+  /// failures, with `server` ("host:port", may be empty): after a
+  /// failover, the new primary.
+  void succeeded(std::string_view server = {});
 
   /// Returns whether the last round trip failed.
   bool failing() const noexcept {
@@ -66,6 +70,10 @@ public:
   /// Returns whether an attempt made now would come before the backoff
   /// ended.
   bool backing_off() const noexcept;
+
+  /// Returns how long until the next attempt is due, on this tracker's
+  /// clock (zero when it is due now).
+  std::chrono::milliseconds retry_in() const;
 
   /// Returns the name used in log lines.
   const std::string& who() const noexcept {
@@ -109,8 +117,10 @@ public:
   db_session(std::string who, session_options opts,
              std::shared_ptr<std::atomic<int64_t>> errors, now_fn now = {});
 
-  /// Returns the connection, opening it first when missing or broken.
-  /// Throws db::error when the database cannot be reached.
+  /// Returns the connection, opening it first when missing or broken
+  /// (logged with the server reached, "host:port": at info level when it
+  /// is another server than before, as after a failover). Throws db::error
+  /// when the database cannot be reached.
   db::connection& get();
 
   /// Records a failed round trip (see outage_tracker::failed); drops the
@@ -129,7 +139,7 @@ public:
 
   /// Records a successful round trip.
   void succeeded() {
-    outage_.succeeded();
+    outage_.succeeded(server_);
     if (reported_)
       end_reported_outage();
   }
@@ -152,6 +162,9 @@ private:
   session_options opts_;
   std::shared_ptr<std::atomic<int64_t>> errors_;
   std::unique_ptr<db::connection> conn_;
+  /// The server of the last connection opened ("host:port"; empty before
+  /// the first).
+  std::string server_;
   outage_tracker outage_;
   std::shared_ptr<domain_health_counters> health_;
   /// Whether health_ counts this session as failing.

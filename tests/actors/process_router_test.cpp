@@ -6,7 +6,9 @@
 // unless a reply for it is on the way (and one arriving afterwards gets a
 // new actor); a database outage makes the process actor try the same reply
 // again; a drain waits for the replies in flight. The database is replaced
-// by a fake queue and fake writers that answer when the test says so.
+// by a fake queue and fake writers that answer when the test says so. And a
+// real process writer facing a database that refuses every connection backs
+// off as the completion writer does (its clock, its cap).
 
 #define CAF_SUITE actors.process_router
 #include "cmdbus/process/router.hpp"
@@ -15,8 +17,10 @@
 
 #include <deque>
 
+#include "cmdbus/actors/worker/spawn.hpp"
 #include "cmdbus/db/error.hpp"
 #include "cmdbus/process/process_actor.hpp"
+#include "cmdbus/process/process_writer.hpp"
 
 using namespace cmdbus;
 using namespace cmdbus::actors;
@@ -349,6 +353,82 @@ CAF_TEST(a process actor that dies gives its credits back) {
   queue->add(reply_body(p));
   wakeup();
   CAF_CHECK_EQUAL(st().processes.count(p), 1u);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+namespace {
+
+// A real process writer whose database refuses every connection (nothing
+// listens on port 1), and the replies it is asked to apply.
+struct writer_fixture : test_coordinator_fixture<> {
+  std::shared_ptr<domain_metrics> metrics
+    = std::make_shared<domain_metrics>("d", 1, std::vector<std::string>{});
+  domain_settings completion_side;
+  process_writer_actor writer;
+
+  writer_fixture() {
+    config::worker_config cfg;
+    cfg.dsn = "host=127.0.0.1 port=1 dbname=cmdbus user=cmdbus "
+              "connect_timeout=2";
+    auto shared = std::make_shared<const config::worker_config>(cfg);
+    process_settings settings;
+    settings.domain = "d";
+    settings.queue = "d__process_replies";
+    settings.cfg = shared;
+    settings.registry = std::make_shared<const process_registry>();
+    settings.metrics = metrics;
+    completion_side.domain = "d";
+    completion_side.cfg = shared;
+    writer = sys.spawn(process_writer, settings, apply_fn{}, sweep_fn{});
+    sched.run();
+  }
+
+  ~writer_fixture() {
+    caf::anon_send_exit(writer, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+
+  /// Asks the writer to apply a reply; returns its answer.
+  apply_outcome apply() {
+    process_reply_message m;
+    m.msg_id = 1;
+    m.read_ct = 1;
+    m.process_id = uuid::random();
+    apply_outcome out;
+    out.kind = apply_kind::applied;
+    auto answer = self->request(writer, caf::infinite, atom::apply::value, m);
+    sched.run();
+    answer.receive([&](apply_outcome& o) { out = std::move(o); },
+                   [&](caf::error& err) { out.note = to_string(err); });
+    return out;
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(process_writer_tests, writer_fixture)
+
+// A long outage (a failover: the old primary gone, the new one not yet
+// promoted) is many failed attempts in a row. Each reply asked for after
+// the backoff the writer answered makes one attempt, and the backoff never
+// grows beyond the completion writer's: once the database is back, the
+// processes move on no later than the commands' outcomes are written.
+CAF_TEST(a process writer backs off as the completion writer does) {
+  auto cap = session_for(completion_side, "cmdbus-worker").max_backoff;
+  for (int attempt = 1; attempt <= 12; ++attempt) {
+    auto o = apply();
+    CAF_REQUIRE_EQUAL(to_string(o.kind), std::string{"retry"});
+    CAF_CHECK_EQUAL(metrics->other_db_errors.load(), attempt);
+    CAF_CHECK_GREATER(o.retry_after.count(), 0);
+    CAF_CHECK_LESS_OR_EQUAL(o.retry_after.count(), cap.count());
+    // Asked again before the backoff ended: no attempt, the time left.
+    auto early = apply();
+    CAF_CHECK_EQUAL(to_string(early.kind), std::string{"retry"});
+    CAF_CHECK_EQUAL(metrics->other_db_errors.load(), attempt);
+    CAF_CHECK_LESS_OR_EQUAL(early.retry_after.count(), o.retry_after.count());
+    sched.clock().current_time += o.retry_after;
+  }
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()

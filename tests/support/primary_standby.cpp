@@ -93,7 +93,7 @@ int distinct_free_port(int other) {
 
 } // namespace
 
-primary_standby::primary_standby(std::string dbname)
+primary_standby::primary_standby(std::string dbname, replication mode)
   : dbname_(std::move(dbname)) {
   dir_ = make_server_folder("cmdbus-failover");
   try {
@@ -139,6 +139,23 @@ primary_standby::primary_standby(std::string dbname)
     };
     if (!eventually(streaming, std::chrono::seconds{30}))
       throw std::runtime_error("primary_standby: the standby does not stream");
+    if (mode == replication::synchronous) {
+      // In postgresql.auto.conf of the primary only (the base backup was
+      // taken before): once promoted, the standby waits for nobody.
+      primary.exec("ALTER SYSTEM SET synchronous_standby_names = '*'");
+      primary.exec("ALTER SYSTEM SET synchronous_commit = 'on'");
+      primary.exec("SELECT pg_reload_conf()");
+      auto synchronous = [&] {
+        return primary
+                 .exec("SELECT count(*) FROM pg_stat_replication "
+                       "WHERE sync_state = 'sync'")
+                 .int64(0, 0)
+               > 0;
+      };
+      if (!eventually(synchronous, std::chrono::seconds{30}))
+        throw std::runtime_error(
+          "primary_standby: the standby did not become synchronous");
+    }
   } catch (const std::exception& e) {
     auto what = std::string{e.what()} + "\n" + logs();
     shut_down();

@@ -1,8 +1,9 @@
 #pragma once
 
-// A PostgreSQL 15 primary and its asynchronous streaming standby, built for
-// one test in a temporary folder (initdb, pg_basebackup) and removed with
-// it: for the tests of what a failover does to the workers. Both servers
+// A PostgreSQL 15 primary and its streaming standby, asynchronous or
+// synchronous, built for one test in a temporary folder (initdb,
+// pg_basebackup) and removed with it: for the tests of what a failover does
+// to the workers. Both servers
 // listen on free ports of 127.0.0.1 and on a socket folder of their own,
 // with trust authentication for the role `cmdbus`; as root they run as the
 // `postgres` system user (as scripts/pg does).
@@ -12,8 +13,10 @@
 // freeze_replication() the primary goes on acknowledging commits that the
 // standby never receives, and after kill_primary() and promote_standby()
 // those transactions are lost, as in a real failover to an asynchronous
-// standby. Clients that follow a failover use failover_dsn(): both hosts,
-// target_session_attrs=read-write.
+// standby. A synchronous standby (synchronous_standby_names on the primary,
+// synchronous_commit on) has every commit the primary acknowledged: after
+// the failover nothing is lost. Clients that follow a failover use
+// failover_dsn(): both hosts, target_session_attrs=read-write.
 
 #include <chrono>
 #include <memory>
@@ -24,12 +27,27 @@
 
 namespace cmdbus::test {
 
+/// How the primary waits for its standby.
+enum class replication {
+  /// Commits are acknowledged without waiting: the standby may be behind.
+  asynchronous,
+  /// Every commit waits until the standby flushed it
+  /// (synchronous_standby_names names it, synchronous_commit is on).
+  synchronous,
+};
+
 class primary_standby {
 public:
   /// Creates, starts and connects both servers: the primary with database
-  /// `dbname`, the standby from a base backup of it, streaming. Throws
-  /// (with the servers' log tails) when a step fails.
-  explicit primary_standby(std::string dbname = "cmdbus");
+  /// `dbname`, the standby from a base backup of it, streaming (in `mode`:
+  /// once it returns, a synchronous standby is the primary's sync standby).
+  /// Throws (with the servers' log tails) when a step fails.
+  explicit primary_standby(std::string dbname = "cmdbus",
+                           replication mode = replication::asynchronous);
+
+  /// A pair in `mode` with the database "cmdbus".
+  explicit primary_standby(replication mode)
+    : primary_standby("cmdbus", mode) {}
 
   primary_standby(const primary_standby&) = delete;
   primary_standby& operator=(const primary_standby&) = delete;
@@ -62,7 +80,8 @@ public:
 
   /// Stops forwarding the replication connection without closing it: the
   /// standby receives nothing more and does not notice, while the primary
-  /// (asynchronous) goes on committing.
+  /// (asynchronous) goes on committing. A synchronous primary would wait
+  /// for the standby instead: this is for the asynchronous pair.
   void freeze_replication();
 
   /// kill -9 of the primary's postmaster and all its processes at once,
