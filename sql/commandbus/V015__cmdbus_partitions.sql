@@ -218,19 +218,26 @@ $fn$;
 -- its archive, in the caller's transaction:
 -- 1. the retention: taken from part_config (and removed there) the first
 --    time for a queue that pgmq.create_partitioned made directly;
--- 2. rows in a default partition (ids or times beyond the partitions that
---    existed when they were written) are moved to partitions of their own
---    (pg_partman's partition_data_id / partition_data_time);
--- 3. partitions ahead are created: by id, premake partitions beyond the
---    highest id the queue handed out (its sequence, so an empty queue gets
---    them too); by time, pg_partman's run_maintenance of the parent;
--- 4. partitions entirely past retention (by id: below the highest id
+-- 2. what is to do, found without any lock beyond reads: rows in a default
+--    partition (ids or times beyond the partitions that existed when they
+--    were written); partitions ahead that are missing (by id: premake
+--    partitions beyond the highest id the queue handed out, its sequence,
+--    so an empty queue gets them too; by time: premake beyond now);
+--    partitions entirely past retention (by id: below the highest id
 --    handed out minus the retention; by time: older than now minus the
---    retention) are dropped unless they hold a row that must stay
---    (cmdbus_partition_held), checked again under an ACCESS EXCLUSIVE lock
---    of both parents taken in PGMQ's order (queue, then archive) and
---    waited for at most p_lock_timeout; a held partition, or all of them
---    when the lock is not granted in time, is counted as kept.
+--    retention) that hold no row that must stay (cmdbus_partition_held;
+--    those that do are counted as kept);
+-- 3. only when something is to do: an ACCESS EXCLUSIVE lock of the table
+--    and the archive (and so of their partitions), in PGMQ's order (queue,
+--    then archive), waited for at most p_lock_timeout; under it the rows of
+--    the default partitions are moved to partitions of their own
+--    (pg_partman's partition_data_id / partition_data_time), the missing
+--    partitions created (pg_partman's create_partition_id, or its
+--    run_maintenance of the parent by time), and the candidates checked
+--    again and dropped. Taking both parents first, before any DDL, keeps the
+--    lock order of every reader and writer (parent, then partitions): no
+--    deadlock with them. When the lock is not granted in time nothing
+--    changes: the candidates count as kept, and the next run does the rest.
 -- Returns the partitions created, dropped and kept. Raises 55000 without
 -- pg_partman and 22023 for a queue that is not a partitioned PGMQ queue.
 -- Runs as its owner (creating and dropping partitions is DDL).
@@ -253,17 +260,26 @@ DECLARE
     v_parent    REGCLASS;
     v_default   REGCLASS;
     v_rows      BOOLEAN;
+    v_exists    BOOLEAN;
     v_step      BIGINT;
     v_start     BIGINT;
-    v_before    INT;
     v_bounds    TEXT[];
     v_past      BOOLEAN;
+    v_archive   BOOLEAN;
+    -- What is to do, per parent (parallel arrays).
+    v_parents   TEXT[] := '{}';
+    v_controls  TEXT[] := '{}';
+    v_moves     BOOLEAN[] := '{}';
+    v_creates   BOOLEAN[] := '{}';
+    v_starts    TEXT[] := '{}';
+    -- Candidates to drop (parallel arrays).
     v_tables    TEXT[] := '{}';
-    v_archive   BOOLEAN[] := '{}';
+    v_archives  BOOLEAN[] := '{}';
     v_i         INT;
-    v_dropped   INT;
+    v_before    INT;
     v_held      INT;
     v_created   INT := 0;
+    v_dropped   INT := 0;
     v_kept      INT := 0;
     v_timeout   TEXT;
 BEGIN
@@ -305,49 +321,52 @@ BEGIN
                       FROM pgmq.%I s', v_qtable || '_msg_id_seq')
        INTO v_high;
 
+    -- 2. What is to do.
     FOR v_cfg IN EXECUTE format(
         'SELECT c.parent_table, c.control, c.partition_interval, c.premake
            FROM %I.part_config c
           WHERE c.parent_table IN ($1, $2)
-          ORDER BY c.parent_table = $2, c.parent_table',
+          ORDER BY c.parent_table = $2',
         v_partman) USING 'pgmq.' || v_qtable, 'pgmq.' || v_atable
     LOOP
         v_parent := v_cfg.parent_table::REGCLASS;
-        SELECT count(*) INTO v_before FROM pg_inherits i WHERE i.inhparent = v_parent;
+        v_archive := v_cfg.parent_table = 'pgmq.' || v_atable;
+        v_parents := v_parents || v_cfg.parent_table;
+        v_controls := v_controls || v_cfg.control;
 
-        -- 2. Rows of the default partition.
         SELECT c.oid::REGCLASS INTO v_default
           FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
          WHERE i.inhparent = v_parent
            AND pg_get_expr(c.relpartbound, c.oid) = 'DEFAULT';
+        v_rows := FALSE;
         IF v_default IS NOT NULL THEN
             EXECUTE format('SELECT EXISTS (SELECT 1 FROM %s)', v_default) INTO v_rows;
-            IF v_rows THEN
-                EXECUTE format('SELECT %I.%I($1, $2)', v_partman,
-                               CASE WHEN v_cfg.control = 'msg_id'
-                                    THEN 'partition_data_id'
-                                    ELSE 'partition_data_time' END)
-                  USING v_cfg.parent_table, 1000000;
-            END IF;
         END IF;
+        v_moves := v_moves || v_rows;
 
-        -- 3. Partitions ahead.
+        -- The first partition ahead that is missing, if any.
+        v_start := NULL;
         IF v_cfg.control = 'msg_id' THEN
             v_step := v_cfg.partition_interval::BIGINT;
             v_start := (v_high / v_step) * v_step;
-            EXECUTE format('SELECT %I.create_partition_id($1, $2)', v_partman)
-              USING v_cfg.parent_table,
-                    ARRAY(SELECT v_start + g * v_step
-                            FROM generate_series(0, v_cfg.premake) g);
+            v_starts := v_starts || v_start::TEXT;
         ELSE
-            EXECUTE format('SELECT %I.run_maintenance($1, false, false)', v_partman)
-              USING v_cfg.parent_table;
+            v_starts := v_starts || NULL::TEXT;
         END IF;
-        v_created := v_created
-                     + (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = v_parent)
-                     - v_before;
+        v_exists := TRUE;
+        FOR v_i IN 0 .. v_cfg.premake LOOP
+            EXECUTE format('SELECT p.table_exists FROM %I.show_partition_name($1, $2) p',
+                           v_partman)
+               INTO v_exists
+              USING v_cfg.parent_table,
+                    CASE WHEN v_cfg.control = 'msg_id'
+                         THEN (v_start + v_i * v_step)::TEXT
+                         ELSE (clock_timestamp()
+                               + v_i * v_cfg.partition_interval::INTERVAL)::TEXT END;
+            EXIT WHEN NOT v_exists;
+        END LOOP;
+        v_creates := v_creates || NOT v_exists;
 
-        -- 4. Candidates past retention (checked without a lock first).
         CONTINUE WHEN v_retention IS NULL;
         FOR v_child IN
             SELECT format('%I.%I', n.nspname, c.relname) AS name,
@@ -365,42 +384,73 @@ BEGIN
                            ELSE v_bounds[2]::TIMESTAMPTZ
                                 <= clock_timestamp() - v_retention::INTERVAL END;
             CONTINUE WHEN NOT v_past;
-            IF commandbus.cmdbus_partition_held(v_child.name,
-                                                v_cfg.parent_table = 'pgmq.' || v_atable) THEN
+            IF commandbus.cmdbus_partition_held(v_child.name, v_archive) THEN
                 v_kept := v_kept + 1;
             ELSE
                 v_tables := v_tables || v_child.name;
-                v_archive := v_archive || (v_cfg.parent_table = 'pgmq.' || v_atable);
+                v_archives := v_archives || v_archive;
             END IF;
         END LOOP;
     END LOOP;
 
-    -- 4. Dropping, under the lock of both parents.
-    v_dropped := 0;
-    IF cardinality(v_tables) > 0 THEN
-        v_timeout := current_setting('lock_timeout');
-        PERFORM set_config('lock_timeout',
-                           (extract(epoch FROM p_lock_timeout) * 1000)::BIGINT::TEXT || 'ms',
-                           true);
-        BEGIN
-            EXECUTE format('LOCK TABLE pgmq.%I, pgmq.%I IN ACCESS EXCLUSIVE MODE',
-                           v_qtable, v_atable);
-            v_held := 0;
-            FOR v_i IN 1 .. cardinality(v_tables) LOOP
-                IF commandbus.cmdbus_partition_held(v_tables[v_i], v_archive[v_i]) THEN
-                    v_held := v_held + 1;
-                ELSE
-                    EXECUTE format('DROP TABLE %s', v_tables[v_i]);
-                    v_dropped := v_dropped + 1;
-                END IF;
-            END LOOP;
-            v_kept := v_kept + v_held;
-        EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
-            v_kept := v_kept + cardinality(v_tables);
-            v_dropped := 0;
-        END;
-        PERFORM set_config('lock_timeout', v_timeout, true);
+    IF cardinality(v_tables) = 0 AND NOT (TRUE = ANY (v_moves))
+       AND NOT (TRUE = ANY (v_creates)) THEN
+        RETURN QUERY SELECT 0, 0, v_kept;
+        RETURN;
     END IF;
+
+    -- 3. Under the lock of both parents.
+    v_timeout := current_setting('lock_timeout');
+    PERFORM set_config('lock_timeout',
+                       (extract(epoch FROM p_lock_timeout) * 1000)::BIGINT::TEXT || 'ms',
+                       true);
+    BEGIN
+        EXECUTE format('LOCK TABLE pgmq.%I, pgmq.%I IN ACCESS EXCLUSIVE MODE',
+                       v_qtable, v_atable);
+        FOR v_i IN 1 .. cardinality(v_parents) LOOP
+            v_parent := v_parents[v_i]::REGCLASS;
+            SELECT count(*) INTO v_before FROM pg_inherits i WHERE i.inhparent = v_parent;
+            IF v_moves[v_i] THEN
+                EXECUTE format('SELECT %I.%I($1, $2)', v_partman,
+                               CASE WHEN v_controls[v_i] = 'msg_id'
+                                    THEN 'partition_data_id'
+                                    ELSE 'partition_data_time' END)
+                  USING v_parents[v_i], 1000000;
+            END IF;
+            IF v_creates[v_i] THEN
+                IF v_controls[v_i] = 'msg_id' THEN
+                    EXECUTE format(
+                        'SELECT %I.create_partition_id($1, ARRAY(
+                           SELECT $2::BIGINT + g * c.partition_interval::BIGINT
+                             FROM %I.part_config c, generate_series(0, c.premake) g
+                            WHERE c.parent_table = $1))',
+                        v_partman, v_partman)
+                      USING v_parents[v_i], v_starts[v_i];
+                ELSE
+                    EXECUTE format('SELECT %I.run_maintenance($1, false, false)', v_partman)
+                      USING v_parents[v_i];
+                END IF;
+            END IF;
+            v_created := v_created
+                         + (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = v_parent)
+                         - v_before;
+        END LOOP;
+        v_held := 0;
+        FOR v_i IN 1 .. cardinality(v_tables) LOOP
+            IF commandbus.cmdbus_partition_held(v_tables[v_i], v_archives[v_i]) THEN
+                v_held := v_held + 1;
+            ELSE
+                EXECUTE format('DROP TABLE %s', v_tables[v_i]);
+                v_dropped := v_dropped + 1;
+            END IF;
+        END LOOP;
+        v_kept := v_kept + v_held;
+    EXCEPTION WHEN lock_not_available OR deadlock_detected THEN
+        v_kept := v_kept + cardinality(v_tables);
+        v_created := 0;
+        v_dropped := 0;
+    END;
+    PERFORM set_config('lock_timeout', v_timeout, true);
 
     RETURN QUERY SELECT v_created, v_dropped, v_kept;
 END;
