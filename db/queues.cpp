@@ -101,8 +101,7 @@ bool create_partitioned_queue(connection& conn, std::string_view queue,
       throw;
     throw error{e.code(), e.sqlstate(),
                 "role " + role + " may not create partitioned queue " + name
-                  + " (" + e.what()
-                  + "): run `cmdbus queues --create " + name
+                  + " (" + e.what() + "): run `cmdbus queues --create " + name
                   + " --partitioned` as the schema's owner or an operator "
                     "role (see `cmdbus grant --help`)"};
   }

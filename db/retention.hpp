@@ -11,9 +11,10 @@
 // batches (a batch goes once its commands and processes are gone), the
 // maintenance of the domain's partitioned queues (one queue per chunk:
 // partitions created ahead, old ones dropped whole; whatever the ages),
-// then the archives of the domain's queues. Every chunk holds the advisory lock of
-// the retention job (retention_job_name, db/jobs.hpp), so the worker's
-// runner and `cmdbus prune` never prune at the same time. No CAF headers.
+// then the archives of the domain's queues. Every chunk holds the advisory
+// lock of the retention job (retention_job_name, db/jobs.hpp), so the
+// worker's runner and `cmdbus prune` never prune at the same time. No CAF
+// headers.
 
 #include <chrono>
 #include <cstdint>

@@ -60,9 +60,8 @@ std::string text(db::connection& c, const std::string& sql,
 // Relations of every kind whose name holds `name` (tables, partitions,
 // indexes, sequences, templates), in any schema.
 int64_t objects_of(db::connection& c, const std::string& name) {
-  return number(c,
-                "SELECT count(*) FROM pg_class WHERE strpos(relname, $1) > 0",
-                name);
+  return number(
+    c, "SELECT count(*) FROM pg_class WHERE strpos(relname, $1) > 0", name);
 }
 
 // The lower bounds of the partitions (not the default) of pgmq.<table>,
@@ -103,8 +102,7 @@ struct partman_database {
 
 TEST(PartitionedQueues, RefusedWithoutPgPartmanAndNothingIsCreated) {
   auto conn = connect();
-  ASSERT_EQ(number(conn,
-                   "SELECT count(*) FROM pg_extension WHERE extname = $1",
+  ASSERT_EQ(number(conn, "SELECT count(*) FROM pg_extension WHERE extname = $1",
                    "pg_partman"),
             0)
     << "the suites' database must not have pg_partman";
@@ -156,8 +154,9 @@ TEST(PartitionedQueues, CreatedByTheCliAndEveryQueueFunctionWorksOnThem) {
                                 "--partition-interval", "1 hour",
                                 "--partition-retention", "1 day"});
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  EXPECT_EQ(text(c, "SELECT is_partitioned::text FROM pgmq.meta WHERE "
-                    "queue_name = $1",
+  EXPECT_EQ(text(c,
+                 "SELECT is_partitioned::text FROM pgmq.meta WHERE "
+                 "queue_name = $1",
                  timed),
             "true");
   EXPECT_EQ(text(c,
@@ -173,9 +172,9 @@ TEST(PartitionedQueues, CreatedByTheCliAndEveryQueueFunctionWorksOnThem) {
                  timed),
             "1 day");
   // Again: nothing to do, exit 0.
-  EXPECT_EQ(cli_on(pm.dsn(), {"queues", "--create", timed, "--partitioned"})
-              .exit_code,
-            0);
+  EXPECT_EQ(
+    cli_on(pm.dsn(), {"queues", "--create", timed, "--partitioned"}).exit_code,
+    0);
 
   // Refusals create nothing: bad intervals (usage, 1), a plain queue of
   // that name (4).
@@ -228,28 +227,30 @@ TEST(PartitionedQueues, CreatedByTheCliAndEveryQueueFunctionWorksOnThem) {
                  "pgmq.metrics($1)",
                  q),
             "1/4");
-  EXPECT_EQ(number(c, "SELECT count(*) FROM pgmq.a_" + q + " WHERE msg_id = $1::bigint",
-                   "3"),
-            1);
-  EXPECT_EQ(text(c,
-                 "SELECT commandbus.cmdbus_create_priority_index($1)::text",
+  EXPECT_EQ(
+    number(c, "SELECT count(*) FROM pgmq.a_" + q + " WHERE msg_id = $1::bigint",
+           "3"),
+    1);
+  EXPECT_EQ(text(c, "SELECT commandbus.cmdbus_create_priority_index($1)::text",
                  q),
             "true");
   // Beyond the premade partitions (ids 0..49): the default partition takes
   // them, and the maintenance moves them to partitions of their own.
   c.query("SELECT pgmq.send_batch($1, array_fill('{}'::jsonb, ARRAY[60]))", q);
-  EXPECT_GT(number(c, "SELECT count(*) FROM pgmq.q_" + q + "_default WHERE $1 <> ''",
-                   "x"),
-            0);
+  EXPECT_GT(
+    number(c, "SELECT count(*) FROM pgmq.q_" + q + "_default WHERE $1 <> ''",
+           "x"),
+    0);
   auto m = c.query("SELECT created, dropped, kept FROM "
                    "commandbus.cmdbus_partition_maintenance($1)",
                    q);
   EXPECT_GT(m.int64(0, 0), 0);
-  EXPECT_EQ(number(c, "SELECT count(*) FROM pgmq.q_" + q + "_default WHERE $1 <> ''",
-                   "x"),
-            0);
-  EXPECT_EQ(number(c, "SELECT count(*) FROM pgmq.q_" + q + " WHERE $1 <> ''", "x"),
-            61);
+  EXPECT_EQ(
+    number(c, "SELECT count(*) FROM pgmq.q_" + q + "_default WHERE $1 <> ''",
+           "x"),
+    0);
+  EXPECT_EQ(
+    number(c, "SELECT count(*) FROM pgmq.q_" + q + " WHERE $1 <> ''", "x"), 61);
   EXPECT_EQ(number(c, "SELECT pgmq.purge_queue($1)", q), 61);
   EXPECT_EQ(text(c, "SELECT pgmq.drop_queue($1)::text", q), "true");
   EXPECT_EQ(objects_of(c, q), 0) << "tables, partitions or templates left";
@@ -281,7 +282,8 @@ TEST(PartitionedQueues, CreatedByTheCliAndEveryQueueFunctionWorksOnThem) {
             "30");
 }
 
-TEST(PartitionedQueues, AWorkerRunsOnOneAndOnlyPartitionsHoldingNothingNeededAreDropped) {
+TEST(PartitionedQueues,
+     AWorkerRunsOnOneAndOnlyPartitionsHoldingNothingNeededAreDropped) {
   partman_database pm;
   auto& c = pm.conn;
   auto domain = unique_name("part");
@@ -314,10 +316,9 @@ TEST(PartitionedQueues, AWorkerRunsOnOneAndOnlyPartitionsHoldingNothingNeededAre
   cfg.retention.interval = 50ms;
   handler_registry handlers;
   handlers.add(domain, "Noop", null_result);
-  handlers.add(domain, "Broken",
-               [](const command&, handler_context&) -> json {
-                 throw permanent_command_error("BROKEN", "cannot be done");
-               });
+  handlers.add(domain, "Broken", [](const command&, handler_context&) -> json {
+    throw permanent_command_error("BROKEN", "cannot be done");
+  });
   worker w{cfg, std::move(handlers)};
   w.start();
   finally stop{[&] { stop_worker(w); }};
@@ -330,8 +331,7 @@ TEST(PartitionedQueues, AWorkerRunsOnOneAndOnlyPartitionsHoldingNothingNeededAre
   };
   ASSERT_TRUE(eventually(
     [&] {
-      return statuses()
-             == "COMPLETED:28,IN_TROUBLESHOOTING_QUEUE:1,PENDING:1";
+      return statuses() == "COMPLETED:28,IN_TROUBLESHOOTING_QUEUE:1,PENDING:1";
     },
     15s))
     << statuses();
@@ -340,8 +340,7 @@ TEST(PartitionedQueues, AWorkerRunsOnOneAndOnlyPartitionsHoldingNothingNeededAre
     bus.send(make_req(domain, "Noop"));
   ASSERT_TRUE(eventually(
     [&] {
-      return statuses()
-               == "COMPLETED:68,IN_TROUBLESHOOTING_QUEUE:1,PENDING:1"
+      return statuses() == "COMPLETED:68,IN_TROUBLESHOOTING_QUEUE:1,PENDING:1"
              && partitions(c, "q_" + queue).rfind("0,50,", 0) == 0
              && partitions(c, "a_" + queue).rfind("0,50,", 0) == 0;
     },
@@ -365,7 +364,8 @@ TEST(PartitionedQueues, AWorkerRunsOnOneAndOnlyPartitionsHoldingNothingNeededAre
                      + " WHERE msg_id BETWEEN 10 AND 49 AND $1 <> ''",
                    "x"),
             0);
-  EXPECT_EQ(number(c, "SELECT count(*) FROM commandbus.command WHERE domain = $1",
+  EXPECT_EQ(number(c,
+                   "SELECT count(*) FROM commandbus.command WHERE domain = $1",
                    domain),
             70);
   auto port = w.http_port();
@@ -437,8 +437,8 @@ TEST(PartitionedQueues, AWorkerRunsOnOneAndOnlyPartitionsHoldingNothingNeededAre
   before_a = partitions(c, "a_" + queue);
   holder.exec("BEGIN");
   holder.exec("LOCK TABLE pgmq.q_" + queue + " IN ACCESS EXCLUSIVE MODE");
-  background_cmdbus prune{{"prune", "--domain", domain, "--older-than", "30d",
-                           "--dsn", pm.dsn()}};
+  background_cmdbus prune{
+    {"prune", "--domain", domain, "--older-than", "30d", "--dsn", pm.dsn()}};
   ASSERT_TRUE(eventually(
     [&] {
       return number(c,
@@ -465,7 +465,8 @@ TEST(PartitionedQueues, AWorkerRunsOnOneAndOnlyPartitionsHoldingNothingNeededAre
     << rerun.out;
   EXPECT_EQ(partitions(c, "a_" + queue).rfind("0,70,", 0), 0u)
     << partitions(c, "a_" + queue);
-  EXPECT_EQ(number(c, "SELECT count(*) FROM commandbus.command WHERE domain = $1",
+  EXPECT_EQ(number(c,
+                   "SELECT count(*) FROM commandbus.command WHERE domain = $1",
                    domain),
             120);
 }
