@@ -76,6 +76,10 @@ void count_chunk(retention_metrics& m, const prune_counts& x) {
   m.batch_audits.fetch_add(x.batch_audits, std::memory_order_relaxed);
   m.archived_messages.fetch_add(x.archived_messages,
                                 std::memory_order_relaxed);
+  m.partitions_created.fetch_add(x.partitions_created,
+                                 std::memory_order_relaxed);
+  m.partitions_dropped.fetch_add(x.partitions_dropped,
+                                 std::memory_order_relaxed);
   m.chunks.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -107,9 +111,11 @@ job_fn retention_job(std::shared_ptr<retention_state> st, retention_ages ages,
       log::from("retention")
         .info("retention pass done: removed {} commands ({} audit rows), {} "
               "processes ({} audit rows), {} batches ({} audit rows), {} "
-              "archived messages",
+              "archived messages; partitions: {} created, {} dropped, {} "
+              "kept past retention",
               t.commands, t.command_audits, t.processes, t.process_audits,
-              t.batches, t.batch_audits, t.archived_messages);
+              t.batches, t.batch_audits, t.archived_messages,
+              t.partitions_created, t.partitions_dropped, t.partitions_kept);
       t = prune_counts{};
     });
   };

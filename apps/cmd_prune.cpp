@@ -41,6 +41,11 @@ transaction that removes a row together with what belongs to it: stopped at
 any moment (Ctrl-C, kill -9), nothing is half removed, and running it again
 goes on. Each chunk waits for the retention lock, which a worker's
 housekeeping runner ([retention]) holds during its own chunks.
+
+Partitioned queues (`cmdbus queues --create Q --partitioned`) also get
+their maintenance, one queue per chunk: partitions created ahead, and
+partitions past the queue's own retention (not AGE) dropped whole unless
+they hold a message still needed. --dry-run does not count partitions.
 )",
   {{"--older-than", "AGE",
     "remove what became final more than AGE ago (a duration: 30d, 12h; "
@@ -55,7 +60,8 @@ housekeeping runner ([retention]) holds during its own chunks.
    {"--json", "",
     "print {dry_run, domain, older_than_ms, chunks, commands, "
     "command_audits, processes, process_audits, batches, batch_audits, "
-    "archived_messages}"},
+    "archived_messages, partitions_created, partitions_dropped, "
+    "partitions_kept}"},
    help_option},
   R"(
 Exit codes: 0 done (or counted, with --dry-run), 1 usage error.
@@ -67,6 +73,10 @@ void print_counts(std::ostream& out, const prune_counts& c, bool dry_run) {
       << c.process_audits << " audit rows), " << c.batches << " batches ("
       << c.batch_audits << " audit rows), " << c.archived_messages
       << " archived messages";
+  if (!dry_run)
+    out << "; partitions: " << c.partitions_created << " created, "
+        << c.partitions_dropped << " dropped, " << c.partitions_kept
+        << " kept past retention";
 }
 
 } // namespace
@@ -126,6 +136,9 @@ int run_prune(const std::vector<std::string>& argv) {
       .field("batches", total.batches)
       .field("batch_audits", total.batch_audits)
       .field("archived_messages", total.archived_messages)
+      .field("partitions_created", total.partitions_created)
+      .field("partitions_dropped", total.partitions_dropped)
+      .field("partitions_kept", total.partitions_kept)
       .end_object();
     out.print(std::cout);
   } else {

@@ -16,23 +16,43 @@ namespace cmdbus::cli {
 namespace {
 
 const command_spec queues_command{
-  R"(usage: cmdbus queues [--create QUEUE]... [--dsn DSN] [--json]
+  R"(usage: cmdbus queues [--create QUEUE]... [--partitioned]
+                     [--partition-interval N|DUR] [--partition-retention N|DUR]
+                     [--dsn DSN] [--json]
 
 Shows PGMQ metrics of every queue: length, visible length, age of the newest
 and oldest message in seconds, and messages ever sent. With --create, first
 creates each QUEUE that does not exist (a domain's command queue is
 DOMAIN__commands): the operator's way to provide the queues of a worker
 whose role may not create them (`cmdbus grant`).
+
+With --partitioned, the queues created are partitioned by pg_partman: their
+table and archive are cut into partitions of --partition-interval message
+ids (or of a time, e.g. '1 day'), and partitions older than
+--partition-retention are dropped whole by the maintenance (the worker's
+housekeeping runner, `cmdbus prune`) once they hold nothing still needed.
+It needs the pg_partman extension in the database; cmdbus never creates it
+(see docs/operations.md, "Partitioned queues").
 )",
   {{"--create", "QUEUE",
     "create QUEUE first unless it exists (repeatable; the schema's owner or "
     "an operator role)"},
+   {"--partitioned", "",
+    "create the --create queues partitioned (needs the pg_partman extension)"},
+   {"--partition-interval", "N|DUR",
+    "message ids per partition, or the time a partition covers, e.g. '1 "
+    "day' (10000)"},
+   {"--partition-retention", "N|DUR",
+    "keep partitions back to this many ids below the newest, or this old "
+    "(same kind as the interval); 'none' keeps all (100000)"},
    dsn_option,
    dsn_file_option,
    {"--json", "", "print a JSON array, one object per queue"},
    help_option},
   R"(
-Exit codes: 0 ok, 1 usage error (e.g. an invalid queue name).
+Exit codes: 0 ok, 1 usage error (e.g. an invalid queue name, interval or
+retention), 4 failed (e.g. --partitioned without the pg_partman extension,
+or a queue of that name that is not partitioned; nothing is created).
 )"};
 
 } // namespace
@@ -45,10 +65,28 @@ int run_queues(const std::vector<std::string>& argv) {
   auto create = a.options("--create");
   for (auto& q : create)
     db::validate_queue_name(q);
+  auto partitioned = a.flag("--partitioned");
+  db::partition_spec spec;
+  auto interval = a.option("--partition-interval");
+  auto retention = a.option("--partition-retention");
+  if (!partitioned && (interval || retention))
+    throw usage_error{"--partition-interval and --partition-retention need "
+                      "--partitioned"};
+  if (partitioned && create.empty())
+    throw usage_error{"--partitioned needs --create QUEUE"};
+  if (interval)
+    spec.interval = *interval;
+  if (retention)
+    spec.retention = *retention == "none" ? std::nullopt
+                                          : std::optional{*retention};
   db::pool pool{pool_options_for(a, 1)};
   auto conn = pool.acquire();
-  for (auto& q : create)
-    db::create_queue(*conn, q);
+  for (auto& q : create) {
+    if (partitioned)
+      db::create_partitioned_queue(*conn, q, spec);
+    else
+      db::create_queue(*conn, q);
+  }
   auto r = conn->exec(
     "SELECT queue_name, queue_length, queue_visible_length, "
     "newest_msg_age_sec, oldest_msg_age_sec, total_messages FROM "

@@ -14,6 +14,9 @@ prune_counts& prune_counts::operator+=(const prune_counts& x) noexcept {
   batches += x.batches;
   batch_audits += x.batch_audits;
   archived_messages += x.archived_messages;
+  partitions_created += x.partitions_created;
+  partitions_dropped += x.partitions_dropped;
+  partitions_kept += x.partitions_kept;
   return *this;
 }
 
@@ -79,7 +82,14 @@ void prune_pass::settle() noexcept {
       case stage::batches:
         if (ages_.batches)
           return;
+        stage_ = stage::partitions;
+        break;
+      case stage::partitions:
+        if (!queues_ || queue_ < queues_->size())
+          return;
         stage_ = stage::archive;
+        queues_.reset();
+        queue_ = 0;
         break;
       case stage::archive:
         if (ages_.archive && (!queues_ || queue_ < queues_->size()))
@@ -105,6 +115,10 @@ std::string prune_pass::position() const {
     case stage::commands: return "commands of " + of;
     case stage::processes: return "processes of " + of;
     case stage::batches: return "batches of " + of;
+    case stage::partitions:
+      if (queues_ && queue_ < queues_->size())
+        return "partitions of queue " + (*queues_)[queue_];
+      return "partitioned queues of " + of;
     case stage::archive:
       if (queues_ && queue_ < queues_->size())
         return "archive of queue " + (*queues_)[queue_];
@@ -147,6 +161,29 @@ prune_counts prune_pass::step(connection& conn) {
       out.batches = removed = r.int64(0, 0);
       out.batch_audits = r.int64(0, 1);
       break;
+    }
+    case stage::partitions: {
+      if (!queues_) {
+        // Usually none: then the next stage's chunk runs in this one.
+        auto r = conn.query(
+          "SELECT q FROM commandbus.cmdbus_partitioned_queues($1) q", domain);
+        std::vector<std::string> names;
+        for (int i = 0; i < r.rows(); ++i)
+          names.emplace_back(r.text(i, 0));
+        queues_ = std::move(names);
+        queue_ = 0;
+        settle();
+        return queues_ && !queues_->empty() ? out : step(conn);
+      }
+      auto r = conn.query("SELECT created, dropped, kept FROM "
+                          "commandbus.cmdbus_partition_maintenance($1)",
+                          (*queues_)[queue_]);
+      out.partitions_created = r.int64(0, 0);
+      out.partitions_dropped = r.int64(0, 1);
+      out.partitions_kept = r.int64(0, 2);
+      ++queue_;
+      settle();
+      return out;
     }
     case stage::archive: {
       if (!queues_) {

@@ -8,10 +8,13 @@
 // its BATCH_* audit rows): interrupting it between chunks or during one
 // leaves nothing half removed, and running it again goes on where it
 // stopped. Per domain the kinds go in this order: commands, processes,
-// batches (a batch goes once its commands and processes are gone), then the
-// archives of the domain's queues. Every chunk holds the advisory lock of
-// the retention job (retention_job_name, db/jobs.hpp), so the worker's
-// runner and `cmdbus prune` never prune at the same time. No CAF headers.
+// batches (a batch goes once its commands and processes are gone), the
+// maintenance of the domain's partitioned queues (one queue per chunk:
+// partitions created ahead, old ones dropped whole; whatever the ages),
+// then the archives of the domain's queues. Every chunk holds the advisory
+// lock of the retention job (retention_job_name, db/jobs.hpp), so the
+// worker's runner and `cmdbus prune` never prune at the same time. No CAF
+// headers.
 
 #include <chrono>
 #include <cstdint>
@@ -49,6 +52,14 @@ struct prune_counts {
   int64_t batches = 0;
   int64_t batch_audits = 0;
   int64_t archived_messages = 0;
+  /// Partitions of partitioned queues (docs/operations.md, "Partitioned
+  /// queues") their maintenance created, dropped whole (past their
+  /// queue's retention, holding nothing still needed), and kept although
+  /// past retention (holding a message still needed, or the queue's lock
+  /// was not granted in time). Not rows: total() leaves them out.
+  int64_t partitions_created = 0;
+  int64_t partitions_dropped = 0;
+  int64_t partitions_kept = 0;
 
   prune_counts& operator+=(const prune_counts& x) noexcept;
 
@@ -91,7 +102,14 @@ public:
   std::string position() const;
 
 private:
-  enum class stage { commands, processes, batches, archive, next_domain };
+  enum class stage {
+    commands,
+    processes,
+    batches,
+    partitions,
+    archive,
+    next_domain
+  };
 
   // Skips the kinds whose age is unset; moves to the next domain at the end.
   void settle() noexcept;
@@ -101,8 +119,8 @@ private:
   int chunk_size_;
   size_t domain_ = 0;
   stage stage_ = stage::commands;
-  /// The queues of the current domain's archive stage (loaded on entering
-  /// it) and the one being pruned.
+  /// The queues of the current domain's partitions or archive stage
+  /// (loaded on entering it) and the one being maintained or pruned.
   std::optional<std::vector<std::string>> queues_;
   size_t queue_ = 0;
 };

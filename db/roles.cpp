@@ -74,7 +74,16 @@ void add_rights(std::vector<std::string>& out, const std::string& database,
     "GRANT EXECUTE ON FUNCTION commandbus.cmdbus_create_queue(text) TO "
     + writers);
   out.push_back("GRANT EXECUTE ON FUNCTION "
+                "commandbus.cmdbus_create_partitioned_queue(text, text, text) "
+                "TO "
+                + o);
+  out.push_back("GRANT EXECUTE ON FUNCTION "
                 "commandbus.cmdbus_create_priority_index(text) TO "
+                + writers);
+  // Partitions are created and dropped as the owner, by the housekeeping
+  // runner (a worker) and `cmdbus prune` (an operator).
+  out.push_back("GRANT EXECUTE ON FUNCTION "
+                "commandbus.cmdbus_partition_maintenance(text, interval) TO "
                 + writers);
   for (auto& owner : owners) {
     auto prefix = "ALTER DEFAULT PRIVILEGES FOR ROLE " + quote_identifier(owner)

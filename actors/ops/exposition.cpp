@@ -283,6 +283,16 @@ std::string render_metrics(const status_snapshot& s) {
         f.sample({{"kind", kind}}, static_cast<double>(n));
     }
     {
+      family_writer f{out, "cmdbus_retention_partitions_total", "counter",
+                      "Partitions of partitioned queues the housekeeping "
+                      "runner created ahead and dropped whole (past their "
+                      "queue's retention), by action."};
+      f.sample({{"action", "created"}},
+               static_cast<double>(s.retention->partitions_created));
+      f.sample({{"action", "dropped"}},
+               static_cast<double>(s.retention->partitions_dropped));
+    }
+    {
       family_writer f{out, "cmdbus_retention_chunks_total", "counter",
                       "Chunks (transactions) the housekeeping runner "
                       "committed."};

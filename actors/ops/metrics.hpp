@@ -196,8 +196,9 @@ struct job_metrics {
 
 /// The counts of the worker's housekeeping runner ([retention],
 /// docs/operations.md "Retention"), kept across restarts of the worker:
-/// rows it removed by kind (cmdbus_retention_removed_total{kind}) and the
-/// chunks (transactions) that removed them.
+/// rows it removed by kind (cmdbus_retention_removed_total{kind}), the
+/// chunks (transactions) that removed them, and the partitions of
+/// partitioned queues its maintenance created and dropped.
 struct retention_metrics {
   std::atomic<int64_t> commands{0};
   std::atomic<int64_t> command_audits{0};
@@ -206,6 +207,9 @@ struct retention_metrics {
   std::atomic<int64_t> batches{0};
   std::atomic<int64_t> batch_audits{0};
   std::atomic<int64_t> archived_messages{0};
+  /// Partitions created ahead and dropped whole (past retention).
+  std::atomic<int64_t> partitions_created{0};
+  std::atomic<int64_t> partitions_dropped{0};
   /// Committed chunks.
   std::atomic<int64_t> chunks{0};
   /// Completed passes (a pass ends when nothing old is left).

@@ -67,6 +67,8 @@ status_snapshot build_status(const status_inputs& in) {
                   {"batches", r->batches.load()},
                   {"batch_audits", r->batch_audits.load()},
                   {"archived_messages", r->archived_messages.load()}};
+    rs.partitions_created = r->partitions_created.load();
+    rs.partitions_dropped = r->partitions_dropped.load();
     rs.chunks = r->chunks.load();
     rs.passes = r->passes.load();
     s.retention = std::move(rs);

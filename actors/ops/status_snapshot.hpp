@@ -77,6 +77,9 @@ struct job_status {
 /// removed by kind, in the order of the metric's samples.
 struct retention_status {
   std::vector<std::pair<std::string, int64_t>> removed;
+  /// Partitions of partitioned queues created and dropped.
+  int64_t partitions_created = 0;
+  int64_t partitions_dropped = 0;
   int64_t chunks = 0;
   int64_t passes = 0;
 };
