@@ -322,8 +322,7 @@ int main(int argc, char** argv) {
               "history commands left%s\n",
               static_cast<long long>(prune.audits()), rest, prune.chunk_ms(0.5),
               prune.chunk_ms(0.99), prune.chunk_ms(1.0),
-              static_cast<long long>(left),
-              to_the_end ? " (expected 0)" : "");
+              static_cast<long long>(left), to_the_end ? " (expected 0)" : "");
   bench::verdict("worker throughput while pruning",
                  without.per_second > 0 ? with.per_second / without.per_second
                                         : 0,

@@ -19,14 +19,14 @@ bool queue_exists(connection& conn, std::string_view queue);
 /// Creates `queue` unless PGMQ knows it already: an existing queue costs one
 /// read of `pgmq.meta`, no DDL and no lock. A missing one is created by
 /// `commandbus.cmdbus_create_queue` when the connected role may call it (the
-/// schema owner, a role granted the operator or the worker group: the queue's tables then
-/// belong to the owner and the groups of `cmdbus grant` may use them), else
-/// by `pgmq.create` with the caller's rights. Concurrent creators of one new
-/// queue are serialised by PGMQ's own queue lock. Validates the name before
-/// any SQL (`invalid_argument`); PGMQ's notices are dropped. A role that may
-/// not create queues (a reader) gets a `db::error` (SQLSTATE 42501)
-/// that names the queue and the operator's command that creates it. Inside
-/// a transaction, the queue exists once that commits.
+/// schema owner, a role granted the operator or the worker group: the queue's
+/// tables then belong to the owner and the groups of `cmdbus grant` may use
+/// them), else by `pgmq.create` with the caller's rights. Concurrent creators
+/// of one new queue are serialised by PGMQ's own queue lock. Validates the name
+/// before any SQL (`invalid_argument`); PGMQ's notices are dropped. A role that
+/// may not create queues (a reader) gets a `db::error` (SQLSTATE 42501) that
+/// names the queue and the operator's command that creates it. Inside a
+/// transaction, the queue exists once that commits.
 void create_queue(connection& conn, std::string_view queue);
 
 /// How a partitioned queue is cut (docs/operations.md, "Partitioned

@@ -40,6 +40,18 @@ ms_of(const std::optional<std::chrono::milliseconds>& x) {
 
 constexpr const char* age_sql = "($2::bigint * interval '1 millisecond')";
 
+// One chunk of `function` (a commandbus.cmdbus_prune_* function of one
+// target (a domain, NULL for all; a queue), an age and a chunk size): its
+// result row.
+result prune_chunk(connection& conn, const char* function,
+                   const std::optional<std::string>& target,
+                   const std::optional<std::chrono::milliseconds>& age,
+                   int chunk_size) {
+  return conn.query(std::string{"SELECT * FROM commandbus."} + function
+                      + "($1, " + age_sql + ", $3)",
+                    target, ms_of(age), chunk_size);
+}
+
 } // namespace
 
 prune_pass::prune_pass(std::vector<std::string> domains, retention_ages ages,
@@ -136,28 +148,22 @@ prune_counts prune_pass::step(connection& conn) {
   int64_t removed = 0;
   switch (stage_) {
     case stage::commands: {
-      auto r = conn.query(std::string{"SELECT commands, audits FROM "
-                                      "commandbus.cmdbus_prune_commands($1, "}
-                            + age_sql + ", $3)",
-                          domain, ms_of(ages_.commands), chunk_size_);
+      auto r = prune_chunk(conn, "cmdbus_prune_commands", domain,
+                           ages_.commands, chunk_size_);
       out.commands = removed = r.int64(0, 0);
       out.command_audits = r.int64(0, 1);
       break;
     }
     case stage::processes: {
-      auto r = conn.query(std::string{"SELECT processes, audits FROM "
-                                      "commandbus.cmdbus_prune_processes($1, "}
-                            + age_sql + ", $3)",
-                          domain, ms_of(ages_.processes), chunk_size_);
+      auto r = prune_chunk(conn, "cmdbus_prune_processes", domain,
+                           ages_.processes, chunk_size_);
       out.processes = removed = r.int64(0, 0);
       out.process_audits = r.int64(0, 1);
       break;
     }
     case stage::batches: {
-      auto r = conn.query(std::string{"SELECT batches, audits FROM "
-                                      "commandbus.cmdbus_prune_batches($1, "}
-                            + age_sql + ", $3)",
-                          domain, ms_of(ages_.batches), chunk_size_);
+      auto r = prune_chunk(conn, "cmdbus_prune_batches", domain, ages_.batches,
+                           chunk_size_);
       out.batches = removed = r.int64(0, 0);
       out.batch_audits = r.int64(0, 1);
       break;
@@ -197,11 +203,8 @@ prune_counts prune_pass::step(connection& conn) {
         settle();
         return out;
       }
-      auto r = conn.query(std::string{"SELECT commandbus.cmdbus_prune_archive("
-                                      "$1, "}
-                            + age_sql + ", $3)",
-                          (*queues_)[queue_], ms_of(ages_.archive),
-                          chunk_size_);
+      auto r = prune_chunk(conn, "cmdbus_prune_archive", (*queues_)[queue_],
+                           ages_.archive, chunk_size_);
       out.archived_messages = removed = r.int64(0, 0);
       if (removed < chunk_size_) {
         ++queue_;

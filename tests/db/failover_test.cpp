@@ -33,8 +33,10 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <initializer_list>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -121,7 +123,8 @@ void send_load(const std::string& dsn, int n = total, int n_slow = slow) {
 /// A worker process on the failover DSN with its HTTP endpoint on `port`,
 /// logging from `level` on (in `env`'s format, text unless it says).
 std::unique_ptr<background_cmdbus>
-start_worker(const std::string& dsn, int port, const std::string& level = "warn",
+start_worker(const std::string& dsn, int port,
+             const std::string& level = "warn",
              const std::vector<std::string>& env = {}) {
   return std::make_unique<background_cmdbus>(
     std::vector<std::string>{"worker",
@@ -148,6 +151,24 @@ start_worker(const std::string& dsn, int port, const std::string& level = "warn"
     env);
 }
 
+/// Stops each of `workers` (30 s each at most) and returns their output,
+/// for the messages of failed checks and the checks of the logs.
+std::string
+stop_all(std::initializer_list<std::unique_ptr<background_cmdbus>*> workers) {
+  std::string out;
+  for (auto* w : workers) {
+    auto r = (*w)->stop(30s);
+    out += r ? r->out + r->err : "(did not stop)\n";
+  }
+  return out;
+}
+
+/// The domain's COMPLETED commands on `c`.
+int64_t completed(db::connection& c) {
+  return count(c, "SELECT count(*) FROM commandbus.command WHERE "
+                  "domain = $1 AND status = 'COMPLETED'");
+}
+
 /// The commands a worker on `port` holds in handlers or waiting for one
 /// (-1 when it does not answer).
 double in_flight(int port) {
@@ -171,22 +192,11 @@ TEST(Failover, EveryCommandIsFinalOnceAfterTheAsynchronousStandbyTakesOver) {
   int ports[] = {free_port(), free_port()};
   auto a = start_worker(dsn, ports[0]);
   auto b = start_worker(dsn, ports[1]);
-  auto stop_all = [&] {
-    std::string out;
-    for (auto* w : {&a, &b}) {
-      auto r = (*w)->stop(30s);
-      out += r ? r->out + r->err : "(did not stop)\n";
-    }
-    return out;
-  };
+  auto stop_both = [&] { return stop_all({&a, &b}); };
 
   // Only slow commands left: the standby falls behind from here.
-  auto fast_done = [&] {
-    return count(primary, "SELECT count(*) FROM commandbus.command WHERE "
-                          "domain = $1 AND status = 'COMPLETED'")
-           >= total - slow;
-  };
-  ASSERT_TRUE(eventually(fast_done, 60s)) << stop_all() << pg.logs();
+  auto fast_done = [&] { return completed(primary) >= total - slow; };
+  ASSERT_TRUE(eventually(fast_done, 60s)) << stop_both() << pg.logs();
   pg.freeze_replication();
   auto frozen_at = *scalar(primary, "SELECT clock_timestamp()::text");
   // Claims the standby never receives.
@@ -202,7 +212,7 @@ TEST(Failover, EveryCommandIsFinalOnceAfterTheAsynchronousStandbyTakesOver) {
     lost = r.opt_text(0, 1).value_or("{}");
     return true;
   };
-  ASSERT_TRUE(eventually(claimed_since, 30s)) << stop_all() << pg.logs();
+  ASSERT_TRUE(eventually(claimed_since, 30s)) << stop_both() << pg.logs();
   pg.kill_primary();
   pg.promote_standby();
 
@@ -218,16 +228,12 @@ TEST(Failover, EveryCommandIsFinalOnceAfterTheAsynchronousStandbyTakesOver) {
              == 0
            && in_flight(ports[0]) == 0 && in_flight(ports[1]) == 0;
   };
-  ASSERT_TRUE(eventually(reclaimed, 30s)) << stop_all() << pg.logs();
+  ASSERT_TRUE(eventually(reclaimed, 30s)) << stop_both() << pg.logs();
   standby.exec("UPDATE public.failover_gate SET port = NULL");
 
-  auto all_final = [&] {
-    return count(standby, "SELECT count(*) FROM commandbus.command WHERE "
-                          "domain = $1 AND status = 'COMPLETED'")
-           == total;
-  };
+  auto all_final = [&] { return completed(standby) == total; };
   auto settled = eventually(all_final, 60s);
-  auto outputs = stop_all();
+  auto outputs = stop_both();
   ASSERT_TRUE(settled) << outputs << pg.logs();
 
   // The lost claims were made again, at the same attempt.
@@ -338,8 +344,7 @@ time_of(const std::string& line) {
   double seconds = 0;
   if (!text
       || std::sscanf(text->c_str(), "%d-%d-%dT%d:%d:%lfZ", &tm.tm_year,
-                     &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
-                     &seconds)
+                     &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min, &seconds)
            != 6)
     return std::nullopt;
   tm.tm_year -= 1900;
@@ -388,10 +393,9 @@ recoveries(const std::string& logs,
   std::vector<recovery> out;
   for (auto& [who, x] : latest)
     out.push_back(x);
-  std::sort(out.begin(), out.end(),
-            [](const recovery& a, const recovery& b) {
-              return a.seconds > b.seconds;
-            });
+  std::sort(out.begin(), out.end(), [](const recovery& a, const recovery& b) {
+    return a.seconds > b.seconds;
+  });
   return out;
 }
 
@@ -430,29 +434,18 @@ TEST(Failover, NothingIsLostWhenTheSynchronousStandbyTakesOver) {
   std::vector<std::string> json_logs{"CMDBUS_LOG_FORMAT=json"};
   auto a = start_worker(dsn, ports[0], "info", json_logs);
   auto b = start_worker(dsn, ports[1], "info", json_logs);
-  auto stop_all = [&] {
-    std::string out;
-    for (auto* w : {&a, &b}) {
-      auto r = (*w)->stop(30s);
-      out += r ? r->out + r->err : "(did not stop)\n";
-    }
-    return out;
-  };
+  auto stop_both = [&] { return stop_all({&a, &b}); };
 
   // Mid-load: a third of the commands done.
-  auto a_third_done = [&] {
-    return count(primary, "SELECT count(*) FROM commandbus.command WHERE "
-                          "domain = $1 AND status = 'COMPLETED'")
-           >= commands / 3;
-  };
-  ASSERT_TRUE(eventually(a_third_done, 60s)) << stop_all() << pg.logs();
+  auto a_third_done = [&] { return completed(primary) >= commands / 3; };
+  ASSERT_TRUE(eventually(a_third_done, 60s)) << stop_both() << pg.logs();
   pg.kill_primary();
   // The outage lasts until both workers' completion writers failed a few
   // times (about 1.5 to 3 s of their backoff).
   auto failing = [&] {
     return completion_errors(ports[0]) >= 6 && completion_errors(ports[1]) >= 6;
   };
-  ASSERT_TRUE(eventually(failing, 30s)) << stop_all() << pg.logs();
+  ASSERT_TRUE(eventually(failing, 30s)) << stop_both() << pg.logs();
   pg.promote_standby();
   auto promoted = std::chrono::system_clock::now();
 
@@ -475,7 +468,7 @@ TEST(Failover, NothingIsLostWhenTheSynchronousStandbyTakesOver) {
                 == 0;
   };
   auto settled = eventually(all_done, 60s);
-  auto outputs = stop_all();
+  auto outputs = stop_both();
   ASSERT_TRUE(settled) << outputs << pg.logs();
 
   // Every command final exactly once, with one reply each (the process
@@ -509,9 +502,9 @@ TEST(Failover, NothingIsLostWhenTheSynchronousStandbyTakesOver) {
     "in_troubleshooting_count FROM commandbus.batch WHERE domain = $1 AND "
     "batch_id = $2::uuid",
     std::string{domain}, batch);
-  EXPECT_EQ(counters.opt_text(0, 0),
-            "COMPLETED " + std::to_string(batch_size) + "/"
-              + std::to_string(batch_size) + " 0 0 0");
+  EXPECT_EQ(counters.opt_text(0, 0), "COMPLETED " + std::to_string(batch_size)
+                                       + "/" + std::to_string(batch_size)
+                                       + " 0 0 0");
   size_t callbacks = 0;
   for (auto at = outputs.find("batch " + batch + " of domain");
        at != std::string::npos;

@@ -1,12 +1,12 @@
 // Least-privilege roles (`cmdbus grant`, docs/operations.md "Roles"): the
 // command itself (dry run, idempotence, memberships, its errors); what each
 // group may not do (a reader changes nothing, an operator alters and drops
-// nothing, a worker drops no queue and creates one only as the owner) and that queues and tables
-// created later are usable by the groups at once; and the jobs done through
-// the tool as each role: an operator provides the queue and sends, a
-// `cmdbus worker` as the worker role completes commands (a retry, a move to
-// the troubleshooting queue, a reply, a batch, a process) and goes on after
-// its connection was cut, the reader reads.
+// nothing, a worker drops no queue and creates one only as the owner) and that
+// queues and tables created later are usable by the groups at once; and the
+// jobs done through the tool as each role: an operator provides the queue and
+// sends, a `cmdbus worker` as the worker role completes commands (a retry, a
+// move to the troubleshooting queue, a reply, a batch, a process) and goes on
+// after its connection was cut, the reader reads.
 //
 // Each test has a scratch database of its own, migrated by the test
 // server's superuser (the owner), so that the grants it makes on every table

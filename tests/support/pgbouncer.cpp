@@ -42,16 +42,6 @@ std::map<std::string, std::string> parsed(const std::string& dsn) {
   return out;
 }
 
-std::string dsn_value(const std::string& v) {
-  std::string out = "'";
-  for (char c : v) {
-    if (c == '\'' || c == '\\')
-      out += '\\';
-    out += c;
-  }
-  return out + "'";
-}
-
 std::string value_of(const std::map<std::string, std::string>& opts,
                      const std::string& key, const std::string& fallback) {
   auto i = opts.find(key);
@@ -122,7 +112,7 @@ std::string pgbouncer::dsn(const std::string& server_dsn) const {
   std::string out;
   for (auto& [key, value] : parsed(server_dsn))
     if (key != "host" && key != "hostaddr" && key != "port")
-      out += key + "=" + dsn_value(value) + " ";
+      out += key + "=" + quote_value(value) + " ";
   return out + "host=127.0.0.1 port=" + std::to_string(port_);
 }
 

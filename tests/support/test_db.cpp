@@ -27,16 +27,6 @@ std::string random_token(size_t n) {
   return out;
 }
 
-std::string quote_value(const std::string& v) {
-  std::string out = "'";
-  for (char c : v) {
-    if (c == '\'' || c == '\\')
-      out += '\\';
-    out += c;
-  }
-  return out + "'";
-}
-
 std::string dbname_of(const std::string& dsn) {
   char* err = nullptr;
   PQconninfoOption* opts = PQconninfoParse(dsn.c_str(), &err);
@@ -64,6 +54,16 @@ std::string scratch_prefix() {
 }
 
 } // namespace
+
+std::string quote_value(const std::string& v) {
+  std::string out = "'";
+  for (char c : v) {
+    if (c == '\'' || c == '\\')
+      out += '\\';
+    out += c;
+  }
+  return out + "'";
+}
 
 const std::string& dsn() {
   static std::once_flag once;

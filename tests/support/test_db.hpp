@@ -22,6 +22,9 @@ std::string new_uuid();
 /// Returns `dsn` with its database name replaced by `dbname`.
 std::string with_dbname(const std::string& dsn, const std::string& dbname);
 
+/// `v` as a quoted value of a libpq DSN ('...' with ' and \ escaped).
+std::string quote_value(const std::string& v);
+
 /// A fresh, empty database on the test server, dropped on destruction.
 class scratch_database {
 public:
