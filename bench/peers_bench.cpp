@@ -13,8 +13,9 @@
 //       or S seconds have passed since it became ready; prints
 //       {"event":"ready"} once its poller has read, then one result line;
 //   cmdbus-peers-bench send --rate R --seconds S
-//       send R commands a second for S seconds, one send() each, every
-//       command's data stamped with the time just before its send.
+//       send R commands a second for S seconds, one send() each on its
+//       schedule (open loop), every command's data stamped with the time
+//       just before its send.
 //
 // The consumer's figures, defined alike on every side:
 //   * handled: handler calls; first_us: wall clock (µs since the epoch) of
@@ -109,16 +110,33 @@ int preload(bench::database& db, int jobs) {
   return 0;
 }
 
+// Open loop, like the JS sides: 16 threads take the schedule's slots in
+// turn, so that a slow send does not lower the offered rate (concurrent
+// sends may share a transaction: the bus's group commit).
 int send_paced(bench::database& db, int rate, int seconds) {
+  constexpr int threads = 16;
   auto total = static_cast<int64_t>(rate) * seconds;
   auto interval = std::chrono::nanoseconds{1000000000LL / rate};
   auto start = std::chrono::steady_clock::now();
-  auto next = start;
-  for (int64_t i = 0; i < total; ++i) {
-    std::this_thread::sleep_until(next);
-    next += interval;
-    db.bus.send(noop_command("{\"sent_us\":" + std::to_string(now_us()) + "}"));
-  }
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> senders;
+  for (int t = 0; t < threads; ++t)
+    senders.emplace_back([&, t] {
+      try {
+        for (int64_t i = t; i < total && !failed; i += threads) {
+          std::this_thread::sleep_until(start + i * interval);
+          db.bus.send(
+            noop_command("{\"sent_us\":" + std::to_string(now_us()) + "}"));
+        }
+      } catch (const std::exception& e) {
+        if (!failed.exchange(true))
+          std::fprintf(stderr, "cmdbus-peers-bench send: %s\n", e.what());
+      }
+    });
+  for (auto& th : senders)
+    th.join();
+  if (failed)
+    return 1;
   auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
                                             - start)
                 .count();
