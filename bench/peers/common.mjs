@@ -108,8 +108,9 @@ async function consume(side, config, jobs, maxSeconds) {
 
 /// Enqueues `rate` jobs a second for `seconds` seconds, one call each, each
 /// stamped with the time just before its call. Open loop: a call starts on
-/// its schedule whether or not the earlier ones have returned (up to 64 at
-/// once), so that a slow enqueue does not lower the offered rate.
+/// its schedule whether or not the earlier ones have returned (up to 32 at
+/// once; the sides give their sender a pool of 32 connections), so that a
+/// slow enqueue does not lower the offered rate.
 async function sendPaced(side, config, rate, seconds) {
   const sender = await side.sender(config);
   const total = rate * seconds;
@@ -119,7 +120,7 @@ async function sendPaced(side, config, rate, seconds) {
   for (let i = 0; i < total && !failure; ++i) {
     const wait = start + (i * 1000) / rate - performance.now();
     if (wait > 0) await sleep(wait);
-    while (inFlight.size >= 64) await Promise.race(inFlight);
+    while (inFlight.size >= 32) await Promise.race(inFlight);
     const call = sender.send({ sent_us: nowUs() }).then(
       () => inFlight.delete(call),
       (err) => {

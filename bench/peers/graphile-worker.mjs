@@ -74,7 +74,7 @@ runSide({
   },
 
   async sender() {
-    const utils = await makeWorkerUtils({ connectionString: databaseUrl(), logger });
+    const utils = await makeWorkerUtils({ connectionString: databaseUrl(), logger, maxPoolSize: 32 });
     return {
       send: (payload) => utils.addJob(task, payload),
       close: () => utils.release(),

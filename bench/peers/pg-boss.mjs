@@ -26,8 +26,8 @@ const settings = {
   default: { instance: {}, queue: {}, work: {} },
 };
 
-async function started(config) {
-  const boss = new PgBoss({ connectionString: databaseUrl(), ...settings[config].instance });
+async function started(config, max = 10) {
+  const boss = new PgBoss({ connectionString: databaseUrl(), max, ...settings[config].instance });
   boss.on("error", (err) => console.error(`pg-boss error: ${err.stack || err}`));
   await boss.start();
   return boss;
@@ -68,7 +68,7 @@ runSide({
   },
 
   async sender(config) {
-    const boss = await started(config);
+    const boss = await started(config, 32);
     return {
       send: (payload) => boss.send(queue, payload),
       close: () => boss.stop({ graceful: false }),

@@ -181,7 +181,7 @@ async function latency(system, config) {
   let ready;
   const isReady = new Promise((resolve) => (ready = resolve));
   const consumer = runProcess([...system.command, "consume", "--config", config, "--jobs",
-    String(total), "--max-seconds", String(seconds + 15)], env, (e) => e.event === "ready" && ready());
+    String(total), "--max-seconds", String(2 * seconds + 30)], env, (e) => e.event === "ready" && ready());
   await Promise.race([isReady, consumer]);
   const [sent] = await runProcess([...system.command, "send", "--config", config, "--rate",
     String(rate), "--seconds", String(seconds)], env);
