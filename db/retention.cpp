@@ -52,6 +52,18 @@ result prune_chunk(connection& conn, const char* function,
                     target, ms_of(age), chunk_size);
 }
 
+// The queues that `function` (a set-returning commandbus function of a
+// domain, NULL for all) names.
+std::vector<std::string> queues_of(connection& conn, const char* function,
+                                   const std::optional<std::string>& domain) {
+  auto r = conn.query(
+    std::string{"SELECT q FROM commandbus."} + function + "($1) q", domain);
+  std::vector<std::string> names;
+  for (int i = 0; i < r.rows(); ++i)
+    names.emplace_back(r.text(i, 0));
+  return names;
+}
+
 } // namespace
 
 prune_pass::prune_pass(std::vector<std::string> domains, retention_ages ages,
@@ -171,12 +183,7 @@ prune_counts prune_pass::step(connection& conn) {
     case stage::partitions: {
       if (!queues_) {
         // Usually none: then the next stage's chunk runs in this one.
-        auto r = conn.query(
-          "SELECT q FROM commandbus.cmdbus_partitioned_queues($1) q", domain);
-        std::vector<std::string> names;
-        for (int i = 0; i < r.rows(); ++i)
-          names.emplace_back(r.text(i, 0));
-        queues_ = std::move(names);
+        queues_ = queues_of(conn, "cmdbus_partitioned_queues", domain);
         queue_ = 0;
         settle();
         return queues_ && !queues_->empty() ? out : step(conn);
@@ -193,12 +200,7 @@ prune_counts prune_pass::step(connection& conn) {
     }
     case stage::archive: {
       if (!queues_) {
-        auto r = conn.query(
-          "SELECT q FROM commandbus.cmdbus_prune_queues($1) q", domain);
-        std::vector<std::string> names;
-        for (int i = 0; i < r.rows(); ++i)
-          names.emplace_back(r.text(i, 0));
-        queues_ = std::move(names);
+        queues_ = queues_of(conn, "cmdbus_prune_queues", domain);
         queue_ = 0;
         settle();
         return out;

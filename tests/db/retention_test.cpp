@@ -213,6 +213,24 @@ struct Retention : ::testing::Test {
   }
 };
 
+/// Sends 20 Noop commands of `domain` and expects the running worker to
+/// complete them while a prune holds its rows.
+void expect_worker_completes_new_commands(db::connection& conn,
+                                          const std::string& domain) {
+  bus_env env;
+  for (int i = 0; i < 20; ++i)
+    env.bus.send(make_req(domain, "Noop"));
+  EXPECT_TRUE(eventually(
+    [&] {
+      return count(conn,
+                   "SELECT count(*) FROM commandbus.command WHERE domain = "
+                   "$1 AND command_type = 'Noop' AND status = 'COMPLETED'",
+                   domain)
+             == 20;
+    },
+    10s));
+}
+
 const job_metrics& retention_job(const worker& w) {
   for (auto& m : w.job_metrics_all())
     if (m->name == db::retention_job_name)
@@ -376,18 +394,7 @@ TEST_F(Retention, ChunksSkipHeldRowsAndTheWorkerKeepsCompleting) {
     domain);
   ASSERT_EQ(first.int64(0, 0), 100);
   // Meanwhile the worker completes new commands of the domain...
-  bus_env env;
-  for (int i = 0; i < 20; ++i)
-    env.bus.send(make_req(domain, "Noop"));
-  EXPECT_TRUE(eventually(
-    [&] {
-      return count(conn,
-                   "SELECT count(*) FROM commandbus.command WHERE domain = "
-                   "$1 AND command_type = 'Noop' AND status = 'COMPLETED'",
-                   domain)
-             == 20;
-    },
-    10s));
+  expect_worker_completes_new_commands(conn, domain);
   // ... and another prune takes the other rows in chunks, skipping the
   // held ones.
   auto other = cli({"prune", "--domain", domain, "--older-than", "30d",
@@ -438,18 +445,7 @@ TEST_F(Retention, AFrozenPruneStallsNoWorkerAndFinishesWhenContinued) {
   // and the retention lock).
   prune.signal(SIGSTOP);
   ASSERT_TRUE(eventually([&] { return prune.stopped(); }, 10s));
-  bus_env env;
-  for (int i = 0; i < 20; ++i)
-    env.bus.send(make_req(domain, "Noop"));
-  EXPECT_TRUE(eventually(
-    [&] {
-      return count(conn,
-                   "SELECT count(*) FROM commandbus.command WHERE domain = "
-                   "$1 AND command_type = 'Noop' AND status = 'COMPLETED'",
-                   domain)
-             == 20;
-    },
-    10s));
+  expect_worker_completes_new_commands(conn, domain);
   EXPECT_GT(tagged("done"), 0);
   EXPECT_EQ(half_removed(), 0);
   prune.signal(SIGCONT);
