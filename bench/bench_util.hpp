@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <sys/resource.h>
+
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/connection.hpp"
 #include "cmdbus/db/pool.hpp"
@@ -26,6 +28,14 @@ inline int int_option(int argc, char** argv, const std::string& name,
     if (argv[i] == name)
       return std::atoi(argv[i + 1]);
   return fallback;
+}
+
+/// CPU seconds (user + system) of this process.
+inline double self_cpu_seconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec)
+         + static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
 }
 
 /// Whether `--NAME` is among the arguments.

@@ -68,13 +68,6 @@ int64_t now_us() {
     .count();
 }
 
-double cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec)
-         + static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
 long peak_rss_kib() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -213,7 +206,7 @@ int consume(bench::database& db, const std::string& config, int jobs,
     w.stop_now();
     return 1;
   }
-  auto cpu0 = cpu_seconds();
+  auto cpu0 = bench::self_cpu_seconds();
   auto ready_us = now_us();
   std::printf("{\"event\":\"ready\"}\n");
   std::fflush(stdout);
@@ -235,7 +228,7 @@ int consume(bench::database& db, const std::string& config, int jobs,
   if (capped)
     left = left_in_database(db.conn);
   auto end_us = now_us();
-  auto cpu = cpu_seconds() - cpu0;
+  auto cpu = bench::self_cpu_seconds() - cpu0;
   w.stop(10s).get();
 
   auto first = seen.first_us.load();

@@ -46,14 +46,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// CPU seconds (user + system) of this process.
-double self_cpu() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec)
-         + static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
 // CPU seconds (user + system) of the whole machine, from /proc/stat.
 double machine_cpu() {
   std::ifstream in{"/proc/stat"};
@@ -268,7 +260,7 @@ int main(int argc, char** argv) {
     if (read == chooser::cap)
       cfg.scheduling[domain].type_concurrency["Other"] = 8;
     worker w{cfg, noop_registry(domain, mode)};
-    auto cpu0 = self_cpu();
+    auto cpu0 = bench::self_cpu_seconds();
     auto mcpu0 = machine_cpu();
     auto start = std::chrono::steady_clock::now();
     w.start();
@@ -279,7 +271,7 @@ int main(int argc, char** argv) {
     auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
                                               - start)
                   .count();
-    auto cpu = self_cpu() - cpu0;
+    auto cpu = bench::self_cpu_seconds() - cpu0;
     auto mcpu = machine_cpu() - mcpu0;
     int64_t scrapes = 0;
     int64_t failed_scrapes = 0;
