@@ -42,6 +42,8 @@ using finish = caf::atom_constant<caf::atom("finish")>;
 using retry = caf::atom_constant<caf::atom("retry")>;
 /// Retry scheduler: extend the visibility of in-flight messages.
 using extend = caf::atom_constant<caf::atom("extend")>;
+/// Retry scheduler: claim deferred deliveries whose handler still runs.
+using claim = caf::atom_constant<caf::atom("claim")>;
 /// Supervisor: return pending credits now (a timer; carries an epoch).
 using credit_due = caf::atom_constant<caf::atom("creditdue")>;
 /// Supervisor: `n` commands' side effects are committed (or dropped as

@@ -214,7 +214,12 @@ using retry_scheduler_actor = caf::typed_actor<
   /// forwards): extend the visibility of (msg_ids) to `seconds`, never
   /// shortening a longer one when `keep_longer`; the answer is the number of
   /// messages that still exist, or an ec::db_unavailable error.
-  caf::replies_to<atom::extend, std::vector<int64_t>, int, bool>::with<int>>;
+  caf::replies_to<atom::extend, std::vector<int64_t>, int, bool>::with<int>,
+  /// From the supervisor (lease heartbeat): claim the deferred deliveries
+  /// given (docs/worker.md, "Deferred claims"); the answer is the msg_ids
+  /// claimed, or an ec::db_unavailable error.
+  caf::replies_to<atom::claim, std::vector<received_command>>::with<
+    std::vector<int64_t>>>;
 
 /// The keeper of the connection to one remote handler pool
 /// (actors/worker/remote_link.hpp): connects, checks the node's protocol

@@ -245,6 +245,12 @@ struct worker_config {
   /// handlers' work; 0 reads only for free slots.
   int prefetch = 0;
 
+  /// Whether a read leaves the commands that qualify unclaimed until their
+  /// handler has run, so that a quick success claims and completes the
+  /// command with one write (docs/worker.md, "Deferred claims"). Reads
+  /// that choose (priorities, per-type caps, shards) always claim.
+  bool deferred_claims = true;
+
   /// How long a received message stays invisible; >= 1 s.
   std::chrono::seconds visibility_timeout{30};
 

@@ -48,20 +48,31 @@ receive_result worker_store::receive(int vt_seconds, int qty,
   // A new token per read: a claim the database forgets cannot come back
   // with it (docs/design.md, "Claim tokens").
   auto claim = uuid::random();
+  bool defer = how.defer_claims && !how.chooses();
   auto r = how.chooses() ? receive_chosen(vt_seconds, qty, claim, how)
-                         : conn_.exec_prepared(
-                           "cmdbus_receive_claim",
-                           "SELECT msg_id, message, outcome, command_id, "
-                           "command_type, attempts, max_attempts, batch_id "
-                           "FROM commandbus.cmdbus_receive_claim($1, $2, "
-                           "$3::int, $4::int, $5::uuid)",
-                           {domain_, queue_, to_param(vt_seconds),
-                            to_param(qty), claim.to_string()});
+           : defer
+             ? conn_.exec_prepared(
+               "cmdbus_receive_deferred",
+               "SELECT msg_id, message, outcome, command_id, command_type, "
+               "attempts, max_attempts, batch_id, read_ct, vt_us, "
+               "seen_attempts FROM commandbus.cmdbus_receive_deferred($1, "
+               "$2, $3::int, $4::int, $5::uuid)",
+               {domain_, queue_, to_param(vt_seconds), to_param(qty),
+                claim.to_string()})
+             : conn_.exec_prepared(
+               "cmdbus_receive_claim",
+               "SELECT msg_id, message, outcome, command_id, "
+               "command_type, attempts, max_attempts, batch_id "
+               "FROM commandbus.cmdbus_receive_claim($1, $2, "
+               "$3::int, $4::int, $5::uuid)",
+               {domain_, queue_, to_param(vt_seconds), to_param(qty),
+                claim.to_string()});
   out.read = r.rows();
   for (int i = 0; i < r.rows(); ++i) {
     auto msg_id = r.int64(i, 0);
     std::string status{r.text(i, 2)};
-    if (status != "OK") {
+    bool deferred = status == "DEFERRED";
+    if (status != "OK" && !deferred) {
       // Never log or keep payloads: the id is what operators need.
       out.rejected.push_back({msg_id, status, {}, {}});
       continue;
@@ -71,6 +82,12 @@ receive_result worker_store::receive(int vt_seconds, int qty,
     rc.attempt = static_cast<int>(r.int64(i, 5));
     rc.max_attempts = static_cast<int>(r.int64(i, 6));
     rc.claim = claim;
+    if (deferred) {
+      rc.deferred = true;
+      rc.read_ct = static_cast<int>(r.int64(i, 8));
+      rc.vt_us = r.int64(i, 9);
+      rc.seen_attempts = static_cast<int>(r.int64(i, 10));
+    }
     if (!r.is_null(i, 7))
       rc.batch_id = uuid::parse(r.text(i, 7));
     try {
@@ -88,6 +105,12 @@ receive_result worker_store::receive(int vt_seconds, int qty,
     }
     out.commands.push_back(std::move(rc));
   }
+  if (defer)
+    // The deferred ones come first: run everything in msg_id order.
+    std::sort(out.commands.begin(), out.commands.end(),
+              [](const received_command& a, const received_command& b) {
+                return a.msg_id < b.msg_id;
+              });
   if (how.priority)
     std::stable_sort(out.commands.begin(), out.commands.end(),
                      [](const received_command& a, const received_command& b) {
@@ -202,6 +225,68 @@ std::string claims_of(const Items& xs) {
   return array_literal(claims);
 }
 
+// The received commands of `xs` (pointers to finished or retry commands,
+// or received commands themselves).
+const received_command& rc_of(const received_command& x) {
+  return x;
+}
+template <class T>
+const received_command& rc_of(const T* x) {
+  return x->rc;
+}
+template <class T>
+const received_command& rc_of(const T& x) {
+  return x.rc;
+}
+
+// The statement claiming the deferred deliveries among `xs`
+// (cmdbus_claim_deferred); none when there are none.
+template <class Items>
+std::optional<connection::statement>
+claim_deferred_statement(const std::string& domain, const std::string& queue,
+                         const Items& xs) {
+  std::vector<int64_t> msg_ids, read_cts, vts, seen, attempts, max_attempts;
+  std::vector<std::string> ids, claims;
+  for (auto& x : xs) {
+    auto& rc = rc_of(x);
+    if (!rc.deferred)
+      continue;
+    msg_ids.push_back(rc.msg_id);
+    read_cts.push_back(rc.read_ct);
+    vts.push_back(rc.vt_us);
+    ids.push_back(rc.cmd.command_id.to_string());
+    seen.push_back(rc.seen_attempts);
+    attempts.push_back(rc.attempt);
+    max_attempts.push_back(rc.max_attempts);
+    claims.push_back(rc.claim.to_string());
+  }
+  if (msg_ids.empty())
+    return std::nullopt;
+  return connection::statement{
+    "SELECT commandbus.cmdbus_claim_deferred($1, $2, $3::bigint[], "
+    "$4::int[], $5::bigint[], $6::uuid[], $7::int[], $8::int[], $9::int[], "
+    "$10::uuid[])",
+    {domain, queue, array_literal(msg_ids), array_literal(read_cts),
+     array_literal(vts), array_literal(ids), array_literal(seen),
+     array_literal(attempts), array_literal(max_attempts),
+     array_literal(claims)},
+    "cmdbus_claim_deferred"};
+}
+
+// Returns the elements of a boolean[] literal ("{t,f}"), `n` of them.
+std::vector<bool> parse_booleans(std::string_view literal, size_t n) {
+  std::vector<bool> out;
+  if (literal.size() < 2 || literal.front() != '{' || literal.back() != '}')
+    throw std::runtime_error("unexpected boolean array from the database");
+  for (auto c : literal.substr(1, literal.size() - 2))
+    if (c == 't' || c == 'f')
+      out.push_back(c == 't');
+  if (out.size() != n)
+    throw std::runtime_error("the database returned a claim result per "
+                             "delivery for a different number of deliveries");
+  return out;
+}
+
 } // namespace
 
 void worker_store::ensure_reply_queues(
@@ -236,11 +321,11 @@ finish_result worker_store::finish(const std::vector<finished_command>& items) {
       at.push_back(i);
     }
   };
-  group ok, permanent, exhausted, business;
+  group ok, deferred_ok, permanent, exhausted, business;
   for (size_t i = 0; i < items.size(); ++i) {
     auto& x = items[i];
     if (x.out.kind == outcome_kind::success)
-      ok.add(x, i);
+      (x.rc.deferred ? deferred_ok : ok).add(x, i);
     else if (x.out.kind == outcome_kind::business_rule)
       business.add(x, i);
     else if (x.exhausted || x.out.kind == outcome_kind::transient)
@@ -249,32 +334,78 @@ finish_result worker_store::finish(const std::vector<finished_command>& items) {
       permanent.add(x, i);
   }
   std::vector<connection::statement> sts;
-  std::vector<const group*> groups;
+  // The groups with the index of their statement's result.
+  std::vector<std::pair<const group*, size_t>> groups;
   sts.push_back({"BEGIN", {}});
+  // The failures of deferred deliveries are claimed first: the V007
+  // functions below then fence them by their claim.
+  std::vector<const finished_command*> failures;
+  for (auto* g : {&permanent, &exhausted, &business})
+    failures.insert(failures.end(), g->xs.begin(), g->xs.end());
+  if (auto st = claim_deferred_statement(domain_, queue_, failures))
+    sts.push_back(std::move(*st));
+  // The reply columns of a success group.
+  struct success_columns {
+    std::vector<std::string> has_result;
+    std::vector<std::optional<std::string>> reply_tos, replies;
+    explicit success_columns(const group& g) {
+      for (auto* x : g.xs) {
+        has_result.push_back(x->out.result.is_null() ? "f" : "t");
+        auto rep = reply_for(*x);
+        reply_tos.push_back(rep ? x->rc.cmd.reply_to : std::nullopt);
+        replies.push_back(rep);
+      }
+    }
+  };
   if (!ok.xs.empty()) {
     std::vector<int64_t> msg_ids, attempts;
-    std::vector<std::string> ids, has_result;
-    std::vector<std::optional<std::string>> reply_tos, replies;
+    std::vector<std::string> ids;
     for (auto* x : ok.xs) {
       msg_ids.push_back(x->rc.msg_id);
       attempts.push_back(x->rc.attempt);
       ids.push_back(x->rc.cmd.command_id.to_string());
-      has_result.push_back(x->out.result.is_null() ? "f" : "t");
-      auto rep = reply_for(*x);
-      reply_tos.push_back(rep ? x->rc.cmd.reply_to : std::nullopt);
-      replies.push_back(rep);
     }
+    success_columns cols{ok};
     sts.push_back(
       {finish_sql("commandbus.cmdbus_complete_claimed($1, $2, $3::bigint[], "
                   "$4::uuid[], $5::int[], $6::uuid[], $7::boolean[], "
                   "$8::text[], $9::jsonb[])",
                   record_batches_),
        {domain_, queue_, array_literal(msg_ids), array_literal(ids),
-        array_literal(attempts), claims_of(ok.xs), array_literal(has_result),
-        array_literal(reply_tos), array_literal(replies)},
+        array_literal(attempts), claims_of(ok.xs),
+        array_literal(cols.has_result), array_literal(cols.reply_tos),
+        array_literal(cols.replies)},
        record_batches_ ? "cmdbus_complete_claimed_rec"
                        : "cmdbus_complete_claimed"});
-    groups.push_back(&ok);
+    groups.emplace_back(&ok, sts.size() - 1);
+  }
+  if (!deferred_ok.xs.empty()) {
+    std::vector<int64_t> msg_ids, read_cts, vts, seen, attempts, max_attempts;
+    std::vector<std::string> ids;
+    for (auto* x : deferred_ok.xs) {
+      msg_ids.push_back(x->rc.msg_id);
+      read_cts.push_back(x->rc.read_ct);
+      vts.push_back(x->rc.vt_us);
+      ids.push_back(x->rc.cmd.command_id.to_string());
+      seen.push_back(x->rc.seen_attempts);
+      attempts.push_back(x->rc.attempt);
+      max_attempts.push_back(x->rc.max_attempts);
+    }
+    success_columns cols{deferred_ok};
+    sts.push_back(
+      {finish_sql("commandbus.cmdbus_complete_deferred($1, $2, $3::bigint[], "
+                  "$4::int[], $5::bigint[], $6::uuid[], $7::int[], $8::int[], "
+                  "$9::int[], $10::uuid[], $11::boolean[], $12::text[], "
+                  "$13::jsonb[])",
+                  record_batches_),
+       {domain_, queue_, array_literal(msg_ids), array_literal(read_cts),
+        array_literal(vts), array_literal(ids), array_literal(seen),
+        array_literal(attempts), array_literal(max_attempts),
+        claims_of(deferred_ok.xs), array_literal(cols.has_result),
+        array_literal(cols.reply_tos), array_literal(cols.replies)},
+       record_batches_ ? "cmdbus_complete_deferred_rec"
+                       : "cmdbus_complete_deferred"});
+    groups.emplace_back(&deferred_ok, sts.size() - 1);
   }
   auto add_final = [&](const char* kind, const group& g) {
     if (g.xs.empty())
@@ -310,7 +441,7 @@ finish_result worker_store::finish(const std::vector<finished_command>& items) {
         array_literal(reply_tos), array_literal(replies)},
        record_batches_ ? "cmdbus_fail_final_claimed_rec"
                        : "cmdbus_fail_final_claimed"});
-    groups.push_back(&g);
+    groups.emplace_back(&g, sts.size() - 1);
   };
   add_final("PERMANENT", permanent);
   add_final("EXHAUSTED", exhausted);
@@ -323,11 +454,10 @@ finish_result worker_store::finish(const std::vector<finished_command>& items) {
     rollback_if_open(conn_);
     throw;
   }
-  // results: BEGIN, one per group in order, COMMIT.
   out.states.assign(items.size(), write_state::stale);
-  for (size_t i = 0; i < groups.size(); ++i) {
-    auto& res = results[i + 1];
-    auto& g = *groups[i];
+  for (auto& [gp, at] : groups) {
+    auto& res = results[at];
+    auto& g = *gp;
     bool have_states = false;
     for (int row = 0; row < res.rows(); ++row) {
       if (!res.is_null(row, 2)) {
@@ -366,20 +496,54 @@ worker_store::reschedule(const std::vector<retry_command>& items) {
     msgs.push_back(x.out.error_message);
     backoffs.push_back(x.backoff_seconds);
   }
-  auto r = conn_.exec_prepared(
-    "cmdbus_fail_transient_claimed",
+  connection::statement write{
     "SELECT commandbus.cmdbus_fail_transient_claimed($1, $2, $3::bigint[], "
     "$4::uuid[], $5::int[], $6::uuid[], $7::int[], $8::text[], $9::text[], "
     "$10::int[])",
     {domain_, queue_, array_literal(msg_ids), array_literal(ids),
      array_literal(attempts), array_literal(claims),
      array_literal(max_attempts), array_literal(codes), array_literal(msgs),
-     array_literal(backoffs)});
-  out.states = parse_states(r.text(0, 0), items.size());
+     array_literal(backoffs)},
+    "cmdbus_fail_transient_claimed"};
+  std::string states;
+  if (auto claim = claim_deferred_statement(domain_, queue_, items)) {
+    // Deferred deliveries are claimed first, in the same transaction.
+    std::vector<result> results;
+    try {
+      results = conn_.pipeline(
+        {{"BEGIN", {}}, std::move(*claim), std::move(write), {"COMMIT", {}}});
+    } catch (...) {
+      rollback_if_open(conn_);
+      throw;
+    }
+    states = std::string{results[2].text(0, 0)};
+  } else {
+    auto r = conn_.exec_prepared(write.name, write.sql, write.params);
+    states = std::string{r.text(0, 0)};
+  }
+  out.states = parse_states(states, items.size());
   for (size_t i = 0; i < items.size(); ++i)
     if (out.states[i] == write_state::stale)
       out.stale.push_back(items[i].rc.msg_id);
   return out;
+}
+
+std::vector<int64_t>
+worker_store::claim_deferred(const std::vector<received_command>& xs) {
+  std::vector<int64_t> claimed;
+  auto st = claim_deferred_statement(domain_, queue_, xs);
+  if (!st)
+    return claimed;
+  auto r = conn_.exec_prepared(st->name, st->sql, st->params);
+  std::vector<const received_command*> deferred;
+  for (auto& x : xs)
+    if (x.deferred)
+      deferred.push_back(&x);
+  auto owned = parse_booleans(r.text(0, 0), deferred.size());
+  for (size_t i = 0; i < deferred.size(); ++i)
+    if (owned[i])
+      claimed.push_back(deferred[i]->msg_id);
+  return claimed;
 }
 
 int worker_store::extend_visibility(const std::vector<int64_t>& msg_ids,

@@ -56,6 +56,10 @@ struct read_options {
   /// With `priority`: how many of the read are taken oldest-first first
   /// (the starvation bound, docs/scheduling.md).
   int oldest = 0;
+  /// Leave the commands that qualify unclaimed (cmdbus_receive_deferred,
+  /// docs/worker.md "Deferred claims"); only for a read that does not
+  /// choose.
+  bool defer_claims = false;
 
   /// Whether the read needs cmdbus_read (anything but the default).
   bool chooses() const noexcept {
@@ -165,6 +169,12 @@ public:
   /// not written again). Returns each item's state.
   reschedule_result reschedule(const std::vector<retry_command>& items);
 
+  /// Claims deferred deliveries that still own their message (as their
+  /// read would have claimed them: attempts, IN_PROGRESS, RECEIVED with
+  /// their claim token), in one transaction; the lease heartbeat calls it
+  /// for handlers that still run. Returns the msg_ids claimed.
+  std::vector<int64_t> claim_deferred(const std::vector<received_command>& xs);
+
   /// Sets the visibility timeout of in-flight messages to `seconds` from
   /// now, like pgmq.set_vt; with `keep_longer` (the lease heartbeat) a
   /// later visibility timeout already set is kept. Returns how many still
@@ -181,7 +191,6 @@ private:
   /// The statement of a read with `how.chooses()` (cmdbus_receive_read).
   result receive_chosen(int vt_seconds, int qty, const uuid& claim,
                         const read_options& how);
-
   /// Creates the reply queues that `items` send to and that this store has
   /// not seen yet, before the write, through create_queue (as the schema's
   /// owner where the role may ask for it): inside the write a missing queue

@@ -24,6 +24,17 @@ struct received_command {
   /// while the database knows this claim (docs/design.md, "Claim tokens").
   /// Nil when it was not claimed through db::worker_store::receive.
   uuid claim;
+  /// Read but not claimed yet (docs/worker.md, "Deferred claims"): the
+  /// command is still PENDING at `seen_attempts`, and the read's own
+  /// fence is the message's `read_ct` and `vt_us` as the read left them.
+  /// Its success is claimed and written in one step; anything else is
+  /// claimed first (with `claim`).
+  bool deferred = false;
+  int read_ct = 0;
+  /// The message's visibility timeout after the read, in microseconds
+  /// since the epoch.
+  int64_t vt_us = 0;
+  int seen_attempts = 0;
 };
 
 /// How a handler run ended: the reference's exception kinds (transient,

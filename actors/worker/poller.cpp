@@ -44,6 +44,7 @@ std::chrono::milliseconds idle_delay(const config::worker_config& cfg,
 
 db::read_options read_options_for(const poller_state& st, int qty) {
   db::read_options how;
+  how.defer_claims = st.settings.cfg->deferred_claims;
   const auto& sched = config::scheduling_of(*st.settings.cfg,
                                             st.settings.domain);
   for (auto& [type, free] : st.type_credits)

@@ -32,6 +32,35 @@ void retry_scheduler_state::refused(pointer self, const std::exception& e) {
   self->send(st.parent, atom::committed::value, int64_t{1});
 }
 
+namespace {
+
+// Runs `step` (a lease request: an extension or a claim) on the writer's
+// connection and answers with its result, or with an error that says
+// `what` failed. While the database is failing it answers at once instead
+// of waiting for a connection attempt per request.
+template <class F>
+auto lease_step(retry_scheduler_state::pointer self, const char* what,
+                F step) -> caf::result<decltype(step())> {
+  auto& st = self->state;
+  if (st.session->outage().backing_off())
+    return caf::make_error(ec::db_unavailable,
+                           std::string{what}
+                             + " failed: the database is unavailable");
+  try {
+    auto out = step();
+    st.session->succeeded();
+    return out;
+  } catch (const std::exception& e) {
+    st.on_failure(self, e);
+    return caf::make_error(is_unavailable(e) ? ec::db_unavailable
+                                             : ec::db_failed,
+                           std::string{what} + " failed: "
+                             + log::one_line(e.what()));
+  }
+}
+
+} // namespace
+
 retry_scheduler_actor::behavior_type
 retry_scheduler(retry_scheduler_state::pointer self, domain_settings settings,
                 writer_parent_actor parent, reschedule_fn write,
@@ -58,26 +87,21 @@ retry_scheduler(retry_scheduler_state::pointer self, domain_settings settings,
   }
   auto on_extend = [self](atom::extend, std::vector<int64_t>& msg_ids,
                           int seconds, bool keep_longer) -> caf::result<int> {
-    auto& st = self->state;
-    // While the database is failing, answer at once instead of waiting for
-    // a connection attempt per request.
-    if (st.session->outage().backing_off())
-      return caf::make_error(ec::db_unavailable,
-                             std::string{"extending visibility failed: the "
-                                         "database is unavailable"});
-    try {
-      auto n = st.extend(msg_ids, seconds, keep_longer);
-      st.session->succeeded();
-      return n;
-    } catch (const std::exception& e) {
-      st.on_failure(self, e);
-      return caf::make_error(
-        is_unavailable(e) ? ec::db_unavailable : ec::db_failed,
-        "extending visibility failed: " + log::one_line(e.what()));
-    }
+    return lease_step(self, "extending visibility", [&] {
+      return self->state.extend(msg_ids, seconds, keep_longer);
+    });
+  };
+  auto on_claim = [self](atom::claim, std::vector<received_command>& xs)
+    -> caf::result<std::vector<int64_t>> {
+    return lease_step(self, "claiming deferred deliveries", [&] {
+      auto& st = self->state;
+      db::worker_store store{st.connection(), st.settings.domain};
+      return store.claim_deferred(xs);
+    });
   };
   return start_writer<retry_scheduler_state>(self, std::move(settings),
-                                             std::move(parent), on_extend);
+                                             std::move(parent), on_extend,
+                                             on_claim);
 }
 
 retry_scheduler_actor

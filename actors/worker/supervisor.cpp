@@ -1,5 +1,7 @@
 #include "cmdbus/actors/worker/supervisor.hpp"
 
+#include <algorithm>
+
 #include <caf/all.hpp>
 
 #include "cmdbus/actors/errors.hpp"
@@ -261,12 +263,57 @@ std::chrono::milliseconds heartbeat_period(std::chrono::seconds vt) {
                     / 4);
 }
 
+// Marks the deferred deliveries of `claimed` (msg_ids) as claimed.
+void mark_claimed(supervisor_state& st, const std::vector<int64_t>& claimed) {
+  auto update = [&](command_ptr& rc) {
+    if (!rc->deferred
+        || std::find(claimed.begin(), claimed.end(), rc->msg_id)
+             == claimed.end())
+      return;
+    auto copy = std::make_shared<received_command>(*rc);
+    copy->deferred = false;
+    rc = std::move(copy);
+  };
+  for (auto& [delivery, run] : st.running)
+    update(run.rc);
+  for (auto& w : st.backlog)
+    update(w.rc);
+}
+
+// Claims the deferred deliveries held for a heartbeat period or longer
+// (docs/worker.md, "Deferred claims"): a handler that takes that long
+// shows IN_PROGRESS like any other, and its message is claimed before a
+// later heartbeat extends it (the extension would end the read's fence).
+void claim_deferred(self_ptr self, clock::time_point now) {
+  auto& st = self->state;
+  auto after = heartbeat_period(st.settings.cfg->visibility_timeout);
+  std::vector<received_command> due;
+  for (auto& [delivery, run] : st.running)
+    if (run.rc->deferred && now - run.read_at >= after)
+      due.push_back(*run.rc);
+  for (auto& w : st.backlog)
+    if (w.rc->deferred && now - w.read_at >= after)
+      due.push_back(*w.rc);
+  if (due.empty())
+    return;
+  self->request(st.retry, caf::infinite, atom::claim::value, std::move(due))
+    .then([self](std::vector<int64_t>& claimed) {
+            mark_claimed(self->state, claimed);
+          },
+          [self](caf::error& err) {
+            log::from(self->state.name)
+              .debug("{} claiming deferred deliveries failed: {}",
+                     self->state.name, describe(err));
+          });
+}
+
 // Extends the messages held longer than half the visibility timeout since
 // they were read, whether their handler runs or they still wait for one.
 void extend_leases(self_ptr self) {
   auto& st = self->state;
   auto vt = st.settings.cfg->visibility_timeout;
   auto now = self->clock().now();
+  claim_deferred(self, now);
   std::vector<int64_t> due;
   for (auto& [delivery, run] : st.running)
     if (now - run.read_at >= vt / 2)

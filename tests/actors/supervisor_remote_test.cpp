@@ -86,6 +86,9 @@ retry_sink(retry_scheduler_actor::pointer, std::shared_ptr<children> k) {
       k->extends.emplace_back(ids, seconds);
       return static_cast<int>(ids.size());
     },
+    [](atom::claim, const std::vector<received_command>&) {
+      return std::vector<int64_t>{};
+    },
   };
 }
 

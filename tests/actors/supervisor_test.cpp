@@ -29,6 +29,9 @@ struct children {
   std::vector<handler_actor> handlers;
   /// The mode each of `handlers` was spawned for.
   std::vector<handler_mode> modes;
+  /// The msg_ids of every deferred delivery the retry scheduler was asked
+  /// to claim, in order.
+  std::vector<int64_t> claims;
 };
 
 // A handler that decides the outcome by command type: "ok", "transient",
@@ -53,11 +56,19 @@ handler_actor::behavior_type fake_handler(handler_actor::pointer) {
 }
 
 retry_scheduler_actor::behavior_type
-retry_sink(retry_scheduler_actor::pointer) {
+retry_sink(retry_scheduler_actor::pointer, std::shared_ptr<children> k) {
   return {
     [](atom::retry, const db::retry_command&) {},
     [](atom::flush) {},
     [](atom::extend, const std::vector<int64_t>&, int, bool) { return 0; },
+    // Claims every deferred delivery given.
+    [k](atom::claim, const std::vector<received_command>& xs) {
+      std::vector<int64_t> claimed;
+      for (auto& x : xs)
+        claimed.push_back(x.msg_id);
+      k->claims.insert(k->claims.end(), claimed.begin(), claimed.end());
+      return claimed;
+    },
   };
 }
 
@@ -115,7 +126,7 @@ struct fixture : test_coordinator_fixture<> {
       return k->completion;
     };
     sp.retry = [k](supervisor_actor::pointer self, const domain_settings&) {
-      k->retry = self->spawn<caf::linked>(retry_sink);
+      k->retry = self->spawn<caf::linked>(retry_sink, k);
       return k->retry;
     };
     sp.handler = [k](supervisor_actor::pointer self, const domain_settings&,
@@ -302,6 +313,38 @@ CAF_TEST(the lease heartbeat covers commands that wait for a handler) {
              .with(_, std::vector<int64_t>{1, 2, 3}, 0, true));
   sched.run();
   CAF_CHECK(st().backlog.empty());
+}
+
+CAF_TEST(the lease heartbeat claims deferred deliveries before extending) {
+  // Deferred deliveries (docs/worker.md, "Deferred claims") held for a
+  // heartbeat period are claimed first, in the same mailbox as the
+  // extension that follows, and are then held as claimed ones.
+  std::vector<received_command> batch;
+  for (int i = 1; i <= 3; ++i) {
+    auto rc = make_rc(i, "ok");
+    rc.deferred = true;
+    batch.push_back(rc);
+  }
+  batch[2].deferred = false;
+  self->send(sup, atom::run::value, std::move(batch));
+  expect((atom::run, std::vector<received_command>), from(self).to(sup));
+  test::retune(st().settings, [](config::worker_config& c) {
+    c.visibility_timeout = std::chrono::seconds{0};
+  });
+  self->send(sup, atom::heartbeat::value);
+  expect((atom::heartbeat), from(self).to(sup));
+  expect((atom::claim, std::vector<received_command>),
+         from(sup).to(kids->retry));
+  CAF_CHECK_EQUAL(kids->claims, (std::vector<int64_t>{1, 2}));
+  expect((atom::extend, std::vector<int64_t>, int, bool),
+         from(sup)
+             .to(kids->retry)
+             .with(_, std::vector<int64_t>{1, 2, 3}, 0, true));
+  expect((std::vector<int64_t>), from(kids->retry).to(sup));
+  for (auto& [delivery, run] : st().running)
+    CAF_CHECK(!run.rc->deferred);
+  for (auto& w : st().backlog)
+    CAF_CHECK(!w.rc->deferred);
 }
 
 CAF_TEST(a crashed handler is replaced and its slot released) {
