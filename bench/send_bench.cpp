@@ -230,16 +230,13 @@ int main(int argc, char** argv) {
               busb1000.per_second);
   bench::verdict("send_batch (10000, 3 at once) commands/s",
                  busb10k.per_second, 50000, "");
+  bench::print_peak_rss("the sending process");
 
   // Leave the database small for the next run.
   auto c = pool.acquire();
   c->query("SELECT pgmq.drop_queue($1)", raw_queue);
-  for (auto* d : {"bench1_", "bench4_", "benchb50_", "benchb1k_", "benchb10k_"}) {
-    auto domain = std::string{d} + run_id;
-    c->query("DELETE FROM commandbus.audit WHERE domain = $1", domain);
-    c->query("DELETE FROM commandbus.command WHERE domain = $1", domain);
-    c->query("SELECT pgmq.drop_queue($1)", domain + "__commands");
-  }
+  for (auto* d : {"bench1_", "bench4_", "benchb50_", "benchb1k_", "benchb10k_"})
+    bench::drop_domain(*c, std::string{d} + run_id);
   c->take_notices();
   return 0;
 }

@@ -89,7 +89,7 @@ const systems = [
     migrate: [process.env.CMDBUS_BINARY, "migrate"],
     configs: [
       ["best", "best: concurrency 64, prefetch 64, non-blocking"],
-      ["default", "defaults: concurrency 16, blocking handler"],
+      ["default", "defaults (the worker's own), blocking handler"],
     ],
   },
 ].filter((s) => only.includes(s.name));
