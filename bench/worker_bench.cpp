@@ -3,8 +3,10 @@
 //   * raw ceiling: pgmq.read(q, 30, 50) + pgmq.delete(q, ids[]) in a loop;
 //   * the worker with a no-op handler over N pre-sent commands (every audit
 //     row and status transition of the reference written), at concurrency
-//     64 and 16 in non-blocking handler mode, 64 with a prefetch of 64, and
-//     64 in blocking mode, with worker CPU vs PostgreSQL CPU;
+//     64 and 16 in non-blocking handler mode, 64 with a prefetch of 64, 64
+//     in blocking mode, and the library's default settings (a default
+//     worker_config, as `cmdbus worker` runs given none) in blocking mode,
+//     with worker CPU vs PostgreSQL CPU; `defaults / best` against 0.8x;
 //   * the same prefetch phase again with the HTTP endpoint on and scraped
 //     (/metrics every 100 ms, the status page every second), printed as a
 //     ratio to the phase without it;
@@ -14,7 +16,7 @@
 //     idles: how long after that instant the first is taken, and how fast
 //     they drain, as a ratio to the prefetch phase's plain commands;
 //   * send->completed latency (server timestamps) at a paced offered load
-//     with NOTIFY, and the worker's peak RSS.
+//     with NOTIFY, and the process's peak RSS against 64 MiB.
 //
 // Usage: cmdbus-worker-bench [--commands N] [--rate R] [--seconds S]
 // (DSN from CMDBUS_DSN)
