@@ -251,11 +251,10 @@ int run(int argc, char** argv) {
     first_row = false;
   }
   std::printf("-- targets\n");
-  bench::verdict("lowest of the other rows / one process", lowest_ratio, 1.0,
-                 "x");
+  bench::verdict("lowest other row / one process", lowest_ratio, 1.0, "x");
   bench::verdict_at_most("peak RSS of each worker process", highest_rss,
                          bench::rss_target_mib, " MiB");
-  bench::print_peak_rss("the benchmark's own process");
+  bench::print_peak_rss("the benchmark (it sends)");
 
   // Leave the database small for the next run.
   for (auto& d : all_domains)
