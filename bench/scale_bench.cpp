@@ -178,6 +178,7 @@ int64_t left(db::connection& conn, const std::vector<std::string>& domains) {
 
 int run(int argc, char** argv) {
   int commands = bench::int_option(argc, argv, "--commands", 9000);
+  auto started = steady::now();
   auto run_id = uuid::random().to_string().substr(0, 8);
   bench::database db;
   auto dir = bench::temp_dir("cmdbus-scale-bench");
@@ -255,6 +256,8 @@ int run(int argc, char** argv) {
   bench::verdict_at_most("peak RSS of each worker process", highest_rss,
                          bench::rss_target_mib, " MiB");
   bench::print_peak_rss("the benchmark (it sends)");
+  std::printf("  benchmark took %.0f s\n",
+              std::chrono::duration<double>(steady::now() - started).count());
 
   // Leave the database small for the next run.
   for (auto& d : all_domains)
