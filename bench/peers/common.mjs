@@ -8,7 +8,8 @@
 //     5 ms how many jobs are left; end_us is when none is (or the deadline);
 //     done = N minus what is left;
 //   * latencies_us: for each job stamped by `send`, the handler call's time
-//     minus the stamp taken just before the enqueue call;
+//     minus the stamp taken when the job was due and handed to the sender
+//     (sendPaced: the start of its enqueue call, or of its wait for one);
 //   * peak_rss_kib: the process's peak resident set (getrusage), cpu_s: its
 //     CPU time from ready to end_us.
 // Standard output carries one JSON object per line with an "event" field;
