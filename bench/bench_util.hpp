@@ -7,13 +7,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include <sys/resource.h>
+#include <sys/types.h>
 
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/connection.hpp"
@@ -36,6 +39,37 @@ inline double self_cpu_seconds() {
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec)
          + static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/// The memory target: every benchmark's processes stay under it.
+constexpr double rss_target_mib = 64;
+
+/// Peak resident set of this process so far (getrusage), in KiB.
+inline long peak_rss_kib() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+/// Peak resident set so far of the running process `pid` (VmHWM in
+/// /proc/PID/status), in KiB; -1 when it cannot be read.
+inline long peak_rss_kib_of(pid_t pid) {
+  std::ifstream in{"/proc/" + std::to_string(pid) + "/status"};
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0)
+      return std::atol(line.c_str() + 6);
+  return -1;
+}
+
+/// Creates a fresh directory /tmp/PREFIX-XXXXXX for a benchmark's logs.
+inline std::string temp_dir(const std::string& prefix) {
+  std::string pattern = "/tmp/" + prefix + "-XXXXXX";
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr)
+    throw std::runtime_error("cannot create " + pattern);
+  return buf.data();
 }
 
 /// Whether `--NAME` is among the arguments.
@@ -91,6 +125,17 @@ inline void settle(db::connection& conn) {
   } catch (const std::exception& e) {
     std::printf("  (no CHECKPOINT before the phase: %s)\n", e.what());
   }
+}
+
+/// Removes what a benchmark left of `domain`: its audit and command rows
+/// and its queues (DOMAIN__commands, and any other DOMAIN__* a worker
+/// created, such as the process replies).
+inline void drop_domain(db::connection& conn, const std::string& domain) {
+  conn.query("DELETE FROM commandbus.audit WHERE domain = $1", domain);
+  conn.query("DELETE FROM commandbus.command WHERE domain = $1", domain);
+  conn.query("SELECT pgmq.drop_queue(queue_name) FROM pgmq.list_queues() "
+             "WHERE left(queue_name, length($1) + 2) = $1 || '__'",
+             domain);
 }
 
 /// Runs `body(thread_index)` on `threads` threads until `duration` passed;
@@ -173,6 +218,22 @@ inline void verdict_at_most(const std::string& what, double value,
   std::printf("  target %-36s %s: %.2f%s (target <= %.2f%s)\n", what.c_str(),
               value <= limit ? "MET" : "MISSED", value, unit, limit, unit);
   std::fflush(stdout);
+}
+
+/// Prints the peak RSS of this process (`what` it ran), and that of the
+/// largest of its child processes that ended, when it had any, each against
+/// the 64 MiB target (figures only).
+inline void print_peak_rss(const std::string& what) {
+  std::printf("-- memory\n");
+  verdict_at_most("peak RSS, " + what,
+                  static_cast<double>(peak_rss_kib()) / 1024, rss_target_mib,
+                  " MiB");
+  rusage children{};
+  getrusage(RUSAGE_CHILDREN, &children);
+  if (children.ru_maxrss > 0)
+    verdict_at_most("peak RSS, its largest child process",
+                    static_cast<double>(children.ru_maxrss) / 1024,
+                    rss_target_mib, " MiB");
 }
 
 } // namespace cmdbus::bench

@@ -122,26 +122,11 @@ std::unique_ptr<worker> start_worker(const std::string& dsn,
   return w;
 }
 
-std::string make_dir() {
-  std::string pattern = "/tmp/cmdbus-cluster-bench-XXXXXX";
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr)
-    throw std::runtime_error("cannot create " + pattern);
-  return buf.data();
-}
-
 struct latency {
   double p50 = 0;
   double p99 = 0;
   int64_t count = 0;
 };
-
-void cleanup(db::connection& conn, const std::string& domain) {
-  conn.query("DELETE FROM commandbus.audit WHERE domain = $1", domain);
-  conn.query("DELETE FROM commandbus.command WHERE domain = $1", domain);
-  conn.query("SELECT pgmq.drop_queue($1)", domain + "__commands");
-}
 
 } // namespace
 
@@ -152,7 +137,7 @@ int main(int argc, char** argv) {
   // The worker warns when a phase's nodes stop under it; figures only.
   spdlog::set_level(spdlog::level::err);
   auto run_id = uuid::random().to_string().substr(0, 8);
-  auto dir = make_dir();
+  auto dir = bench::temp_dir("cmdbus-cluster-bench");
   bench::database base;
   auto& dsn = base.dsn;
   auto& bus = base.bus;
@@ -258,12 +243,13 @@ int main(int argc, char** argv) {
   std::printf("  added by the remote hop: p50 %+.1f ms, p99 %+.1f ms (the "
               "5 ms of the handler are in both)\n",
               lat[1].p50 - lat[0].p50, lat[1].p99 - lat[0].p99);
+  bench::print_peak_rss("the benchmark with its worker (the local handlers)");
   std::printf("  benchmark took %.0f s\n",
               std::chrono::duration<double>(steady::now() - started).count());
 
   // Leave the database small for the next run.
   for (auto& d : domains)
-    cleanup(conn, d);
+    bench::drop_domain(conn, d);
   conn.take_notices();
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);

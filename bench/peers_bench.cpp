@@ -28,9 +28,10 @@
 //   * peak_rss_kib: the process's peak resident set (getrusage), and
 //     cpu_s: its CPU time from ready to end_us.
 //
-// Configurations: `default` is a worker with the default settings
-// (concurrency 16, no prefetch) and a handler registered in the default
-// (blocking) mode, like `cmdbus worker`; `best` is concurrency 64,
+// Configurations: `default` is a worker with the library's default
+// settings (a default worker_config: concurrency 16 and no prefetch as of
+// this writing) and a handler registered in the default (blocking) mode,
+// like `cmdbus worker`; `best` is concurrency 64,
 // prefetch 64 and a non-blocking handler (bench/worker_bench.cpp's
 // fastest phase). DSN from CMDBUS_DSN.
 
@@ -46,7 +47,6 @@
 #include <vector>
 
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
 
 #include "bench/bench_util.hpp"
 #include "cmdbus/actors/worker.hpp"
@@ -66,12 +66,6 @@ int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
            std::chrono::system_clock::now().time_since_epoch())
     .count();
-}
-
-long peak_rss_kib() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss;
 }
 
 send_request noop_command(const std::string& data) {
@@ -133,8 +127,11 @@ int send_paced(bench::database& db, int rate, int seconds) {
   auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
                                             - start)
                 .count();
-  std::printf("{\"event\":\"sent\",\"jobs\":%lld,\"seconds\":%.3f}\n",
-              static_cast<long long>(total), secs);
+  // One send() call per command (the bus combines concurrent ones itself).
+  std::printf("{\"event\":\"sent\",\"jobs\":%lld,\"seconds\":%.3f,"
+              "\"calls\":%lld}\n",
+              static_cast<long long>(total), secs,
+              static_cast<long long>(total));
   return 0;
 }
 
@@ -245,7 +242,8 @@ int consume(bench::database& db, const std::string& config, int jobs,
               static_cast<long long>(seen.handled.load()),
               static_cast<long long>(jobs - left), capped ? "true" : "false",
               static_cast<long long>(first), static_cast<long long>(ready_us),
-              static_cast<long long>(end_us), cpu, peak_rss_kib(), lat.c_str());
+              static_cast<long long>(end_us), cpu, bench::peak_rss_kib(),
+              lat.c_str());
   return 0;
 }
 

@@ -170,6 +170,7 @@ int main(int argc, char** argv) {
   std::printf("  steps per second inside processes: %.0f /s, %.2fx of the "
               "plain commands' rate\n",
               3 * procs.per_second, 3 * procs.per_second / commands.per_second);
+  bench::print_peak_rss("the benchmark with its workers");
 
   for (auto& d : {plain, domain}) {
     conn.query("DELETE FROM commandbus.process_audit WHERE domain = $1", d);

@@ -327,5 +327,6 @@ int main(int argc, char** argv) {
                  without.per_second > 0 ? with.per_second / without.per_second
                                         : 0,
                  0.5, "x");
+  bench::print_peak_rss("the benchmark with its worker and the prune");
   return !to_the_end || left == 0 ? 0 : 1;
 }

@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
               std::stod(std::string{r.text(0, 3)}),
               std::stod(std::string{r.text(0, 4)}),
               static_cast<long long>(fired), static_cast<long long>(due));
+  bench::print_peak_rss("the benchmark with its scheduler");
   db.conn.query("DELETE FROM commandbus.cmdbus_schedule WHERE domain = $1",
                 domain);
   return 0;

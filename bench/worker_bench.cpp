@@ -3,8 +3,10 @@
 //   * raw ceiling: pgmq.read(q, 30, 50) + pgmq.delete(q, ids[]) in a loop;
 //   * the worker with a no-op handler over N pre-sent commands (every audit
 //     row and status transition of the reference written), at concurrency
-//     64 and 16 in non-blocking handler mode, 64 with a prefetch of 64, and
-//     64 in blocking mode, with worker CPU vs PostgreSQL CPU;
+//     64 and 16 in non-blocking handler mode, 64 with a prefetch of 64, 64
+//     in blocking mode, and the library's default settings (a default
+//     worker_config, as `cmdbus worker` runs given none) in blocking mode,
+//     with worker CPU vs PostgreSQL CPU; `defaults / best` against 0.8x;
 //   * the same prefetch phase again with the HTTP endpoint on and scraped
 //     (/metrics every 100 ms, the status page every second), printed as a
 //     ratio to the phase without it;
@@ -14,7 +16,7 @@
 //     idles: how long after that instant the first is taken, and how fast
 //     they drain, as a ratio to the prefetch phase's plain commands;
 //   * send->completed latency (server timestamps) at a paced offered load
-//     with NOTIFY, and the worker's peak RSS.
+//     with NOTIFY, and the process's peak RSS against 64 MiB.
 //
 // Usage: cmdbus-worker-bench [--commands N] [--rate R] [--seconds S]
 // (DSN from CMDBUS_DSN)
@@ -32,7 +34,6 @@
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench/bench_util.hpp"
@@ -54,12 +55,6 @@ double machine_cpu() {
   in >> cpu >> user >> nice >> sys;
   return static_cast<double>(user + nice + sys)
          / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-long peak_rss_mib() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_maxrss / 1024;
 }
 
 void send_commands(command_bus& bus, const std::string& domain, int n,
@@ -86,6 +81,16 @@ int64_t count_status(db::connection& c, const std::string& domain,
            "status = $2",
            domain, status)
     .int64(0, 0);
+}
+
+// The settings `cmdbus worker` runs with when given none: the library's
+// defaults, whatever they are in this build.
+config::worker_config default_cfg(const std::string& dsn,
+                                  const std::string& domain) {
+  config::worker_config cfg;
+  cfg.dsn = dsn;
+  cfg.domains = {domain};
+  return cfg;
 }
 
 config::worker_config worker_cfg(const std::string& dsn,
@@ -237,26 +242,33 @@ int main(int argc, char** argv) {
     const char* tag;
     bool http;
     chooser read = chooser::none;
-    /// Claims every command at its read (deferred claims off).
+    // The library's default settings (concurrency and prefetch unused).
+    bool defaults = false;
+    // Claims every command at its read (deferred claims off).
     bool immediate = false;
   };
   const phase phases[] = {
     {64, 0, handler_mode::non_blocking, "wb64_", false},
     {64, 64, handler_mode::non_blocking, "wb64p_", false},
-    {64, 64, handler_mode::non_blocking, "wb64i_", false, chooser::none, true},
+    {64, 64, handler_mode::non_blocking, "wb64i_", false, chooser::none, false,
+     true},
     {64, 64, handler_mode::non_blocking, "wb64h_", true},
     {64, 64, handler_mode::non_blocking, "wb64q_", false, chooser::priorities},
     {64, 64, handler_mode::non_blocking, "wb64c_", false, chooser::cap},
     {16, 0, handler_mode::non_blocking, "wb16_", false},
-    {64, 0, handler_mode::blocking, "wb64b_", false}};
+    {64, 0, handler_mode::blocking, "wb64b_", false},
+    {0, 0, handler_mode::blocking, "wbdef_", false, chooser::none, true}};
   bench::rate best;
   bench::rate without_http;
-  for (auto [concurrency, prefetch, mode, tag, http, read, immediate] :
+  bench::rate defaults;
+  for (auto [concurrency, prefetch, mode, tag, http, read, is_default,
+             immediate] :
        phases) {
     auto domain = tag + run_id;
     send_commands(bus, domain, commands);
     bench::settle(conn);
-    auto cfg = worker_cfg(dsn, domain, concurrency, prefetch);
+    auto cfg = is_default ? default_cfg(dsn, domain)
+                          : worker_cfg(dsn, domain, concurrency, prefetch);
     if (http)
       cfg.http = "127.0.0.1:0";
     cfg.deferred_claims = !immediate;
@@ -290,11 +302,15 @@ int main(int argc, char** argv) {
     }
     w.stop(10s).get();
     auto done = count_status(conn, domain, "COMPLETED");
-    bench::rate r{"worker, concurrency " + std::to_string(concurrency) + ", "
-                    + (prefetch > 0
-                         ? "prefetch " + std::to_string(prefetch) + ", "
-                         : std::string{})
-                    + mode_name(mode) + (http ? ", HTTP endpoint scraped" : "")
+    auto settings = is_default
+                      ? "the defaults (concurrency "
+                          + std::to_string(cfg.concurrency) + ", ...), "
+                      : "concurrency " + std::to_string(concurrency) + ", "
+                          + (prefetch > 0
+                               ? "prefetch " + std::to_string(prefetch) + ", "
+                               : std::string{});
+    bench::rate r{"worker, " + settings + mode_name(mode)
+                    + (http ? ", HTTP endpoint scraped" : "")
                     + (read == chooser::priorities ? ", read by priority"
                        : read == chooser::cap      ? ", a per-type cap"
                                                    : "")
@@ -315,7 +331,7 @@ int main(int argc, char** argv) {
       std::printf("    deferred claims: the same phase with them is %.2fx "
                   "of this one\n",
                   without_http.per_second / r.per_second);
-    } else if (prefetch > 0 && read == chooser::none) {
+    } else if (prefetch > 0 && read == chooser::none && !is_default) {
       without_http = r;
     } else if (read != chooser::none) {
       std::printf("    %.2fx of the same phase reading with pgmq.read\n",
@@ -324,6 +340,8 @@ int main(int argc, char** argv) {
     if (!http && read == chooser::none && !immediate
         && r.per_second > best.per_second)
       best = r;
+    if (is_default)
+      defaults = r;
   }
 
   // -- delayed commands becoming due ------------------------------------------
@@ -410,22 +428,22 @@ int main(int argc, char** argv) {
     bench::verdict_at_most("p50 send->completed latency", p50, 5.0, " ms");
     bench::verdict_at_most("p99 send->completed latency", p99, 50.0, " ms");
   }
-  std::printf("-- memory\n  worker process peak RSS %ld MiB\n", peak_rss_mib());
+  bench::print_peak_rss("the benchmark with its workers (every phase)");
   std::printf("-- targets\n");
   std::printf("  best: %s\n", best.name.c_str());
   bench::verdict("worker commands/s (best)", best.per_second, 15000, "");
   std::printf("  ratio to the raw consume ceiling: %.2fx\n",
               best.per_second / raw.per_second);
+  std::printf("  defaults / best = %.2fx (%.0f /s / %.0f /s)\n",
+              defaults.per_second / best.per_second, defaults.per_second,
+              best.per_second);
+  bench::verdict("defaults / best", defaults.per_second / best.per_second, 0.8,
+                 "x");
 
   // Leave the database small for the next run.
-  for (auto* d :
-       {"wraw_", "wb64_", "wb64p_", "wb64h_", "wb64q_", "wb64c_", "wb16_",
-        "wb64b_", "wbd_", "wlat_"}) {
-    auto domain = std::string{d} + run_id;
-    conn.query("DELETE FROM commandbus.audit WHERE domain = $1", domain);
-    conn.query("DELETE FROM commandbus.command WHERE domain = $1", domain);
-    conn.query("SELECT pgmq.drop_queue($1)", domain + "__commands");
-  }
+  for (auto* d : {"wraw_", "wb64_", "wb64p_", "wb64h_", "wb64q_", "wb64c_",
+                  "wb16_", "wb64b_", "wbdef_", "wbd_", "wlat_"})
+    bench::drop_domain(conn, std::string{d} + run_id);
   conn.take_notices();
   return 0;
 }

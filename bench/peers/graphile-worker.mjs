@@ -10,7 +10,7 @@
 
 import { Logger, makeWorkerUtils, run } from "graphile-worker";
 
-import { databaseUrl, run as runSide } from "./common.mjs";
+import { databaseUrl, run as runSide, SENDER_CALLS } from "./common.mjs";
 
 const task = "noop";
 
@@ -74,9 +74,10 @@ runSide({
   },
 
   async sender() {
-    const utils = await makeWorkerUtils({ connectionString: databaseUrl(), logger, maxPoolSize: 32 });
+    const utils = await makeWorkerUtils({ connectionString: databaseUrl(), logger, maxPoolSize: SENDER_CALLS });
     return {
       send: (payload) => utils.addJob(task, payload),
+      sendMany: (payloads) => utils.addJobs(payloads.map((payload) => ({ identifier: task, payload }))),
       close: () => utils.release(),
     };
   },

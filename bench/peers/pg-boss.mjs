@@ -8,7 +8,7 @@
 
 import { PgBoss } from "pg-boss";
 
-import { databaseUrl, run as runSide } from "./common.mjs";
+import { databaseUrl, run as runSide, SENDER_CALLS } from "./common.mjs";
 
 const queue = "noop";
 
@@ -68,9 +68,10 @@ runSide({
   },
 
   async sender(config) {
-    const boss = await started(config, 32);
+    const boss = await started(config, SENDER_CALLS);
     return {
       send: (payload) => boss.send(queue, payload),
+      sendMany: (payloads) => boss.insert(queue, payloads.map((data) => ({ data }))),
       close: () => boss.stop({ graceful: false }),
     };
   },
