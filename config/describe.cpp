@@ -52,6 +52,8 @@ std::string describe(const worker_config& cfg) {
   out += "poll-interval = " + duration_text(cfg.poll_interval) + "\n";
   out += std::string{"use-notify = "} + (cfg.use_notify ? "true" : "false")
          + "\n";
+  out += std::string{"deferred-claims = "}
+         + (cfg.deferred_claims ? "true" : "false") + "\n";
   out += "statement-timeout = " + duration_text(cfg.statement_timeout) + "\n";
   out += "shutdown-timeout = " + duration_text(cfg.shutdown_timeout) + "\n";
   out += "flush-interval = " + duration_text(cfg.flush_interval) + "\n";

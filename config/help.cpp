@@ -32,6 +32,7 @@ Environment: CMDBUS_CONFIG, CMDBUS_DSN, CMDBUS_DSN_FILE, CMDBUS_POOLER,
   CMDBUS_DOMAINS (a,b), CMDBUS_CONCURRENCY, CMDBUS_PREFETCH,
   CMDBUS_VISIBILITY_TIMEOUT,
   CMDBUS_POLL_INTERVAL, CMDBUS_USE_NOTIFY (true/false/1/0),
+  CMDBUS_DEFERRED_CLAIMS (true/false/1/0),
   CMDBUS_STATEMENT_TIMEOUT,
   CMDBUS_SHUTDOWN_TIMEOUT, CMDBUS_FLUSH_INTERVAL, CMDBUS_HTTP,
   CMDBUS_MAX_ATTEMPTS,
@@ -57,6 +58,7 @@ Config file (CAF INI; ';' starts a comment):
   visibility-timeout = 30s
   poll-interval = 1s
   use-notify = true
+  deferred-claims = true
   statement-timeout = 25s
   shutdown-timeout = 30s
   flush-interval = 2ms

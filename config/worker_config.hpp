@@ -19,6 +19,7 @@
 // | [worker] visibility-timeout  | CMDBUS_VISIBILITY_TIMEOUT| (same name)
 // | [worker] poll-interval       | CMDBUS_POLL_INTERVAL     | (same name)
 // | [worker] use-notify          | CMDBUS_USE_NOTIFY        | --no-notify
+// | [worker] deferred-claims     | CMDBUS_DEFERRED_CLAIMS   | --no-deferred-claims
 // | [worker] statement-timeout   | CMDBUS_STATEMENT_TIMEOUT | (same name)
 // | [worker] shutdown-timeout    | CMDBUS_SHUTDOWN_TIMEOUT  | (same name)
 // | [worker] flush-interval      | CMDBUS_FLUSH_INTERVAL    | (same name)

@@ -213,6 +213,16 @@ settings_table<worker_config> make_worker_table() {
      [](c& x, const v& y, bool lenient) {
        x.use_notify = as_bool(y, lenient);
      }},
+    {kind::boolean,
+     "worker",
+     "deferred-claims",
+     "CMDBUS_DEFERRED_CLAIMS",
+     form::clear,
+     {"--no-deferred-claims", "",
+      "claim every command at its read (docs/worker.md)"},
+     [](c& x, const v& y, bool lenient) {
+       x.deferred_claims = as_bool(y, lenient);
+     }},
     {kind::duration,
      "worker",
      "statement-timeout",

@@ -331,6 +331,8 @@ CAF_TEST(the lease heartbeat claims deferred deliveries before extending) {
   test::retune(st().settings, [](config::worker_config& c) {
     c.visibility_timeout = std::chrono::seconds{0};
   });
+  // Held for a heartbeat period (at least 100 ms); no timer fires.
+  sched.clock().current_time += std::chrono::milliseconds{100};
   self->send(sup, atom::heartbeat::value);
   expect((atom::heartbeat), from(self).to(sup));
   expect((atom::claim, std::vector<received_command>),

@@ -161,7 +161,7 @@ TEST(DeferredClaim, FailuresAreClaimedInTheSameTransaction) {
             (std::vector<db::write_state>{db::write_state::written}));
   EXPECT_EQ(status_of(e.conn, b.domain, b.sent.command_id), opt_str{"FAILED"});
   EXPECT_EQ(events(e.conn, b.domain, b.sent.command_id),
-            (strings{"SENT", "RECEIVED", "FAILED"}));
+            (strings{"SENT", "RECEIVED", "BUSINESS_RULE_FAILED"}));
   EXPECT_EQ(queue_rows(e.conn, b.domain + "__replies"), 1);
 }
 
@@ -212,4 +212,35 @@ TEST(DeferredClaim, BatchesDuplicatesAndRetriesAreClaimedAtTheRead) {
   EXPECT_EQ(r.commands.size(), 3u);
   EXPECT_EQ(r.rejected.size(), 1u);
   EXPECT_EQ(count_status(e.conn, domain, "IN_PROGRESS"), 3);
+}
+
+TEST(DeferredClaim, AReadTheDatabaseForgotCannotWriteOverTheNextOne) {
+  // After a failover to an asynchronous standby the read may be forgotten:
+  // the message is back as it was (read_ct 0, visible), and the next read
+  // gives it the same read_ct. Its vt differs, so only the delivery of the
+  // read the database knows writes.
+  bus_env e;
+  auto t = read_one(e);
+  e.conn.query("UPDATE pgmq.\"q_" + t.domain
+                 + "__commands\" SET read_ct = 0, vt = clock_timestamp() - "
+                   "interval '1 second' WHERE msg_id = $1::bigint",
+               std::to_string(t.rc.msg_id));
+  db::worker_store store{e.conn, t.domain};
+  auto again = store.receive(30, 10, deferring());
+  ASSERT_EQ(again.commands.size(), 1u);
+  auto& known = again.commands[0];
+  ASSERT_EQ(known.read_ct, t.rc.read_ct);
+  ASSERT_EQ(known.attempt, t.rc.attempt);
+  EXPECT_NE(known.vt_us, t.rc.vt_us);
+  // Both outcomes in one write, the forgotten one first.
+  auto res = store.finish({finished(t.rc, outcome_kind::success),
+                           finished(known, outcome_kind::success)});
+  EXPECT_EQ(res.states,
+            (std::vector<db::write_state>{db::write_state::stale,
+                                          db::write_state::written}));
+  EXPECT_EQ(count_events(e.conn, t.domain, t.sent.command_id, "COMPLETED"), 1);
+  EXPECT_EQ(audit_detail(e.conn, t.domain, t.sent.command_id, "RECEIVED",
+                         "{claim}"),
+            opt_str{known.claim.to_string()});
+  EXPECT_EQ(queue_rows(e.conn, t.domain + "__replies"), 1);
 }

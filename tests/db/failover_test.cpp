@@ -137,6 +137,11 @@ start_worker(const std::string& dsn, int port,
                              "4",
                              "--prefetch",
                              "32",
+                             // Claims at the read: the claim the database
+                             // forgets is the case these tests make happen
+                             // (a deferred read's own fence: the tests of
+                             // tests/db/deferred_claim_test.cpp).
+                             "--no-deferred-claims",
                              "--visibility-timeout",
                              "10s",
                              "--statement-timeout",

@@ -104,6 +104,8 @@ TEST(WorkerRun, PrefetchClaimsAheadButRunsNoMoreThanTheConcurrency) {
   });
   auto cfg = make_cfg({d}, concurrency);
   cfg.prefetch = prefetch;
+  // Claimed at the read, so that what it holds is counted as claims.
+  cfg.deferred_claims = false;
   worker w{cfg, std::move(reg)};
   finally cleanup{[&] {
     g.open();

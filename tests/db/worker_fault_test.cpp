@@ -117,6 +117,8 @@ TEST(WorkerFaults, ClaimsNoMoreThanTheHoldLimitWhileWritesFail) {
   auto cfg = make_cfg({d}, 2);
   cfg.visibility_timeout = 30s;
   cfg.statement_timeout = 10s;
+  // Claimed at the read, so that the held commands are counted as claims.
+  cfg.deferred_claims = false;
   worker w{cfg, std::move(reg)};
   finally stop{[&] { stop_worker(w); }};
   w.start();
