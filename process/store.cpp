@@ -267,13 +267,14 @@ namespace {
 // The statements of a group of replies (apply_many). Plans: they must not
 // depend on planner statistics, which know nothing of a domain that is new
 // since the last ANALYZE (a custom plan then estimates `domain = 'x'` at
-// one row and scans the whole domain through any index leading with
-// domain, e.g. idx_process_status, per process) nor of a fresh database.
-// So the ids are the outer side of a nested loop, sorted, with the domain
-// taken from the outer row (a parameter of the inner probe, not a constant
-// the statistics know nothing about), and each inner side is a subquery
-// that cannot be flattened into a join (LIMIT or ORDER BY): one index probe
-// per process. Rows written are then found by ctid: a process row is
+// one row, and a lookup written as a join may then walk the whole domain
+// through an index with the domain alone, per process) nor of a fresh
+// database. So the ids are the outer side of a nested loop, sorted, and
+// each inner side is a subquery that cannot be flattened into a join
+// (LIMIT or ORDER BY) and looks its rows up by that id, an outer value
+// estimated from the column's distinct count (one row): an index on the id
+// (with the domain, or alone) is then the cheapest, whatever the estimate
+// for the domain. Rows written are then found by ctid: a process row is
 // locked by us until the commit; an audit row is matched again on its
 // command id and its empty reply, in case it moved.
 
