@@ -22,6 +22,7 @@
 #include "cmdbus/db/schedules.hpp"
 #include "cmdbus/model/log.hpp"
 #include "cmdbus/model/version.hpp"
+#include "cmdbus/process/process_writer.hpp"
 #include "cmdbus/process/router.hpp"
 
 namespace cmdbus {
@@ -230,7 +231,13 @@ struct worker::impl {
     for (size_t i = 0; i < cfg.domains.size(); ++i)
       if (cfg.domains[i] == domain)
         s.health = health[i];
-    s.max_in_flight = std::max(16, cfg.concurrency + cfg.prefetch);
+    // Room for every writer to fill a group while another is written: the
+    // replies of many processes share a transaction only when they are
+    // read together.
+    s.max_in_flight = std::max(
+      {16, cfg.concurrency + cfg.prefetch,
+       2 * s.writers
+         * static_cast<int>(actors::process_writer_state::max_group)});
     return s;
   }
 

@@ -6,6 +6,14 @@
 // handler, completion with a reply) plus a transition (the reply read,
 // routed, applied in one transaction with the next command's send).
 //
+// It runs in a database of its own, created anew on CMDBUS_DSN's server
+// (and dropped at the end), so that its first processes run as on a fresh
+// database: the tables never analyzed, as after `cmdbus migrate` until
+// autovacuum's first ANALYZE. The same run is then repeated in a new domain
+// after a VACUUM ANALYZE; both are printed against the plain commands'
+// rate, measured before and after the second run (their mean: the load of
+// a shared machine drifts).
+//
 // Usage: cmdbus-process-bench [--processes N] (DSN from CMDBUS_DSN)
 
 #include <cstdio>
@@ -19,9 +27,11 @@
 #include "cmdbus/actors/worker.hpp"
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/connection.hpp"
+#include "cmdbus/db/migrate.hpp"
 #include "cmdbus/db/pool.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/process/manager.hpp"
+#include "cmdbus/sql/bundle.hpp"
 
 using namespace cmdbus;
 using namespace std::chrono_literals;
@@ -97,89 +107,126 @@ wait_for(F done, int64_t n, std::chrono::steady_clock::time_point start) {
     .count();
 }
 
+// The phase of the processes: `processes` processes started and run to
+// completion by one worker; returns the processes completed per second.
+// With `analyze` the tables are analyzed once the processes are started
+// (the statistics know their domain), else only checkpointed.
+bench::rate run_processes(bench::database& base, const std::string& domain,
+                          int processes, bool analyze,
+                          const std::string& name) {
+  auto registry = std::make_shared<process_registry>();
+  registry->add(domain, three_steps());
+  base.bus.ensure_queue(db::command_queue(domain));
+  process_manager pm{base.pool, registry};
+  for (int i = 0; i < processes; ++i)
+    pm.start(domain, "ThreeSteps", json::object());
+  if (analyze)
+    bench::settle(base.conn);
+  else
+    base.conn.exec("CHECKPOINT");
+  process_registry copy;
+  copy.add(domain, three_steps());
+  worker w{worker_cfg(base.dsn, domain), noop(domain), std::move(copy)};
+  auto start = std::chrono::steady_clock::now();
+  w.start();
+  auto completed = [&] {
+    return count(base.conn,
+                 "SELECT count(*) FROM commandbus.process WHERE domain = $1 "
+                 "AND status = 'COMPLETED'",
+                 domain);
+  };
+  auto secs = wait_for(completed, processes, start);
+  w.stop(10s).get();
+  auto done = completed();
+  return {name, done / secs, done, secs};
+}
+
+void print_steps(const bench::rate& procs, const bench::rate& commands) {
+  bench::print(procs);
+  std::printf("  steps per second inside processes: %.0f /s, %.2fx of the "
+              "plain commands' rate\n",
+              3 * procs.per_second, 3 * procs.per_second / commands.per_second);
+}
+
+// The baseline: `n` plain no-op commands of `domain` sent, then completed by
+// the same worker; returns the commands completed per second.
+bench::rate run_plain(bench::database& base, const std::string& domain, int n) {
+  std::vector<send_request> reqs;
+  for (int i = 0; i < n; ++i) {
+    send_request r;
+    r.domain = domain;
+    r.command_type = "Noop";
+    r.command_id = uuid::random();
+    reqs.push_back(std::move(r));
+  }
+  base.bus.send_batch(reqs);
+  bench::settle(base.conn);
+  worker w{worker_cfg(base.dsn, domain), noop(domain)};
+  auto start = std::chrono::steady_clock::now();
+  w.start();
+  auto secs = wait_for([&] { return w.stats().completed; },
+                       static_cast<int64_t>(n), start);
+  w.stop(10s).get();
+  auto done = w.stats().completed;
+  return {"worker, plain no-op commands", done / secs, done, secs};
+}
+
+// Creates the database `name` anew on the server of `dsn` and migrates it;
+// returns its DSN.
+std::string fresh_database(const std::string& dsn, const std::string& name) {
+  auto admin = db::connection::open(dsn + " dbname=postgres");
+  admin.exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)");
+  admin.exec("CREATE DATABASE " + name);
+  auto out = dsn + " dbname=" + name;
+  auto conn = db::connection::open(out);
+  db::migrate(conn, sql::pgmq_files(), sql::commandbus_files());
+  conn.take_notices();
+  return out;
+}
+
+void drop_database(const std::string& dsn, const std::string& name) {
+  auto admin = db::connection::open(dsn + " dbname=postgres");
+  admin.exec("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)");
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   int processes = bench::int_option(argc, argv, "--processes", 3000);
   spdlog::set_level(spdlog::level::warn);
   auto run_id = uuid::random().to_string().substr(0, 8);
-  bench::database base;
-  auto& dsn = base.dsn;
-  auto& pool = base.pool;
-  auto& bus = base.bus;
-  auto& conn = base.conn;
+  auto server = std::getenv("CMDBUS_DSN") ? std::getenv("CMDBUS_DSN") : "";
+  const std::string db_name = "cmdbus_process_bench";
+  setenv("CMDBUS_DSN", fresh_database(server, db_name).c_str(), 1);
   std::printf("== process manager benchmark (%d processes of 3 no-op steps, "
-              "concurrency 64, prefetch 64)\n",
+              "concurrency 64, prefetch 64; a fresh database)\n",
               processes);
+  bench::rate commands, fresh, analyzed;
+  {
+    bench::database base;
 
-  // -- baseline: the same worker on 3N plain commands ------------------------
-  auto plain = "pbc_" + run_id;
-  {
-    std::vector<send_request> reqs;
-    for (int i = 0; i < 3 * processes; ++i) {
-      send_request r;
-      r.domain = plain;
-      r.command_type = "Noop";
-      r.command_id = uuid::random();
-      reqs.push_back(std::move(r));
-    }
-    bus.send_batch(reqs);
-  }
-  bench::settle(conn);
-  bench::rate commands;
-  {
-    worker w{worker_cfg(dsn, plain), noop(plain)};
-    auto start = std::chrono::steady_clock::now();
-    w.start();
-    auto secs = wait_for([&] { return w.stats().completed; },
-                         3 * static_cast<int64_t>(processes), start);
-    w.stop(10s).get();
-    auto done = w.stats().completed;
-    commands = {"worker, plain no-op commands", done / secs, done, secs};
-  }
-  bench::print(commands);
+    // -- processes on the fresh database (no ANALYZE yet) --------------------
+    fresh = run_processes(base, "pbf_" + run_id, processes, false,
+                          "processes of 3 steps, fresh database");
 
-  // -- processes -------------------------------------------------------------
-  auto domain = "pbp_" + run_id;
-  auto registry = std::make_shared<process_registry>();
-  registry->add(domain, three_steps());
-  bus.ensure_queue(db::command_queue(domain));
-  process_manager pm{pool, registry};
-  for (int i = 0; i < processes; ++i)
-    pm.start(domain, "ThreeSteps", json::object());
-  bench::settle(conn);
-  bench::rate procs;
-  {
-    process_registry copy;
-    copy.add(domain, three_steps());
-    worker w{worker_cfg(dsn, domain), noop(domain), std::move(copy)};
-    auto start = std::chrono::steady_clock::now();
-    w.start();
-    auto completed = [&] {
-      return count(conn,
-                   "SELECT count(*) FROM commandbus.process WHERE domain = $1 "
-                   "AND status = 'COMPLETED'",
-                   domain);
-    };
-    auto secs = wait_for(completed, processes, start);
-    w.stop(10s).get();
-    auto done = completed();
-    procs = {"worker, processes of 3 steps completed", done / secs, done, secs};
+    // -- baseline: the same worker on 3N plain commands, before and after
+    // the analyzed run (the mean of both: the machine's load drifts) -------
+    auto before = run_plain(base, "pbc_" + run_id, 3 * processes);
+    analyzed = run_processes(base, "pba_" + run_id, processes, true,
+                             "processes of 3 steps, analyzed");
+    auto after = run_plain(base, "pbd_" + run_id, 3 * processes);
+    commands = {"worker, plain no-op commands (mean of 2)",
+                0.5 * (before.per_second + after.per_second),
+                before.items + after.items, before.seconds + after.seconds};
+    std::printf("  (plain commands: %.0f /s before, %.0f /s after)\n",
+                before.per_second, after.per_second);
+    bench::print(commands);
+    print_steps(fresh, commands);
+    print_steps(analyzed, commands);
+    std::printf("  fresh database vs analyzed: %.2fx\n",
+                fresh.per_second / analyzed.per_second);
   }
-  bench::print(procs);
-  std::printf("  steps per second inside processes: %.0f /s, %.2fx of the "
-              "plain commands' rate\n",
-              3 * procs.per_second, 3 * procs.per_second / commands.per_second);
+  drop_database(server, db_name);
   bench::print_peak_rss("the benchmark with its workers");
-
-  for (auto& d : {plain, domain}) {
-    conn.query("DELETE FROM commandbus.process_audit WHERE domain = $1", d);
-    conn.query("DELETE FROM commandbus.process WHERE domain = $1", d);
-    conn.query("DELETE FROM commandbus.audit WHERE domain = $1", d);
-    conn.query("DELETE FROM commandbus.command WHERE domain = $1", d);
-    conn.query("SELECT pgmq.drop_queue($1)", db::command_queue(d));
-  }
-  conn.query("SELECT pgmq.drop_queue($1)", process_reply_queue(domain));
-  conn.take_notices();
   return 0;
 }

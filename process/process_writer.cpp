@@ -52,39 +52,22 @@ apply_outcome failed(process_writer_state& st, const process_reply_message& m,
 
 namespace {
 
-// Applies `m` inside the open transaction on `conn` and adds its message
-// to `done` (to delete with the others); throws the workflow's exceptions,
-// unknown_workflow_error (no workflow here) and database errors.
-apply_outcome apply_in_transaction(process_writer_state& st,
-                                   db::connection& conn,
-                                   const process_reply_message& m,
-                                   std::vector<int64_t>& done) {
-  auto& s = st.settings;
-  auto t = st.store.apply(conn, s.domain, m.process_id, m.r,
-                          [&s](const std::string& type) {
-                            return s.registry->find(s.domain, type);
-                          });
-  if (t.disposition == reply_disposition::unknown_process) {
-    archive(conn, s.queue, m.msg_id);
-    log::from(st.name).warn("{}: reply msg_id {} names process {}, which "
-                            "does not exist in domain {}; archived",
-                            st.name, m.msg_id, m.process_id.to_string(),
-                            s.domain);
-    return {apply_kind::archived, std::nullopt, "no such process", {}};
-  }
-  done.push_back(m.msg_id);
-  return {t.changed() ? apply_kind::applied : apply_kind::ignored,
-          t.status,
-          std::string{to_string(t.disposition)},
-          {}};
-}
-
-// Deletes the messages of the replies applied (one statement).
-void delete_applied(process_writer_state& st, db::connection& conn,
-                    const std::vector<int64_t>& done) {
+// The messages of the replies applied deleted, and those naming no
+// process archived, in one round trip.
+void finish_messages(process_writer_state& st, db::connection& conn,
+                     const std::vector<int64_t>& done,
+                     const std::vector<int64_t>& unknown) {
+  std::vector<db::connection::statement> sts;
   if (!done.empty())
-    conn.query("SELECT pgmq.delete($1, $2::bigint[])", st.settings.queue,
-               db::array_literal(done));
+    sts.push_back({"SELECT count(*) FROM pgmq.delete($1, $2::bigint[])",
+                   {st.settings.queue, db::array_literal(done)},
+                   "cmdbus_process_delete"});
+  if (!unknown.empty())
+    sts.push_back({"SELECT count(*) FROM pgmq.archive($1, $2::bigint[])",
+                   {st.settings.queue, db::array_literal(unknown)},
+                   "cmdbus_process_archive"});
+  if (!sts.empty())
+    conn.pipeline(sts);
 }
 
 apply_outcome retry_later(process_writer_state& st) {
@@ -96,22 +79,52 @@ apply_outcome retry_later(process_writer_state& st) {
 
 namespace {
 
-// Applies `ms` in one transaction on the session and commits; throws what
-// failed (nothing of the group is then written).
+// Applies `ms` in one transaction on the session (the store's set-based
+// statements for the whole group, then the messages' delete) and commits;
+// throws what failed (nothing of the group is then written).
 std::vector<apply_outcome>
 apply_together(process_writer_state& st,
                const std::vector<process_reply_message>& ms) {
+  auto& s = st.settings;
   auto out = db::in_transaction(st.session->get(), [&](db::connection& conn) {
-    std::vector<int64_t> done;
-    std::vector<apply_outcome> applied;
+    std::vector<process_reply> replies;
+    replies.reserve(ms.size());
     for (auto& m : ms)
-      applied.push_back(apply_in_transaction(st, conn, m, done));
-    delete_applied(st, conn, done);
+      replies.push_back({m.process_id, m.r});
+    auto ts = st.store.apply_many(conn, s.domain, replies,
+                                  [&s](const std::string& type) {
+                                    return s.registry->find(s.domain, type);
+                                  });
+    std::vector<int64_t> done, unknown;
+    std::vector<apply_outcome> applied;
+    applied.reserve(ms.size());
+    for (size_t i = 0; i < ms.size(); ++i) {
+      auto& t = ts[i];
+      if (t.disposition == reply_disposition::unknown_process) {
+        unknown.push_back(ms[i].msg_id);
+        applied.push_back(
+          {apply_kind::archived, std::nullopt, "no such process", {}});
+        continue;
+      }
+      done.push_back(ms[i].msg_id);
+      applied.push_back(
+        {t.changed() ? apply_kind::applied : apply_kind::ignored,
+         t.status,
+         std::string{to_string(t.disposition)},
+         {}});
+    }
+    finish_messages(st, conn, done, unknown);
     maybe_crash(fault_point::before_process_commit);
     return applied;
   });
   maybe_crash(fault_point::after_process_commit);
   st.session->succeeded();
+  for (size_t i = 0; i < ms.size(); ++i)
+    if (out[i].kind == apply_kind::archived)
+      log::from(st.name).warn("{}: reply msg_id {} names process {}, which "
+                              "does not exist in domain {}; archived",
+                              st.name, ms[i].msg_id,
+                              ms[i].process_id.to_string(), s.domain);
   return out;
 }
 

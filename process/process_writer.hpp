@@ -6,12 +6,15 @@
 // row, the reply fields, the next command with its audit row and the batch
 // counters written, and the reply message deleted, together
 // (process/store.hpp writes all but the delete). The replies that arrived
-// together (up to max_group) share one transaction: one commit, one WAL
-// flush, for many processes (each process has one reply in flight at most,
-// and a process always goes to the same writer). When one of them cannot
-// apply, the transaction is rolled back and each is applied in a
-// transaction of its own. A crash at any point leaves either all of a
-// reply's writes or none, and the reply then comes again.
+// together (up to max_group) share one transaction and its statements
+// (process_store::apply_many): the processes locked and their trails read
+// in one round trip, the writes of every reply of the group in another, the
+// messages deleted in a third, one commit (each process has one reply in
+// flight at most, and a process always goes to the same writer). When one
+// of them cannot apply, the transaction is rolled back and each is applied
+// in a transaction of its own. A crash or a cut connection at any point
+// leaves either all of a group's writes or none, and its replies then come
+// again.
 //
 // A router has a few writers (process_settings::writers); the process
 // actors of its processes share them.

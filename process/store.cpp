@@ -1,5 +1,7 @@
 #include "cmdbus/process/store.hpp"
 
+#include <algorithm>
+#include <map>
 #include <utility>
 
 #include "cmdbus/db/prepared_command.hpp"
@@ -45,26 +47,31 @@ process_metadata to_process(const db::result& r, int i) {
   return p;
 }
 
+// The trail row `i` of `r`, its columns from `col` on in the order of
+// trail_sql (below).
+process_audit_entry trail_entry_at(const db::result& r, int i, int col = 0) {
+  process_audit_entry e;
+  e.step_name = std::string{r.text(i, col)};
+  e.command_id = db::uuid_at(r, i, col + 1);
+  e.command_type = std::string{r.text(i, col + 2)};
+  e.command_data = db::opt_json_at(r, i, col + 3);
+  e.sent_at = db::time_at(r, i, col + 4);
+  if (!r.is_null(i, col + 5)) {
+    auto text = std::string{r.text(i, col + 5)};
+    e.outcome = parse_reply_outcome(text);
+    if (!e.outcome)
+      throw command_bus_error("unknown reply outcome " + db::printable(text));
+  }
+  e.reply_data = db::opt_json_at(r, i, col + 6);
+  e.received_at = db::opt_time_at(r, i, col + 7);
+  return e;
+}
+
 std::vector<process_audit_entry> to_trail(const db::result& r) {
   std::vector<process_audit_entry> out;
   out.reserve(static_cast<size_t>(r.rows()));
-  for (int i = 0; i < r.rows(); ++i) {
-    process_audit_entry e;
-    e.step_name = std::string{r.text(i, 0)};
-    e.command_id = db::uuid_at(r, i, 1);
-    e.command_type = std::string{r.text(i, 2)};
-    e.command_data = db::opt_json_at(r, i, 3);
-    e.sent_at = db::time_at(r, i, 4);
-    if (!r.is_null(i, 5)) {
-      auto text = std::string{r.text(i, 5)};
-      e.outcome = parse_reply_outcome(text);
-      if (!e.outcome)
-        throw command_bus_error("unknown reply outcome " + db::printable(text));
-    }
-    e.reply_data = db::opt_json_at(r, i, 6);
-    e.received_at = db::opt_time_at(r, i, 7);
-    out.push_back(std::move(e));
-  }
+  for (int i = 0; i < r.rows(); ++i)
+    out.push_back(trail_entry_at(r, i));
   return out;
 }
 
@@ -252,77 +259,278 @@ transition process_store::apply(db::connection& conn, const std::string& domain,
 transition process_store::apply(db::connection& conn, const std::string& domain,
                                 const uuid& process_id, const reply& r,
                                 const workflow_lookup& lookup) const {
+  return apply_many(conn, domain, {{process_id, r}}, lookup).front();
+}
+
+namespace {
+
+// The statements of a group of replies (apply_many). Plans: they must not
+// depend on planner statistics, which know nothing of a domain that is new
+// since the last ANALYZE (a custom plan then estimates `domain = 'x'` at
+// one row, and a lookup written as a join may then walk the whole domain
+// through an index with the domain alone, per process) nor of a fresh
+// database. So the ids are the outer side of a nested loop, sorted, and
+// each inner side is a subquery that cannot be flattened into a join
+// (LIMIT or ORDER BY) and looks its rows up by that id, an outer value
+// estimated from the column's distinct count (one row): an index on the id
+// (with the domain, or alone) is then the cheapest, whatever the estimate
+// for the domain. Rows written are then found by ctid: a process row is
+// locked by us until the commit; an audit row is matched again on its
+// command id and its empty reply, in case it moved.
+
+// The processes, locked in process_id order, with the reply queue of their
+// latest command and their ctids.
+constexpr const char* lock_many_sql
+  = "SELECT p.domain, p.process_id, p.process_type, p.status, "
+    "p.current_step, p.state, p.error_code, p.error_message, p.created_at, "
+    "p.updated_at, p.completed_at, p.batch_id, q.reply_queue, p.tid::text "
+    "FROM (SELECT DISTINCT $1::text AS domain, x.id FROM unnest($2::uuid[]) "
+    "AS x(id) ORDER BY x.id) x CROSS JOIN LATERAL (SELECT p.ctid AS tid, "
+    "p.domain, p.process_id, p.process_type, p.status, p.current_step, "
+    "p.state, p.error_code, p.error_message, p.created_at, p.updated_at, "
+    "p.completed_at, p.batch_id FROM commandbus.process p WHERE p.domain = "
+    "x.domain AND p.process_id = x.id ORDER BY p.process_id LIMIT 1 FOR "
+    "UPDATE) p LEFT JOIN LATERAL (SELECT c.reply_queue FROM "
+    "commandbus.process_audit a JOIN commandbus.command c ON c.domain = "
+    "a.domain AND c.command_id = a.command_id WHERE a.domain = x.domain AND "
+    "a.process_id = x.id ORDER BY a.sent_at DESC, a.id DESC LIMIT 1) q ON "
+    "TRUE";
+
+// Their trails (a statement of its own, after the locks: see apply()),
+// each row with its process id and ctid before the columns of trail_sql.
+constexpr const char* trail_many_sql
+  = "SELECT x.id, a.tid::text, a.step_name, a.command_id, a.command_type, "
+    "a.command_data, a.sent_at, a.reply_outcome, a.reply_data, "
+    "a.received_at FROM (SELECT DISTINCT $1::text AS domain, x.id FROM "
+    "unnest($2::uuid[]) AS x(id) ORDER BY x.id) x CROSS JOIN LATERAL (SELECT "
+    "a.ctid AS tid, a.id AS row_id, a.step_name, a.command_id, "
+    "a.command_type, a.command_data, a.sent_at, a.reply_outcome, "
+    "a.reply_data, a.received_at FROM commandbus.process_audit a WHERE "
+    "a.domain = x.domain AND a.process_id = x.id ORDER BY a.sent_at, a.id) a "
+    "ORDER BY x.id, a.sent_at, a.row_id";
+
+// The replies recorded in their commands' audit rows.
+constexpr const char* record_many_sql
+  = "UPDATE commandbus.process_audit a SET reply_outcome = f.outcome, "
+    "reply_data = f.data, received_at = clock_timestamp() FROM "
+    "unnest($1::tid[], $2::uuid[], $3::text[], $4::jsonb[]) AS f(tid, cid, "
+    "outcome, data) WHERE a.ctid = f.tid AND a.command_id = f.cid AND "
+    "a.reply_outcome IS NULL";
+
+// The processes moved on.
+constexpr const char* update_many_sql
+  = "UPDATE commandbus.process p SET status = f.status, current_step = "
+    "f.step, state = f.state, error_code = f.error_code, error_message = "
+    "f.error_message, updated_at = NOW(), completed_at = CASE WHEN "
+    "f.completed THEN NOW() ELSE p.completed_at END FROM unnest($1::tid[], "
+    "$2::text[], $3::text[], $4::jsonb[], $5::text[], $6::text[], "
+    "$7::boolean[]) AS f(tid, status, step, state, error_code, "
+    "error_message, completed) WHERE p.ctid = f.tid";
+
+// The next commands (the bus's set-based send of one domain: one message
+// each, the PENDING rows, the SENT audits, one NOTIFY) ...
+constexpr const char* send_many_sql
+  = "SELECT count(*) FROM commandbus.cmdbus_send_commands($1, $2, "
+    "$3::uuid[], $4::text[], $5::jsonb[], $6::uuid[], $7::text[], "
+    "$8::int[], $9::uuid[])";
+
+// ... and their process_audit rows.
+constexpr const char* step_many_sql
+  = "INSERT INTO commandbus.process_audit (domain, process_id, step_name, "
+    "command_id, command_type, command_data, sent_at) SELECT $1, x.pid, "
+    "x.step, x.cid, x.ctype, x.data, clock_timestamp() FROM "
+    "unnest($2::uuid[], $3::text[], $4::uuid[], $5::text[], $6::jsonb[]) AS "
+    "x(pid, step, cid, ctype, data)";
+
+// The writes of a group, as parallel arrays.
+struct group_writes {
+  // Replies recorded.
+  std::vector<std::string> reply_tids, reply_cids, reply_outcomes;
+  std::vector<std::optional<std::string>> reply_data;
+  // Processes updated.
+  std::vector<std::string> tids, statuses, states, completed;
+  std::vector<std::optional<std::string>> steps, error_codes, error_messages;
+  // Commands sent.
+  std::vector<db::prepared_command> sends;
+  std::vector<std::string> send_pids, send_steps, send_data;
+  // Batch counters.
+  std::vector<std::pair<uuid, batch_delta>> deltas;
+};
+
+std::optional<std::string> opt_text(const std::optional<json>& x) {
+  if (!x)
+    return std::nullopt;
+  return x->text();
+}
+
+// The statements writing `w` (none when there is nothing to write), with
+// the index of the send among them, if any.
+std::vector<db::connection::statement>
+write_statements(const std::string& domain, const group_writes& w,
+                 std::optional<size_t>& send_at) {
+  std::vector<db::connection::statement> out;
+  if (!w.reply_tids.empty())
+    out.push_back(
+      {record_many_sql,
+       {db::array_literal(w.reply_tids), db::array_literal(w.reply_cids),
+        db::array_literal(w.reply_outcomes), db::array_literal(w.reply_data)},
+       "cmdbus_process_record_many"});
+  if (!w.tids.empty())
+    out.push_back(
+      {update_many_sql,
+       {db::array_literal(w.tids), db::array_literal(w.statuses),
+        db::array_literal(w.steps), db::array_literal(w.states),
+        db::array_literal(w.error_codes), db::array_literal(w.error_messages),
+        db::array_literal(w.completed)},
+       "cmdbus_process_update_many"});
+  if (!w.sends.empty()) {
+    std::vector<std::string> ids, types, messages, correlations;
+    std::vector<std::optional<std::string>> reply_tos, batches;
+    std::vector<int64_t> attempts;
+    for (auto& c : w.sends) {
+      ids.push_back(c.command_id.to_string());
+      types.push_back(c.command_type);
+      messages.push_back(c.message);
+      correlations.push_back(c.correlation_id.to_string());
+      reply_tos.push_back(c.reply_to);
+      attempts.push_back(c.max_attempts);
+      batches.emplace_back(std::nullopt);
+    }
+    send_at = out.size();
+    out.push_back(
+      {send_many_sql,
+       {domain, w.sends.front().queue, db::array_literal(ids),
+        db::array_literal(types), db::array_literal(messages),
+        db::array_literal(correlations), db::array_literal(reply_tos),
+        db::array_literal(attempts), db::array_literal(batches)},
+       "cmdbus_process_send_many"});
+    out.push_back({step_many_sql,
+                   {domain, db::array_literal(w.send_pids),
+                    db::array_literal(w.send_steps), db::array_literal(ids),
+                    db::array_literal(types), db::array_literal(w.send_data)},
+                   "cmdbus_process_step_many"});
+  }
+  if (!w.deltas.empty())
+    out.push_back(batch_statement(domain, w.deltas));
+  return out;
+}
+
+} // namespace
+
+std::vector<transition>
+process_store::apply_many(db::connection& conn, const std::string& domain,
+                          const std::vector<process_reply>& replies,
+                          const workflow_lookup& lookup) const {
+  if (replies.empty())
+    return {};
+  std::vector<std::string> ids;
+  {
+    std::vector<uuid> sorted;
+    for (auto& x : replies)
+      sorted.push_back(x.process_id);
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      throw invalid_operation_error("apply_many: a process has two replies "
+                                    "in one group");
+    for (auto& id : sorted)
+      ids.push_back(id.to_string());
+  }
+  auto ids_param = db::array_literal(ids);
   return db::in_transaction(conn, [&](db::connection&) {
-    // The process (locked), the reply queue of its commands, and its trail,
-    // in one round trip. The trail is a statement of its own, after the
-    // lock: a reply applied by whoever held the lock before is visible to
-    // it (read committed), so a concurrent copy of a reply applies once.
-    std::vector<db::connection::statement> reads;
-    reads.push_back(
-      {std::string{"SELECT "} + process_columns
-         + ", (SELECT c.reply_queue FROM commandbus.process_audit a JOIN "
-           "commandbus.command c ON c.domain = a.domain AND c.command_id = "
-           "a.command_id WHERE a.domain = $1 AND a.process_id = $2::uuid "
-           "ORDER BY a.sent_at DESC, a.id DESC LIMIT 1) FROM "
-           "commandbus.process WHERE domain = $1 AND process_id = $2::uuid "
-           "FOR UPDATE",
-       {domain, process_id.to_string()},
-       "cmdbus_process_lock"});
-    reads.push_back(
-      {trail_sql, {domain, process_id.to_string()}, "cmdbus_process_trail"});
-    auto got = conn.pipeline(reads);
-    if (got[0].rows() == 0) {
-      transition t;
-      t.disposition = reply_disposition::unknown_process;
-      t.outcome = r.outcome;
-      return t;
+    // The processes (locked) and then their trails, in one round trip.
+    auto got = conn.pipeline(
+      {{lock_many_sql, {domain, ids_param}, "cmdbus_process_lock_many"},
+       {trail_many_sql, {domain, ids_param}, "cmdbus_process_trail_many"}});
+    auto& rows = got[0];
+    auto& trail_rows = got[1];
+    std::map<uuid, int> row_of;
+    for (int i = 0; i < rows.rows(); ++i)
+      row_of.emplace(db::uuid_at(rows, i, 1), i);
+    struct trail_of {
+      std::vector<process_audit_entry> entries;
+      std::vector<std::string> tids;
+    };
+    std::map<uuid, trail_of> trails;
+    for (int i = 0; i < trail_rows.rows(); ++i) {
+      auto& t = trails[db::uuid_at(trail_rows, i, 0)];
+      t.tids.emplace_back(trail_rows.text(i, 1));
+      t.entries.push_back(trail_entry_at(trail_rows, i, 2));
     }
-    auto p = to_process(got[0], 0);
-    auto* w = lookup(p.process_type);
-    if (w == nullptr)
-      throw unknown_workflow_error("no workflow for process type "
-                                   + p.process_type + " is registered here");
-    auto reply_queue = got[0].opt_text(0, 12);
-    auto trail = to_trail(got[1]);
-    auto t = decide(p, trail, r, *w);
-    // The writes, in one round trip.
-    std::vector<db::connection::statement> writes;
-    if (t.record_reply)
-      writes.push_back(
-        {"UPDATE commandbus.process_audit SET reply_outcome = $4, reply_data "
-         "= $5::jsonb, received_at = clock_timestamp() WHERE domain = $1 AND "
-         "process_id = $2::uuid AND command_id = $3::uuid AND reply_outcome "
-         "IS NULL",
-         {domain, process_id.to_string(), r.command_id.to_string(),
-          std::string{to_string(r.outcome)}, json_param(t.reply_data)},
-         "cmdbus_process_reply"});
-    std::optional<std::pair<size_t, db::prepared_command>> send;
-    if (t.changed()) {
-      writes.push_back(
-        {"UPDATE commandbus.process SET status = $3, current_step = $4, "
-         "state = $5::jsonb, error_code = $6, error_message = $7, updated_at "
-         "= NOW(), completed_at = CASE WHEN $8::boolean THEN NOW() ELSE "
-         "completed_at END WHERE domain = $1 AND process_id = $2::uuid",
-         {domain, process_id.to_string(), std::string{to_string(t.status)},
-          t.current_step, t.state.text(), t.error_code, t.error_message,
-          db::to_param(t.completed)},
-         "cmdbus_process_update"});
-      if (t.send) {
-        if (!reply_queue || reply_queue->empty())
-          throw invalid_operation_error("process " + process_id.to_string()
-                                        + " has no reply queue");
-        db::prepared_command sent;
-        auto step = step_statements(opts_, domain, process_id, *reply_queue,
-                                    *t.send, sent);
-        send.emplace(writes.size(), std::move(sent));
-        writes.insert(writes.end(), step.begin(), step.end());
+    // The decisions (nothing is written before all are made: a workflow
+    // that throws leaves the whole group unwritten) ...
+    std::vector<transition> out;
+    out.reserve(replies.size());
+    group_writes w;
+    for (auto& [process_id, r] : replies) {
+      auto row = row_of.find(process_id);
+      if (row == row_of.end()) {
+        transition t;
+        t.disposition = reply_disposition::unknown_process;
+        t.outcome = r.outcome;
+        out.push_back(std::move(t));
+        continue;
       }
-      auto d = batch_delta_for(p.status, t.status);
-      if (p.batch_id && !d.empty())
-        writes.push_back(batch_statement(domain, {{*p.batch_id, d}}));
+      auto p = to_process(rows, row->second);
+      auto* wf = lookup(p.process_type);
+      if (wf == nullptr)
+        throw unknown_workflow_error("no workflow for process type "
+                                     + p.process_type + " is registered here");
+      auto& trail = trails[process_id];
+      auto t = decide(p, trail.entries, r, *wf);
+      if (t.record_reply) {
+        // Every row of the command without a reply (one in our trails).
+        for (size_t i = 0; i < trail.entries.size(); ++i)
+          if (trail.entries[i].command_id == r.command_id
+              && !trail.entries[i].outcome) {
+            w.reply_tids.push_back(trail.tids[i]);
+            w.reply_cids.push_back(r.command_id.to_string());
+            w.reply_outcomes.emplace_back(to_string(r.outcome));
+            w.reply_data.push_back(opt_text(t.reply_data));
+          }
+      }
+      if (t.changed()) {
+        w.tids.emplace_back(rows.text(row->second, 13));
+        w.statuses.emplace_back(to_string(t.status));
+        w.steps.push_back(t.current_step);
+        w.states.push_back(t.state.text());
+        w.error_codes.push_back(t.error_code);
+        w.error_messages.push_back(t.error_message);
+        w.completed.emplace_back(t.completed ? "t" : "f");
+        if (t.send) {
+          auto reply_queue = rows.opt_text(row->second, 12);
+          if (!reply_queue || reply_queue->empty())
+            throw invalid_operation_error("process " + process_id.to_string()
+                                          + " has no reply queue");
+          send_request req;
+          req.domain = domain;
+          req.command_type = t.send->command.command_type;
+          req.command_id = uuid::random();
+          req.data = t.send->command.data;
+          req.correlation_id = process_id;
+          req.reply_to = *reply_queue;
+          w.sends.push_back(db::prepare(req, opts_.default_max_attempts));
+          w.send_pids.push_back(process_id.to_string());
+          w.send_steps.push_back(t.send->step);
+          w.send_data.push_back(req.data.text());
+        }
+        auto d = batch_delta_for(p.status, t.status);
+        if (p.batch_id && !d.empty())
+          w.deltas.emplace_back(*p.batch_id, d);
+      }
+      out.push_back(std::move(t));
     }
-    run_all(conn, writes, send);
-    return t;
+    // ... and the writes, in one round trip.
+    std::optional<size_t> send_at;
+    auto sts = write_statements(domain, w, send_at);
+    if (!sts.empty()) {
+      auto results = conn.pipeline(sts);
+      if (send_at
+          && results[*send_at].int64(0, 0)
+               != static_cast<int64_t>(w.sends.size()))
+        throw command_bus_error("the next commands of " + domain
+                                + "'s processes were not all sent");
+    }
+    return out;
   });
 }
 

@@ -47,6 +47,13 @@ struct process_query {
   int limit = 100;
 };
 
+/// A reply to apply (process_store::apply_many) and the process it
+/// answers (its correlation id).
+struct process_reply {
+  uuid process_id;
+  reply r;
+};
+
 /// Reads and writes processes. Stateless apart from its options; safe to
 /// share between threads (each call uses the connection it is given).
 ///
@@ -114,6 +121,20 @@ public:
   transition apply(db::connection& conn, const std::string& domain,
                    const uuid& process_id, const reply& r,
                    const workflow_lookup& lookup) const;
+
+  /// Applies each of `replies` as apply() does, all in one transaction (the
+  /// caller's when one is open), with a few set-based statements for the
+  /// whole group: the processes locked (in process_id order) and their
+  /// trails read in one round trip, every decision made, then every write
+  /// in another round trip. Returns a transition per reply, in order. The
+  /// processes must be distinct (`invalid_operation_error` otherwise,
+  /// before any SQL). When a workflow throws, or `lookup` has none for a
+  /// process (`unknown_workflow_error`), nothing of the group has been
+  /// written and the exception propagates as in apply().
+  std::vector<transition> apply_many(db::connection& conn,
+                                     const std::string& domain,
+                                     const std::vector<process_reply>& replies,
+                                     const workflow_lookup& lookup) const;
 
   /// Moves the WAITING processes of `domain` whose current step's command
   /// is IN_TROUBLESHOOTING_QUEUE to WAITING_FOR_TSQ (one statement) and

@@ -23,6 +23,7 @@
 #include "tests/support/eventually.hpp"
 #include "tests/support/rows.hpp"
 #include "tests/support/sql_checks.hpp"
+#include "tests/support/tcp_proxy.hpp"
 #include "tests/support/test_db.hpp"
 #include "tests/unit/process_workflow_fixture.hpp"
 
@@ -681,3 +682,230 @@ TEST(ProcessStore, ListFiltersByStatusAndType) {
 }
 
 } // namespace
+
+namespace {
+
+process_store::workflow_lookup order_lookup() {
+  return
+    [](const std::string&) -> const workflow* { return &order_workflow(); };
+}
+
+} // namespace
+
+TEST(ProcessStore, AGroupOfRepliesGetsTheOutcomeOfEachAloneInOneTransaction) {
+  // apply_many (a writer's group): replies of different processes, each
+  // decided as apply() decides it alone, written together; a process twice
+  // in a group is refused before any SQL.
+  process_env e;
+  auto& c = e.env.conn;
+  auto a = e.start(), b = e.start(), x = e.start(), late = e.start();
+  auto late_first = e.current(late);
+  e.apply(late, success(late_first));
+  auto a_first = e.current(a);
+  auto ts = e.store.apply_many(
+    c, e.domain,
+    {{a, success(a_first, R"({"reservation_id":"r-1"})")},
+     {b, failed(e.current(b))},
+     {x, canceled(e.current(x))},
+     {late, success(late_first)},
+     {uuid::random(), success(uuid::random())}},
+    order_lookup());
+  EXPECT_FALSE(c.in_transaction());
+  ASSERT_EQ(ts.size(), 5u);
+  EXPECT_EQ(ts[0].disposition, reply_disposition::applied);
+  EXPECT_EQ(e.get(a).current_step, "Debit");
+  EXPECT_EQ(e.steps(a), (strings{"Reserve", "Debit"}));
+  EXPECT_EQ(e.commands_of(a), 2);
+  auto trail = e.store.audit_trail(c, e.domain, a);
+  ASSERT_EQ(trail.size(), 2u);
+  EXPECT_EQ(trail[0].outcome, reply_outcome::success);
+  ASSERT_TRUE(trail[0].reply_data);
+  EXPECT_NE(trail[0].reply_data->text().find("r-1"), std::string::npos);
+  EXPECT_FALSE(trail[1].outcome);
+  // The next command is in the queue, replying to the process's queue.
+  EXPECT_EQ(scalar(c,
+                   "SELECT status || ' ' || reply_queue FROM "
+                   "commandbus.command WHERE domain = $1 AND command_id = "
+                   "$2::uuid",
+                   e.domain, trail[1].command_id.to_string()),
+            "PENDING " + e.reply_queue);
+  EXPECT_EQ(ts[1].disposition, reply_disposition::applied);
+  EXPECT_EQ(e.get(b).status, ts[1].status);
+  EXPECT_EQ(e.get(b).error_code, "NO_FUNDS");
+  EXPECT_EQ(ts[2].disposition, reply_disposition::applied);
+  EXPECT_EQ(e.get(x).status, process_status::compensated);
+  EXPECT_EQ(ts[3].disposition, reply_disposition::already_answered);
+  EXPECT_EQ(e.commands_of(late), 2);
+  EXPECT_EQ(ts[4].disposition, reply_disposition::unknown_process);
+  // Each alone would have given the same: the late reply again.
+  EXPECT_EQ(e.apply(late, success(late_first)).disposition,
+            reply_disposition::already_answered);
+  auto next = e.current(a);
+  EXPECT_THROW(e.store.apply_many(c, e.domain,
+                                  {{a, success(next)}, {a, success(next)}},
+                                  order_lookup()),
+               invalid_operation_error);
+  EXPECT_FALSE(c.in_transaction());
+  EXPECT_EQ(e.steps(a), (strings{"Reserve", "Debit"}));
+}
+
+TEST(ProcessStore, RepliesFindTheirProcessByKeyInADomainTheStatisticsMissed) {
+  // The tables analyzed before the domain had a row (a domain new since the
+  // last ANALYZE; a fresh database is alike): a plan made for the domain's
+  // value estimates it at one row, and a statement written with `domain =
+  // $1` may then walk the whole domain per reply through any index that
+  // leads with the domain (the commands by (domain, command_id) with the
+  // domain alone; the processes by idx_process_status). Each reply must
+  // find its rows by key.
+  process_env e;
+  auto& c = e.env.conn;
+  // Statistics of tables with rows, all of another domain.
+  auto other = unique_name("pm_other");
+  c.query("INSERT INTO commandbus.process (domain, process_id, process_type, "
+          "status, current_step, state, created_at, updated_at) SELECT $1, "
+          "gen_random_uuid(), 'OrderFulfilment', 'WAITING', 'Reserve', '{}', "
+          "NOW(), NOW() FROM generate_series(1, 3000)",
+          other);
+  c.query("INSERT INTO commandbus.process_audit (domain, process_id, "
+          "step_name, command_id, command_type, sent_at) SELECT domain, "
+          "process_id, 'Reserve', gen_random_uuid(), 'ReserveStock', NOW() "
+          "FROM commandbus.process WHERE domain = $1",
+          other);
+  c.query("INSERT INTO commandbus.command (domain, queue_name, msg_id, "
+          "command_id, command_type, status, attempts, max_attempts, "
+          "reply_queue, correlation_id) SELECT domain, $2, 0, command_id, "
+          "command_type, 'PENDING', 0, 3, $3, process_id FROM "
+          "commandbus.process_audit WHERE domain = $1",
+          other, db::command_queue(other), other + "__process_replies");
+  c.exec("ANALYZE commandbus.process, commandbus.process_audit, "
+         "commandbus.command");
+  // The domain grows after the ANALYZE: processes waiting at their first
+  // step, with their commands.
+  c.query("INSERT INTO commandbus.process (domain, process_id, process_type, "
+          "status, current_step, state, created_at, updated_at) SELECT $1, "
+          "gen_random_uuid(), 'OrderFulfilment', 'WAITING', 'Reserve', '{}', "
+          "NOW(), NOW() FROM generate_series(1, 1000)",
+          e.domain);
+  c.query("INSERT INTO commandbus.command (domain, queue_name, msg_id, "
+          "command_id, command_type, status, attempts, max_attempts, "
+          "reply_queue, correlation_id) SELECT domain, $2, 0, "
+          "gen_random_uuid(), 'ReserveStock', 'PENDING', 0, 3, $3, process_id "
+          "FROM commandbus.process WHERE domain = $1",
+          e.domain, db::command_queue(e.domain), e.reply_queue);
+  std::vector<uuid> ids;
+  for (int i = 0; i < 12; ++i)
+    ids.push_back(e.start());
+  // The rows the statements read from the tables (heap fetches through an
+  // index and rows of sequential scans).
+  auto rows_read = [&] {
+    c.query("SELECT pg_stat_force_next_flush()");
+    return c
+      .query("SELECT COALESCE(sum(COALESCE(seq_tup_read, 0) + "
+             "COALESCE(idx_tup_fetch, 0)), 0)::bigint FROM "
+             "pg_stat_user_tables WHERE schemaname = 'commandbus' AND "
+             "relname IN ('process', 'process_audit', 'command')")
+      .int64(0, 0);
+  };
+  // The trails and commands of the processes read beforehand, so that what
+  // is counted is the applies' reads only.
+  std::vector<uuid> firsts;
+  for (auto& id : ids)
+    firsts.push_back(e.current(id));
+  auto read_before = rows_read();
+  // Index scans of the process tables, flushed from this session first.
+  auto scans = [&](const std::string& index) {
+    c.query("SELECT pg_stat_force_next_flush()");
+    return c
+      .query("SELECT COALESCE(sum(idx_scan), 0)::bigint FROM "
+             "pg_stat_user_indexes WHERE schemaname = 'commandbus' AND "
+             "indexrelname = $1",
+             index)
+      .int64(0, 0);
+  };
+  auto status_before = scans("idx_process_status");
+  auto type_before = scans("idx_process_type");
+  auto key_before = scans("process_pkey") + scans("ix_cmdbus_process_id");
+  for (size_t i = 0; i < ids.size(); ++i)
+    EXPECT_EQ(e.apply(ids[i], success(firsts[i])).disposition,
+              reply_disposition::applied);
+  // A few rows per reply (the process, its trail, its latest command; the
+  // foreign key checks of the rows inserted), not the domain's.
+  auto read = rows_read() - read_before;
+  EXPECT_LE(read, static_cast<int64_t>(ids.size()) * 10) << read;
+  EXPECT_EQ(scans("idx_process_status") - status_before, 0);
+  EXPECT_EQ(scans("idx_process_type") - type_before, 0);
+  // (The counters move: the processes were found by key.)
+  EXPECT_GT(scans("process_pkey") + scans("ix_cmdbus_process_id") - key_before,
+            0);
+}
+
+TEST(ProcessStore, AGroupCutBeforeItsCommitWritesNothingAndAppliesOnceLater) {
+  // The connection of a group is cut while the group waits for the lock of
+  // its last process (the others locked already): nothing of the group is
+  // written, every lock is released, and the same group applied again
+  // moves each process on once; a third time changes nothing.
+  process_env e;
+  auto& c = e.env.conn;
+  std::vector<uuid> ids;
+  for (int i = 0; i < 5; ++i)
+    ids.push_back(e.start());
+  std::sort(ids.begin(), ids.end());
+  std::vector<process_reply> group;
+  for (auto& id : ids)
+    group.push_back({id, success(e.current(id))});
+  auto port = std::stoi(
+    std::string{scalar(c, "SELECT current_setting('port')").value_or("0")});
+  auto proxy = std::make_shared<tcp_proxy>(port);
+  auto cut_conn = std::make_shared<db::connection>(db::connection::open(
+    dsn() + " host=127.0.0.1 port=" + std::to_string(proxy->port())
+    + " connect_timeout=2"));
+  auto cut_pid = cut_conn->backend_pid();
+  auto holder = e.env.pool.acquire();
+  db::transaction tx{*holder};
+  holder->query("SELECT 1 FROM commandbus.process WHERE domain = $1 AND "
+                "process_id = $2::uuid FOR UPDATE",
+                e.domain, ids.back().to_string());
+  auto error = std::make_shared<std::string>();
+  auto domain = e.domain;
+  std::thread applier{[cut_conn, group, domain, error] {
+    try {
+      process_store{}.apply_many(*cut_conn, domain, group, order_lookup());
+      *error = "no error";
+    } catch (const db::error& x) {
+      *error = x.code() == db::errc::connection ? "connection" : x.what();
+    } catch (const std::exception& x) {
+      *error = x.what();
+    }
+  }};
+  EXPECT_TRUE(eventually([&] {
+    return c.query("SELECT count(*) FROM pg_stat_activity WHERE "
+                   "pg_blocking_pids(pid) @> ARRAY[$1::int]",
+                   holder->backend_pid())
+             .int64(0, 0)
+           > 0;
+  }));
+  proxy->cut();
+  applier.join();
+  EXPECT_EQ(*error, "connection");
+  tx.commit();
+  // The server ends the cut session (it rolls back) once it finds the
+  // client gone.
+  EXPECT_TRUE(eventually([&] {
+    return c.query("SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                   cut_pid)
+             .int64(0, 0)
+           == 0;
+  }));
+  for (auto& id : ids) {
+    EXPECT_EQ(e.steps(id), (strings{"Reserve"}));
+    EXPECT_EQ(e.get(id).current_step, "Reserve");
+  }
+  auto again = e.store.apply_many(c, e.domain, group, order_lookup());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(again[i].disposition, reply_disposition::applied);
+    EXPECT_EQ(e.steps(ids[i]), (strings{"Reserve", "Debit"}));
+    EXPECT_EQ(e.commands_of(ids[i]), 2);
+  }
+  for (auto& t : e.store.apply_many(c, e.domain, group, order_lookup()))
+    EXPECT_EQ(t.disposition, reply_disposition::already_answered);
+}
