@@ -17,11 +17,10 @@
 
 namespace cmdbus::config {
 
-std::map<std::string, std::string>
-exec_programs_of(const exec_config& cfg, const std::string& domain) {
+std::map<std::string, std::string> exec_programs_of(const exec_config& cfg,
+                                                    const std::string& domain) {
   auto out = cfg.programs;
-  if (auto i = cfg.domain_programs.find(domain);
-      i != cfg.domain_programs.end())
+  if (auto i = cfg.domain_programs.find(domain); i != cfg.domain_programs.end())
     for (const auto& [type, command] : i->second)
       out[type] = command;
   return out;
@@ -146,7 +145,8 @@ validate_exec(const exec_config& cfg, const std::vector<std::string>& domains) {
                    + db::printable(domain),
                  x);
   }
-  if (cfg.kill_grace < milliseconds{0} || cfg.kill_grace > std::chrono::minutes{10})
+  if (cfg.kill_grace < milliseconds{0}
+      || cfg.kill_grace > std::chrono::minutes{10})
     report("exec-kill-grace (" + detail::ms_text(cfg.kill_grace)
            + ") must be between 0ms and 10min");
   if (cfg.max_output < 1024 || cfg.max_output > (int64_t{64} << 20))
@@ -249,9 +249,7 @@ std::vector<setting<worker_config>> exec_settings() {
      form::value,
      {"--exec-kill-grace", "DUR",
       "time between a program's SIGTERM and its SIGKILL, 0..10min (5s)"},
-     [](c& x, const v& y, bool) {
-       x.exec.kill_grace = as_duration(y, false);
-     }},
+     [](c& x, const v& y, bool) { x.exec.kill_grace = as_duration(y, false); }},
     {kind::integer,
      "exec",
      "max-output",

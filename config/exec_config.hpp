@@ -50,8 +50,8 @@ struct exec_config {
 
 /// The programs of `domain` by command type: `programs`, overridden by the
 /// domain's own.
-std::map<std::string, std::string>
-exec_programs_of(const exec_config& cfg, const std::string& domain);
+std::map<std::string, std::string> exec_programs_of(const exec_config& cfg,
+                                                    const std::string& domain);
 
 /// The timeout of `type` in `domain`: the domain's own for the type, else
 /// the type's, else `timeout`.

@@ -78,12 +78,12 @@ handler_fn make_exec_handler(std::shared_ptr<const exec_spec> spec) {
 void add_exec_handlers(handler_registry& registry,
                        const config::exec_config& cfg,
                        const std::string& domain) {
-  auto env = pass_environment(cfg.env,
-                              [](const char* name) -> std::optional<std::string> {
-                                if (const char* v = std::getenv(name))
-                                  return std::string{v};
-                                return std::nullopt;
-                              });
+  auto env = pass_environment(
+    cfg.env, [](const char* name) -> std::optional<std::string> {
+      if (const char* v = std::getenv(name))
+        return std::string{v};
+      return std::nullopt;
+    });
   for (const auto& [type, command] : config::exec_programs_of(cfg, domain)) {
     auto spec = std::make_shared<exec_spec>();
     spec->type = type;

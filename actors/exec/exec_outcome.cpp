@@ -60,8 +60,8 @@ std::optional<error_document> as_error_document(std::string_view text) {
     {code->value.GetString(), code->value.GetStringLength()});
   if (auto m = doc.FindMember("message");
       m != doc.MemberEnd() && m->value.IsString())
-    out.message = to_valid_text({m->value.GetString(),
-                                 m->value.GetStringLength()});
+    out.message = to_valid_text(
+      {m->value.GetString(), m->value.GetStringLength()});
   if (auto d = doc.FindMember("details");
       d != doc.MemberEnd() && d->value.IsObject()) {
     rapidjson::StringBuffer buf;
@@ -128,8 +128,7 @@ template <class Error>
   }
   auto tail = stderr_tail(r);
   throw Error(fallback_code,
-              tail.empty() ? fallback_message
-                           : fallback_message + ": " + tail,
+              tail.empty() ? fallback_message : fallback_message + ": " + tail,
               details_of(r));
 }
 
@@ -169,14 +168,15 @@ json to_result(const program_result& r, const run_description& what) {
           + ")",
         details_of(r));
     case program_end::cancelled:
-      throw transient_command_error(
-        "EXEC_CANCELLED",
-        "the worker is stopping: " + program + " was stopped before its end",
-        details_of(r));
+      throw transient_command_error("EXEC_CANCELLED",
+                                    "the worker is stopping: " + program
+                                      + " was stopped before its end",
+                                    details_of(r));
     case program_end::signaled:
-      throw transient_command_error(
-        "EXEC_KILLED", program + " was ended by signal " + signal_text(r.signal),
-        details_of(r));
+      throw transient_command_error("EXEC_KILLED",
+                                    program + " was ended by signal "
+                                      + signal_text(r.signal),
+                                    details_of(r));
     case program_end::exited: break;
   }
   if (r.exit_status < 0)
@@ -210,11 +210,11 @@ json to_result(const program_result& r, const run_description& what) {
   try {
     return json::parse(out);
   } catch (const std::exception& e) {
-    throw permanent_command_error(
-      "EXEC_BAD_OUTPUT",
-      "the standard output of " + program
-        + " is not a JSON document: " + to_valid_text(e.what()),
-      details_of(r));
+    throw permanent_command_error("EXEC_BAD_OUTPUT",
+                                  "the standard output of " + program
+                                    + " is not a JSON document: "
+                                    + to_valid_text(e.what()),
+                                  details_of(r));
   }
 }
 

@@ -239,12 +239,11 @@ program_result run_program(const std::vector<std::string>& argv,
     auto args = c_strings(argv);
     auto envp = c_strings(env);
     bool has_slash = argv.front().find('/') != std::string::npos;
-    int rc = has_slash ? ::posix_spawn(&pid, args[0], actions.get(),
-                                       attributes.get(), args.data(),
-                                       envp.data())
-                       : ::posix_spawnp(&pid, args[0], actions.get(),
-                                        attributes.get(), args.data(),
-                                        envp.data());
+    int rc = has_slash
+               ? ::posix_spawn(&pid, args[0], actions.get(), attributes.get(),
+                               args.data(), envp.data())
+               : ::posix_spawnp(&pid, args[0], actions.get(), attributes.get(),
+                                args.data(), envp.data());
     if (rc != 0) {
       r.spawn_error = rc;
       return r;

@@ -7,9 +7,9 @@
 // thread that may block (a blocking handler's own thread, never one of the
 // actor scheduler's).
 
-#include <functional>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -70,9 +70,9 @@ struct program_result {
 /// descriptors 0, 1 and 2 and no other descriptor of this process, default
 /// signal dispositions and an empty signal mask. At the timeout its process
 /// group gets SIGTERM, after kill_grace SIGKILL; `cancelled`, when given and
-/// true (it is asked every 100 ms), ends it the same way. The child is always reaped and every pipe
-/// closed before this returns; a program that does not read its input is
-/// not an error. Never throws for the program's failures (see
+/// true (it is asked every 100 ms), ends it the same way. The child is always
+/// reaped and every pipe closed before this returns; a program that does not
+/// read its input is not an error. Never throws for the program's failures (see
 /// program_result); throws std::system_error when the pipes cannot be made.
 program_result run_program(const std::vector<std::string>& argv,
                            const std::vector<std::string>& env,

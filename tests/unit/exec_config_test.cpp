@@ -58,8 +58,8 @@ concurrency = 2
 exec-timeout = 5min
 )"};
   auto cfg = load({"--config", file.path(), "--exec", "Notify=/bin/notify all",
-                   "--exec", "Ping=/bin/true", "--exec-timeout",
-                   "Ping=250ms", "--exec-max-output", "2048"},
+                   "--exec", "Ping=/bin/true", "--exec-timeout", "Ping=250ms",
+                   "--exec-max-output", "2048"},
                   fake_env{{{"CMDBUS_EXEC_KILL_GRACE", "3s"}}}.lookup());
   EXPECT_EQ(cfg.exec.timeout, 2min);
   EXPECT_EQ(cfg.exec.kill_grace, 3s);
@@ -80,8 +80,9 @@ exec-timeout = 5min
 
   // --dump-config writes it all as a file that reads back the same.
   auto text = describe(cfg);
-  EXPECT_TRUE(contains(text, "[domains.mail.exec]\nNotify = \"/bin/notify all\"\n"
-                             "Ping = \"/bin/true\"\n"))
+  EXPECT_TRUE(contains(text,
+                       "[domains.mail.exec]\nNotify = \"/bin/notify all\"\n"
+                       "Ping = \"/bin/true\"\n"))
     << text;
   worker_config again;
   apply_ini(again, text, "dump.ini");
@@ -106,13 +107,14 @@ TEST(ExecConfig, refuses_bad_values_with_clear_messages) {
                        "the command is empty"));
   EXPECT_TRUE(contains(args_error({"--domain", "d", "--exec", "G=sh -c 'x"}),
                        "quote is not closed"));
-  EXPECT_TRUE(contains(args_error({"--domain", "d", "--exec-timeout",
-                                   "Greet=soon"}),
-                       "--exec-timeout"));
+  EXPECT_TRUE(
+    contains(args_error({"--domain", "d", "--exec-timeout", "Greet=soon"}),
+             "--exec-timeout"));
   // A per-type timeout is the command line's (the file has its own place).
   EXPECT_TRUE(contains(error_of([] {
                          worker_config cfg;
-                         apply_ini(cfg, "[exec]\ntimeout = Greet=1s\n", "w.ini");
+                         apply_ini(cfg, "[exec]\ntimeout = Greet=1s\n",
+                                   "w.ini");
                        }),
                        "w.ini:2"));
   EXPECT_TRUE(contains(error_of([] {

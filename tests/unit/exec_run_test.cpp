@@ -30,8 +30,8 @@ using words = std::vector<std::string>;
 
 program_result sh(const std::string& script, std::string_view input = {},
                   program_limits limits = {}) {
-  return run_program({"/bin/sh", "-c", script}, {"PATH=/usr/bin:/bin"},
-                     input, limits);
+  return run_program({"/bin/sh", "-c", script}, {"PATH=/usr/bin:/bin"}, input,
+                     limits);
 }
 
 /// The descriptors this process has open.
@@ -110,8 +110,8 @@ TEST(ExecRun, cuts_output_beyond_the_limit_and_survives_unread_input) {
   // normally, 1 KiB of each output is kept, and the write to its closed
   // input raises no SIGPIPE here.
   std::string input(2 << 20, 'i');
-  auto r = sh("head -c 5000000 /dev/zero; head -c 5000000 /dev/zero >&2",
-              input, {60s, 5s, 1024});
+  auto r = sh("head -c 5000000 /dev/zero; head -c 5000000 /dev/zero >&2", input,
+              {60s, 5s, 1024});
   EXPECT_EQ(r.end, program_end::exited);
   EXPECT_EQ(r.exit_status, 0);
   EXPECT_EQ(r.out.size(), 1024u);
@@ -199,7 +199,8 @@ TEST(ExecRun, reports_a_program_that_cannot_start) {
     << e.error_message();
 }
 
-// -- what a run means ----------------------------------------------------------
+// -- what a run means
+// ----------------------------------------------------------
 
 TEST(ExecOutcome, maps_exit_statuses_and_error_documents) {
   EXPECT_EQ(to_result(exited(0, " {\"ok\": true}\n"), {}).text(),
@@ -224,8 +225,7 @@ TEST(ExecOutcome, maps_exit_statuses_and_error_documents) {
   auto rule2 = thrown_by<business_rule_error>(
     exited(exit_business_rule, "", "log line\n{\"code\": \"LIMIT\"}\n"));
   EXPECT_EQ(rule2.code(), "LIMIT");
-  auto plain_rule =
-    thrown_by<business_rule_error>(exited(exit_business_rule));
+  auto plain_rule = thrown_by<business_rule_error>(exited(exit_business_rule));
   EXPECT_EQ(plain_rule.code(), "EXEC_BUSINESS_RULE");
 
   auto failed = thrown_by<permanent_command_error>(
@@ -248,8 +248,8 @@ TEST(ExecOutcome, maps_exit_statuses_and_error_documents) {
   program_result timed;
   timed.end = program_end::timed_out;
   timed.signal = SIGKILL;
-  auto timeout =
-    thrown_by<transient_command_error>(timed, {1500ms, 200ms, 1024});
+  auto timeout = thrown_by<transient_command_error>(timed,
+                                                    {1500ms, 200ms, 1024});
   EXPECT_EQ(timeout.code(), "EXEC_TIMEOUT");
   EXPECT_NE(timeout.error_message().find("timeout of 1500 ms"),
             std::string::npos);
@@ -280,18 +280,20 @@ TEST(ExecOutcome, hands_the_command_and_its_context_to_the_program) {
                     "\"correlation_id\":\""
                   + cmd.correlation_id->to_string() + "\",\"reply_to\":null}";
   EXPECT_EQ(doc.text(), json::parse(expected).text());
-  auto env = pass_environment({"PATH", "UNSET_HERE", "REGION"},
-                              [](const char* name) -> std::optional<std::string> {
-                                if (std::string{name} == "PATH")
-                                  return "/bin";
-                                if (std::string{name} == "REGION")
-                                  return "eu";
-                                return std::nullopt;
-                              });
+  auto env = pass_environment(
+    {"PATH", "UNSET_HERE", "REGION"},
+    [](const char* name) -> std::optional<std::string> {
+      if (std::string{name} == "PATH")
+        return "/bin";
+      if (std::string{name} == "REGION")
+        return "eu";
+      return std::nullopt;
+    });
   EXPECT_EQ(env, (words{"PATH=/bin", "REGION=eu"}));
 }
 
-// -- thousands of runs ---------------------------------------------------------
+// -- thousands of runs
+// ---------------------------------------------------------
 
 TEST(ExecRun, thousands_of_commands_leave_no_descriptor_and_no_zombie) {
   // 2,000 commands through exec handlers on 4 threads (as 4 handler
