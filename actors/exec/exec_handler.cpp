@@ -69,8 +69,11 @@ handler_fn make_exec_handler(std::shared_ptr<const exec_spec> spec) {
   return [spec](const command& cmd, handler_context& ctx) -> json {
     auto input = input_document(cmd, ctx.attempt(), ctx.max_attempts(),
                                 ctx.msg_id());
-    auto run = run_program(spec->argv, spec->env, input, spec->limits,
-                           [&ctx] { return ctx.cancelled(); });
+    // The worker's stop (and every tick run) sets the context's cancel
+    // flag and then waits for running handlers up to its shutdown
+    // timeout: a program is let run to its end, bounded by its own
+    // timeout.
+    auto run = run_program(spec->argv, spec->env, input, spec->limits);
     return to_result(run, {spec->type, spec->command, spec->limits});
   };
 }

@@ -43,8 +43,8 @@ std::vector<std::string> pass_environment(
   const std::vector<std::string>& names,
   const std::function<std::optional<std::string>(const char*)>& getenv);
 
-/// A handler that runs `spec`'s program for each command (and stops it when
-/// the worker stops: its context's cancelled()).
+/// A handler that runs `spec`'s program for each command, to its end or
+/// its timeout (a stopping worker waits for it like for any handler).
 handler_fn make_exec_handler(std::shared_ptr<const exec_spec> spec);
 
 /// Registers a blocking handler in `domain` for each program `cfg` gives it
