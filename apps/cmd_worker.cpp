@@ -26,16 +26,21 @@ int run_worker(const std::vector<std::string>& argv) {
       "command type `Test` (driven by data.behavior) and the process type\n"
       "`DemoOrder` (replies on DOMAIN__process_replies; see `cmdbus "
       "process`).\n"
-      "Without --demo it has no handlers, so it refuses to start: a real\n"
-      "domain needs a worker built with its own handlers "
-      "(cmdbus::worker_main,\n"
-      "see examples/payments), since this one would fail every command with\n"
-      "HandlerNotFoundError and use up its attempts. With --remote-pool it\n"
-      "starts anyway: the handler nodes (`cmdbus node`) run the commands.";
+      "With --exec TYPE=COMMAND (or [domains.NAME.exec] in the config file)\n"
+      "it runs a program of any language for each command of TYPE: the\n"
+      "command as JSON on its standard input, the result on its standard\n"
+      "output, the outcome by its exit status (docs/exec.md).\n"
+      "Without --demo or --exec it has no handlers, so it refuses to start:\n"
+      "a real domain needs programs (--exec) or a worker built with its own\n"
+      "handlers (cmdbus::worker_main, see examples/payments), since this one\n"
+      "would fail every command with HandlerNotFoundError and use up its\n"
+      "attempts. With --remote-pool it starts anyway: the handler nodes\n"
+      "(`cmdbus node`) run the commands.";
   program.no_handlers_hint
-    = "cmdbus worker serves only the demo handlers, with --demo; for a real "
-      "domain build a worker of your own with its handlers (cmdbus::"
-      "worker_main, see examples/payments)";
+    = "give its command types programs with --exec TYPE=COMMAND (see "
+      "docs/exec.md), or build a worker of your own with its handlers "
+      "(cmdbus::worker_main, see examples/payments); --demo serves the demo "
+      "handlers";
   if (demo)
     program.register_domain = [](const std::string& domain,
                                  handler_registry& handlers,

@@ -15,6 +15,9 @@
 //   * delayed commands all becoming due at one instant while the worker
 //     idles: how long after that instant the first is taken, and how fast
 //     they drain, as a ratio to the prefetch phase's plain commands;
+//   * a trivial external program (`cmdbus worker --exec`, a shell script
+//     that reads its input and exits 0) beside the in-process no-op handler
+//     at the same concurrency and blocking mode, as a same-run ratio;
 //   * send->completed latency (server timestamps) at a paced offered load
 //     with NOTIFY, and the process's peak RSS against 64 MiB.
 //
@@ -37,6 +40,7 @@
 #include <unistd.h>
 
 #include "bench/bench_util.hpp"
+#include "cmdbus/actors/exec/exec_handler.hpp"
 #include "cmdbus/actors/worker.hpp"
 #include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/db/connection.hpp"
@@ -120,6 +124,26 @@ handler_registry noop_registry(const std::string& domain, handler_mode mode) {
     domain, "Noop",
     [](const command&, handler_context&) { return json::null(); }, mode);
   return reg;
+}
+
+// Runs a worker with `reg` over `n` pre-sent commands of `domain` and
+// returns its rate.
+bench::rate drain(const std::string& dsn, command_bus& bus,
+                  db::connection& conn, const std::string& domain, int n,
+                  int concurrency, handler_registry reg,
+                  const std::string& name) {
+  send_commands(bus, domain, n);
+  bench::settle(conn);
+  worker w{worker_cfg(dsn, domain, concurrency), std::move(reg)};
+  auto start = std::chrono::steady_clock::now();
+  w.start();
+  wait_completed(w, n, std::chrono::minutes{5});
+  auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                            - start)
+                .count();
+  w.stop(10s).get();
+  auto done = count_status(conn, domain, "COMPLETED");
+  return {name, static_cast<double>(done) / secs, done, secs};
 }
 
 const char* mode_name(handler_mode mode) {
@@ -344,6 +368,42 @@ int main(int argc, char** argv) {
       defaults = r;
   }
 
+  // -- an external program -----------------------------------------------------
+  // Each command starts a process (posix_spawn of /bin/sh with a script
+  // that reads its input and exits 0), on the blocking handler slots:
+  // compared with the in-process no-op handler in the same mode and
+  // concurrency over the same number of commands.
+  {
+    // A process per command costs milliseconds: 1,000 commands at most.
+    int n = std::min(commands, 1000);
+    int concurrency = 16;
+    char script[] = "/tmp/cmdbus-bench-exec-XXXXXX";
+    int fd = ::mkstemp(script);
+    if (fd >= 0) {
+      const char text[] = "#!/bin/sh\ncat > /dev/null\n";
+      auto written = ::write(fd, text, sizeof text - 1);
+      ::close(fd);
+      if (written != static_cast<ssize_t>(sizeof text - 1))
+        std::printf("  (cannot write %s)\n", script);
+    }
+    auto in_process = drain(dsn, bus, conn, "wbx_" + run_id, n, concurrency,
+                            noop_registry("wbx_" + run_id,
+                                          handler_mode::blocking),
+                            "in-process no-op, concurrency 16, blocking");
+    handler_registry exec_reg;
+    config::exec_config exec_cfg;
+    exec_cfg.programs["Noop"] = std::string{"/bin/sh "} + script;
+    exec::add_exec_handlers(exec_reg, exec_cfg, "wbe_" + run_id);
+    auto external = drain(dsn, bus, conn, "wbe_" + run_id, n, concurrency,
+                          std::move(exec_reg),
+                          "external program (sh script), concurrency 16");
+    ::unlink(script);
+    std::printf("-- external handler (cmdbus worker --exec, %d commands)\n",
+                n);
+    bench::print(in_process);
+    bench::print(external, &in_process);
+  }
+
   // -- delayed commands becoming due ------------------------------------------
   // The prefetch phase's worker, started and idle, while a backlog of
   // delayed commands becomes due at one instant (their not-before time).
@@ -441,8 +501,9 @@ int main(int argc, char** argv) {
                  "x");
 
   // Leave the database small for the next run.
-  for (auto* d : {"wraw_", "wb64_", "wb64p_", "wb64h_", "wb64q_", "wb64c_",
-                  "wb16_", "wb64b_", "wbdef_", "wbd_", "wlat_"})
+  for (auto* d : {"wraw_", "wb64_", "wb64p_", "wb64i_", "wb64h_", "wb64q_",
+                  "wb64c_", "wb16_", "wb64b_", "wbdef_", "wbx_", "wbe_",
+                  "wbd_", "wlat_"})
     bench::drop_domain(conn, std::string{d} + run_id);
   conn.take_notices();
   return 0;

@@ -18,6 +18,7 @@
 
 #include <pthread.h>
 
+#include "cmdbus/actors/exec/exec_handler.hpp"
 #include "cmdbus/cli/failure.hpp"
 #include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/cli/program.hpp"
@@ -325,6 +326,17 @@ int run_worker(const std::vector<std::string>& argv,
   if (program.register_domain)
     for (auto& d : cfg.domains)
       program.register_domain(d, registry, processes);
+  // The external programs (--exec, [domains.NAME.exec]) of any worker
+  // program; a type that also has a handler of the program's own is
+  // refused.
+  for (auto& d : cfg.domains) {
+    try {
+      exec::add_exec_handlers(registry, cfg.exec, d);
+    } catch (const handler_already_registered_error& e) {
+      throw usage_error{std::string{"exec: "} + e.what()
+                        + " (by the program itself)"};
+    }
+  }
   refuse_domains_without_handlers(cfg, registry, processes, program);
   // The schema must be up to date, and every configured domain's queue
   // must exist (or be created now), on each database the domains live on.

@@ -2,6 +2,7 @@
 // and what a log may show. The DSNs' secrets are masked, and the TLS key's
 // passphrase is never printed.
 
+#include <map>
 #include <set>
 
 #include "cmdbus/config/node_config.hpp"
@@ -107,27 +108,59 @@ std::string describe(const worker_config& cfg) {
     out += "chunk-size = " + std::to_string(cfg.retention.chunk_size) + "\n";
     out += "pause = " + duration_text(cfg.retention.pause) + "\n";
   }
+  const auto& exec = cfg.exec;
+  bool any_exec = !exec.programs.empty() || !exec.domain_programs.empty();
+  if (any_exec) {
+    out += "[exec]\n";
+    out += "timeout = " + duration_text(exec.timeout) + "\n";
+    out += "kill-grace = " + duration_text(exec.kill_grace) + "\n";
+    out += "max-output = " + std::to_string(exec.max_output) + "\n";
+    out += "env = " + ini_list(exec.env) + "\n";
+  }
+  // What --exec and --exec-timeout TYPE=DUR set for every domain is
+  // written out for each served one (the file has no such place).
   std::set<std::string> named;
   for (const auto& [domain, dsn] : cfg.domain_dsn)
     named.insert(domain);
   for (const auto& [domain, sched] : cfg.scheduling)
     named.insert(domain);
+  for (const auto& [domain, programs] : exec.domain_programs)
+    named.insert(domain);
+  for (const auto& [domain, types] : exec.domain_type_timeouts)
+    named.insert(domain);
+  if (!exec.programs.empty() || !exec.type_timeouts.empty())
+    named.insert(cfg.domains.begin(), cfg.domains.end());
   for (const auto& domain : named) {
     out += "[domains." + domain + "]\n";
     auto dsn = cfg.domain_dsn.find(domain);
     if (dsn != cfg.domain_dsn.end())
       out += "dsn = " + ini_string(db::mask_dsn(dsn->second)) + "\n";
     auto sched = cfg.scheduling.find(domain);
-    if (sched == cfg.scheduling.end())
-      continue;
-    out += std::string{"priorities = "}
-           + (sched->second.priorities ? "true" : "false") + "\n";
-    out += "fifo-every = " + std::to_string(sched->second.fifo_every) + "\n";
-    if (!sched->second.schedules)
-      out += "schedules = false\n";
-    for (const auto& [type, cap] : sched->second.type_concurrency)
-      out += "[domains." + domain + ".types." + type
-             + "]\nconcurrency = " + std::to_string(cap) + "\n";
+    std::map<std::string, std::string> types;
+    if (sched != cfg.scheduling.end()) {
+      out += std::string{"priorities = "}
+             + (sched->second.priorities ? "true" : "false") + "\n";
+      out += "fifo-every = " + std::to_string(sched->second.fifo_every) + "\n";
+      if (!sched->second.schedules)
+        out += "schedules = false\n";
+      for (const auto& [type, cap] : sched->second.type_concurrency)
+        types[type] += "concurrency = " + std::to_string(cap) + "\n";
+    }
+    auto timeouts = exec.type_timeouts;
+    if (auto d = exec.domain_type_timeouts.find(domain);
+        d != exec.domain_type_timeouts.end())
+      for (const auto& [type, x] : d->second)
+        timeouts[type] = x;
+    for (const auto& [type, x] : timeouts)
+      types[type] += "exec-timeout = " + duration_text(x) + "\n";
+    for (const auto& [type, keys] : types)
+      out += "[domains." + domain + ".types." + type + "]\n" + keys;
+    auto programs = exec_programs_of(exec, domain);
+    if (!programs.empty()) {
+      out += "[domains." + domain + ".exec]\n";
+      for (const auto& [type, command] : programs)
+        out += type + " = " + ini_string(command) + "\n";
+    }
   }
   if (!cfg.admin.empty())
     out += "[admin]\nlisten = " + ini_string(cfg.admin) + "\n";

@@ -108,6 +108,9 @@ void ini_parser<Config>::parse_section() {
       expected_names.push_back("[" + std::string{named.prefix} + "NAME."
                                + std::string{named.nested} + "."
                                + std::string{named.item_label} + "]");
+    if (!named.free.empty())
+      expected_names.push_back("[" + std::string{named.prefix} + "NAME."
+                               + std::string{named.free} + "]");
     std::string expected;
     for (size_t i = 0; i < expected_names.size(); ++i)
       expected += (i == 0                           ? ""
@@ -131,6 +134,8 @@ bool ini_parser<Config>::is_named_section(std::string_view name) const {
   auto dot = rest.find('.');
   if (dot == std::string_view::npos)
     return true;
+  if (is_free_section(name))
+    return true;
   // [PREFIX.NAME.NESTED.ITEM]: NAME and ITEM non-empty, without dots.
   if (named.nested.empty() || dot == 0)
     return false;
@@ -139,6 +144,19 @@ bool ini_parser<Config>::is_named_section(std::string_view name) const {
          && tail.compare(0, named.nested.size(), named.nested) == 0
          && tail[named.nested.size()] == '.'
          && tail.find('.', named.nested.size() + 1) == std::string_view::npos;
+}
+
+template <class Config>
+bool ini_parser<Config>::is_free_section(std::string_view name) const {
+  const auto& named = table_.named;
+  if (named.free.empty() || named.prefix.empty()
+      || name.size() <= named.prefix.size()
+      || name.compare(0, named.prefix.size(), named.prefix) != 0)
+    return false;
+  auto rest = name.substr(named.prefix.size());
+  auto dot = rest.find('.');
+  return dot != std::string_view::npos && dot > 0
+         && rest.substr(dot + 1) == named.free;
 }
 
 template <class Config>
@@ -178,6 +196,10 @@ void ini_parser<Config>::parse_entry() {
     fail(line, "expected '=' after key '" + key + "'");
   ++pos_;
   auto where = "key '" + key + "' " + section_label(section_);
+  if (is_free_section(section_)) {
+    parse_free_entry(line, key, where);
+    return;
+  }
   if (is_named_section(section_)) {
     parse_named_entry(line, key, where);
     return;
@@ -230,6 +252,25 @@ void ini_parser<Config>::parse_named_entry(int line, const std::string& key,
   auto value = parse_value(key, true);
   try {
     it->store(cfg_, name, item, value);
+  } catch (const value_error& e) {
+    fail(line, where + " " + e.what());
+  }
+  end_of_line("the value of '" + key + "'");
+}
+
+template <class Config>
+void ini_parser<Config>::parse_free_entry(int line, const std::string& key,
+                                          const std::string& where) {
+  const auto& named = table_.named;
+  auto name = section_.substr(named.prefix.size());
+  name = name.substr(0, name.find('.'));
+  auto [seen, added] = seen_.emplace(section_ + " " + key, line);
+  if (!added)
+    fail(line, "duplicate " + where + " (first set on line "
+                 + std::to_string(seen->second) + ")");
+  auto value = parse_value(key, true);
+  try {
+    named.free_store(cfg_, name, key, value);
   } catch (const value_error& e) {
     fail(line, where + " " + e.what());
   }

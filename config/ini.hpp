@@ -89,6 +89,9 @@ private:
   /// ([domains.NAME] or a nested [domains.NAME.types.ITEM]).
   bool is_named_section(std::string_view name) const;
 
+  /// Whether `name` is a section of free keys [PREFIX.NAME.FREE].
+  bool is_free_section(std::string_view name) const;
+
   /// NAME and ITEM of a named section's name (ITEM empty unless nested);
   /// `name` must be a named section.
   std::pair<std::string, std::string> split_named(std::string_view name) const;
@@ -100,6 +103,10 @@ private:
   /// nested one).
   void parse_named_entry(int line, const std::string& key,
                          const std::string& where);
+
+  /// Reads the value of the free key `key` of a [PREFIX.NAME.FREE] section.
+  void parse_free_entry(int line, const std::string& key,
+                        const std::string& where);
 
   /// Reads a quoted string, a list (only at the `top`) or a bare value.
   raw_value parse_value(const std::string& key, bool top);

@@ -79,8 +79,10 @@ struct named_key {
 };
 
 /// Sections [PREFIX.NAME] holding keys for NAME, like the worker's
-/// [domains.NAME] dsn, and nested sections [PREFIX.NAME.NESTED.ITEM] holding
-/// keys for an ITEM of NAME, like [domains.NAME.types.TYPE] concurrency.
+/// [domains.NAME] dsn, nested sections [PREFIX.NAME.NESTED.ITEM] holding
+/// keys for an ITEM of NAME, like [domains.NAME.types.TYPE] concurrency, and
+/// a section [PREFIX.NAME.FREE] whose keys are names themselves, like
+/// [domains.NAME.exec] TYPE = "COMMAND".
 template <class Config>
 struct named_section {
   /// "domains."; empty: the configuration has none.
@@ -93,6 +95,14 @@ struct named_section {
   std::string_view item_label;
   /// The keys a nested section holds.
   std::vector<named_key<Config>> nested_keys;
+  /// "exec"; empty: no section of free keys.
+  std::string_view free = {};
+  /// What messages call a free key ("TYPE").
+  std::string_view free_label = {};
+  /// Stores the value of the free key `key` of NAME; throws value_error.
+  void (*free_store)(Config& cfg, const std::string& name,
+                     const std::string& key, const raw_value& v)
+    = nullptr;
 };
 
 /// One configuration's settings and what loading it needs besides.
@@ -129,6 +139,18 @@ const settings_table<node_config>& node_table();
 /// --tls-*.
 template <class Config>
 std::vector<setting<Config>> tls_settings();
+
+/// The worker's settings of external programs (config/exec_config.cpp):
+/// --exec, [exec] timeout, kill-grace, max-output and env.
+std::vector<setting<worker_config>> exec_settings();
+
+/// Stores `TYPE = "COMMAND"` of a [domains.NAME.exec] section.
+void store_exec_entry(worker_config& cfg, const std::string& domain,
+                      const std::string& type, const raw_value& v);
+
+/// Stores `exec-timeout = DUR` of a [domains.NAME.types.TYPE] section.
+void store_exec_timeout_entry(worker_config& cfg, const std::string& domain,
+                              const std::string& type, const raw_value& v);
 
 /// The options of the TLS settings (--tls-certificate, ...), for a command
 /// that reads them itself (`cmdbus cluster`).

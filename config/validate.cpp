@@ -225,6 +225,8 @@ std::vector<std::string> validate(const worker_config& cfg) {
   }
   validate_remote(cfg, report);
   validate_retention(cfg.retention, report);
+  for (auto& x : validate_exec(cfg.exec, cfg.domains))
+    report(std::move(x));
   return problems;
 }
 

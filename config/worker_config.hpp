@@ -61,6 +61,15 @@
 // | [domains.NAME] fifo-every    | -                        | -
 // | [domains.NAME.types.TYPE] concurrency | -               | -
 // | [domains.NAME] schedules     | -                        | -
+// | [domains.NAME.exec] TYPE     | -                        | --exec TYPE=COMMAND (many; every domain)
+// | [domains.NAME.types.TYPE] exec-timeout | -              | --exec-timeout TYPE=DUR (every domain)
+// | [exec] timeout               | CMDBUS_EXEC_TIMEOUT      | --exec-timeout
+// | [exec] kill-grace            | CMDBUS_EXEC_KILL_GRACE   | --exec-kill-grace
+// | [exec] max-output            | CMDBUS_EXEC_MAX_OUTPUT   | --exec-max-output
+// | [exec] env                   | CMDBUS_EXEC_ENV (a,b)    | --exec-env (many)
+//
+// The [exec] settings and [domains.NAME.exec] run command types as
+// external programs (exec_config, docs/exec.md).
 //
 // `priorities`, `fifo-every` and the per-type caps ([domains.NAME.types.TYPE]
 // concurrency) are how the worker chooses and runs the domain's commands
@@ -104,6 +113,7 @@
 #include <vector>
 
 #include "cmdbus/config/common.hpp"
+#include "cmdbus/config/exec_config.hpp"
 #include "cmdbus/config/network_config.hpp"
 #include "cmdbus/db/retention.hpp"
 #include "cmdbus/db/pooler.hpp"
@@ -341,6 +351,11 @@ struct worker_config {
 
   /// The housekeeping runner: off unless an age is set.
   retention_config retention;
+
+  // -- external programs ([exec], docs/exec.md) -----------------------------
+
+  /// Command types run by external programs, and their bounds.
+  exec_config exec;
 
   /// Set by --dump-config only: print describe() and exit instead of
   /// running. Not a setting of the file or the environment.

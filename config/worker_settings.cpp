@@ -524,6 +524,8 @@ settings_table<worker_config> make_worker_table() {
      }});
   for (auto& row : tls_settings<c>())
     rows.push_back(row);
+  for (auto& row : exec_settings())
+    rows.push_back(row);
   rows.push_back(
     {kind::string,
      "admin",
@@ -545,7 +547,8 @@ settings_table<worker_config> make_worker_table() {
        x.dump_config = as_bool(y, lenient);
      }});
   return {std::move(rows),
-          {"worker", "tick", "retry", "remote", "tls", "admin", "retention"},
+          {"worker", "tick", "retry", "remote", "tls", "exec", "admin",
+           "retention"},
           {"domains.",
            {{"dsn", store_domain_dsn_entry},
             {"priorities", store_priorities_entry},
@@ -553,7 +556,11 @@ settings_table<worker_config> make_worker_table() {
             {"schedules", store_schedules_entry}},
            "types",
            "TYPE",
-           {{"concurrency", store_type_concurrency_entry}}},
+           {{"concurrency", store_type_concurrency_entry},
+            {"exec-timeout", store_exec_timeout_entry}},
+           "exec",
+           "TYPE",
+           store_exec_entry},
           {"--config", "FILE",
            "CAF-INI config file (else $CMDBUS_CONFIG, else none)"},
           "CMDBUS_CONFIG",

@@ -4,7 +4,8 @@
 
 file(GLOB unit_test_sources CONFIGURE_DEPENDS
   ${CMAKE_CURRENT_SOURCE_DIR}/unit/*.cpp)
-# The health evaluation, the metrics, the status view with its renderers,
+# The external programs' runner and handlers (plain POSIX, no CAF), the
+# health evaluation, the metrics, the status view with its renderers,
 # the throughput window and the credit ledger (plain C++, no CAF) are
 # tested without the actors; the demo workflow (apps/) alone. It links
 # only libcmdbus-client: these sources must not also come from
@@ -17,6 +18,10 @@ add_executable(cmdbus-unit-test ${unit_test_sources}
   ${PROJECT_SOURCE_DIR}/actors/ops/status_page.cpp
   ${PROJECT_SOURCE_DIR}/actors/ops/status_snapshot.cpp
   ${PROJECT_SOURCE_DIR}/actors/ops/throughput.cpp
+  ${PROJECT_SOURCE_DIR}/actors/exec/exec_handler.cpp
+  ${PROJECT_SOURCE_DIR}/actors/exec/exec_outcome.cpp
+  ${PROJECT_SOURCE_DIR}/actors/exec/spawn_process.cpp
+  ${PROJECT_SOURCE_DIR}/actors/handler_registry.cpp
   ${PROJECT_SOURCE_DIR}/actors/tick.cpp
   ${PROJECT_SOURCE_DIR}/actors/worker/credit_ledger.cpp
   ${PROJECT_SOURCE_DIR}/apps/demo_workflows.cpp)

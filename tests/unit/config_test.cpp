@@ -264,8 +264,9 @@ TEST(ConfigIni, reports_unknown_keys_and_sections) {
             "worker.ini:1: unknown key 'frobnicate' at the top level");
   EXPECT_EQ(ini_error("\n[workers]\n"),
             "worker.ini:2: unknown section [workers] (expected [worker], "
-            "[tick], [retry], [remote], [tls], [admin], [retention], "
-            "[domains.NAME] or [domains.NAME.types.TYPE])");
+            "[tick], [retry], [remote], [tls], [exec], [admin], "
+            "[retention], [domains.NAME], [domains.NAME.types.TYPE] or "
+            "[domains.NAME.exec])");
   EXPECT_EQ(ini_error("[worker]\nvisibility_timeout = 3s\n"),
             "worker.ini:2: unknown key 'visibility_timeout' in section "
             "[worker] (did you mean 'visibility-timeout'?)");
@@ -1147,7 +1148,8 @@ TEST(ConfigScheduling, schedules_are_fired_unless_a_domain_turns_them_off) {
 TEST(ConfigScheduling, reports_bad_entries) {
   EXPECT_EQ(ini_error("[domains.a.types.T]\ndsn = \"x\"\n"),
             "worker.ini:2: unknown key 'dsn' in section [domains.a.types.T] "
-            "(a [domains.NAME.types.TYPE] section holds 'concurrency')");
+            "(a [domains.NAME.types.TYPE] section holds 'concurrency' or "
+            "'exec-timeout')");
   EXPECT_EQ(ini_error("[domains.a.types.T]\nconcurrency = 1\n"
                       "[domains.a.types.T]\nconcurrency = 2\n"),
             "worker.ini:4: duplicate key 'concurrency' in section "
