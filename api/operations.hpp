@@ -24,7 +24,7 @@ const std::vector<operation>& operations();
 enum class op { health = 0, send = 1, get = 2, batch = 3 };
 
 /// Whether `op` declares `status` (the listener's own answers, 408, 411,
-/// 413, 431 and 503, are declared for every operation).
+/// 413, 431 and 503, are listed where a request can draw them).
 bool declares(op o, int status);
 
 } // namespace cmdbus::api

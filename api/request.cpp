@@ -132,8 +132,8 @@ private:
   bool open(node::kind type) {
     if (kept()) {
       auto* n = add(type);
-      // The reader has just taken the opening bracket.
-      n->begin = in_.Tell() - 1;
+      // The iterative reader calls before it takes the bracket.
+      n->begin = in_.Tell();
       stack_.push_back(n);
     }
     ++depth_;
@@ -143,7 +143,7 @@ private:
   bool close() {
     --depth_;
     if (!stack_.empty() && depth_ == stack_.size() - 1) {
-      stack_.back()->end = in_.Tell();
+      stack_.back()->end = in_.Tell() + 1;
       stack_.pop_back();
     }
     return true;
