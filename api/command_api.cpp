@@ -100,9 +100,7 @@ struct command_api::impl {
   std::set<std::string> known_domains;
 
   explicit impl(api_settings s)
-    : settings(std::move(s)),
-      pool(pool_options_of(settings)),
-      bus(pool),
+    : settings(std::move(s)), pool(pool_options_of(settings)), bus(pool),
       listener(command_api::limits(settings.threads), "command API") {
     // nop
   }
@@ -261,8 +259,8 @@ struct command_api::impl {
         res.set_header("Retry-After", "1");
         answer(op::get, res, 202, out.text());
       } else {
-        answer(op::get, res,
-               m.status == command_status::completed ? 200 : 422, out.text());
+        answer(op::get, res, m.status == command_status::completed ? 200 : 422,
+               out.text());
       }
     });
   }
@@ -272,7 +270,11 @@ struct command_api::impl {
     serve(op::batch, req, res, domain, [&] {
       auto body = parse_batch_body(req.body);
       require_domain(domain);
-      auto made = bus.create_batch(domain, body.commands, body.options);
+      create_batch_options options;
+      options.batch_id = body.batch_id;
+      options.name = body.name;
+      options.custom_data = body.custom_data;
+      auto made = bus.create_batch(domain, body.commands, options);
       json_out out;
       out.begin_object()
         .field("batch_id", made.batch_id)
@@ -288,10 +290,10 @@ struct command_api::impl {
   }
 
   void routes() {
-    server.Get("/healthz", [this](const httplib::Request&,
-                                  httplib::Response& res) {
-      answer(op::health, res, 200, R"({"status":"ok"})");
-    });
+    server.Get("/healthz",
+               [this](const httplib::Request&, httplib::Response& res) {
+                 answer(op::health, res, 200, R"({"status":"ok"})");
+               });
     constexpr const char* domain = "/v1/domains/([^/]+)";
     server.Post(std::string{domain} + "/commands",
                 [this](const httplib::Request& req, httplib::Response& res) {
@@ -308,8 +310,7 @@ struct command_api::impl {
     server.set_error_handler([](const httplib::Request&,
                                 httplib::Response& res) {
       if (res.body.empty())
-        res.set_content(error_body(res.status == 404 ? "no_such_path"
-                                                     : "error",
+        res.set_content(error_body(res.status == 404 ? "no_such_path" : "error",
                                    res.status == 404
                                      ? "no such path (see docs/api.yaml)"
                                      : "the request failed"),
@@ -325,8 +326,8 @@ command_api::command_api(api_settings settings)
   log::from("api").info("command API on http://{}:{}/ ({} token(s), {} "
                         "threads, {} database connections)",
                         impl_->settings.listen.host, impl_->listener.port(),
-                        impl_->settings.tokens.size(),
-                        impl_->settings.threads, impl_->settings.connections);
+                        impl_->settings.tokens.size(), impl_->settings.threads,
+                        impl_->settings.connections);
 }
 
 command_api::~command_api() {
@@ -355,8 +356,8 @@ http_limits command_api::limits(size_t threads) {
   l.max_body_bytes = max_body_bytes;
   l.threads = std::max<size_t>(1, threads);
   l.max_waiting = std::min<size_t>(4 * l.threads, 100);
-  l.max_connections = std::max<size_t>(256, l.threads + 1 + 2 * l.max_waiting
-                                              + 32);
+  l.max_connections = std::max<size_t>(256,
+                                       l.threads + 1 + 2 * l.max_waiting + 32);
   l.reserved_paths = {"/healthz"};
   l.json_errors = true;
   return l;

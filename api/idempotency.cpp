@@ -16,10 +16,9 @@ std::string archive_table(const std::string& queue) {
 
 } // namespace
 
-std::optional<command_metadata> same_request(db::connection& conn,
-                                             command_bus& bus,
-                                             const send_request& req,
-                                             int default_max_attempts) {
+std::optional<command_metadata>
+same_request(db::connection& conn, command_bus& bus, const send_request& req,
+             int default_max_attempts) {
   auto m = bus.get_command(req.domain, req.command_id);
   if (!m)
     return std::nullopt;

@@ -18,10 +18,9 @@ namespace cmdbus::api {
 /// message is kept (in the queue or its archive), the same data (as
 /// PostgreSQL's jsonb compares) and priority. Nothing when it differs or
 /// does not exist.
-std::optional<command_metadata> same_request(db::connection& conn,
-                                             command_bus& bus,
-                                             const send_request& req,
-                                             int default_max_attempts = 3);
+std::optional<command_metadata>
+same_request(db::connection& conn, command_bus& bus, const send_request& req,
+             int default_max_attempts = 3);
 
 /// The result of the reply to `command_id` while the reply is in `queue`
 /// (not yet read by its consumer); nothing when it is not there, or the

@@ -161,8 +161,8 @@ private:
 std::unique_ptr<node> read_tree(std::string_view body, size_t keep_depth) {
   if (body.size() > max_body_bytes)
     throw api_error{413, "body_too_large",
-                    "the body is larger than "
-                      + std::to_string(max_body_bytes) + " bytes"};
+                    "the body is larger than " + std::to_string(max_body_bytes)
+                      + " bytes"};
   decode_limits limits;
   limits.max_bytes = max_body_bytes;
   limits.max_depth = 32;
@@ -406,18 +406,17 @@ batch_body parse_batch_body(std::string_view body) {
   auto tree = read_tree(body, 3);
   fields f{*tree, "the body", {"batch_id", "name", "custom_data", "commands"}};
   batch_body out;
-  out.options.batch_id = f.id("batch_id");
-  out.options.name = f.string("name");
+  out.batch_id = f.id("batch_id");
+  out.name = f.string("name");
   if (auto* d = f.of("custom_data", node::object))
-    out.options.custom_data = json::parse(
-      body.substr(d->begin, d->end - d->begin));
+    out.custom_data = json::parse(body.substr(d->begin, d->end - d->begin));
   auto* list = f.of("commands", node::array);
   if (list == nullptr || list->items.empty())
     bad("field \"commands\" of the body is required (an array of 1 to "
         + std::to_string(max_batch_commands) + " commands)");
   if (list->items.size() > max_batch_commands)
-    bad("field \"commands\" has more than "
-        + std::to_string(max_batch_commands) + " commands");
+    bad("field \"commands\" has more than " + std::to_string(max_batch_commands)
+        + " commands");
   for (size_t i = 0; i < list->items.size(); ++i) {
     auto c = read_command(*list->items[i], body,
                           "commands[" + std::to_string(i) + "]");

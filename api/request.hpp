@@ -15,7 +15,6 @@
 #include <string_view>
 #include <vector>
 
-#include "cmdbus/db/command_bus.hpp"
 #include "cmdbus/model/types.hpp"
 
 namespace cmdbus::api {
@@ -78,7 +77,10 @@ send_body parse_send_body(const std::string& domain, std::string_view body);
 /// The body of POST /v1/domains/{domain}/batches.
 struct batch_body {
   std::vector<batch_command> commands;
-  create_batch_options options;
+  /// Generated when unset.
+  std::optional<uuid> batch_id;
+  std::optional<std::string> name;
+  std::optional<json> custom_data;
 };
 
 /// Reads a batch body: {batch_id?, name?, custom_data?, commands: [ each

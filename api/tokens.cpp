@@ -56,8 +56,9 @@ token_store token_store::parse(std::string_view text,
     auto where = source + ", entry " + std::to_string(line_no);
     auto split = line.find_first_of(" \t");
     if (split == std::string_view::npos)
-      throw std::invalid_argument(where + ": a token needs its domains after "
-                                          "it (a comma-separated list, or *)");
+      throw std::invalid_argument(where
+                                  + ": a token needs its domains after "
+                                    "it (a comma-separated list, or *)");
     auto token = line.substr(0, split);
     auto domains = trim(line.substr(split));
     if (token.size() < 16 || token.size() > 256
@@ -65,8 +66,9 @@ token_store token_store::parse(std::string_view text,
              return is_token_char(static_cast<unsigned char>(c));
            }))
       throw std::invalid_argument(
-        where + ": a token must be 16 to 256 characters of A-Z a-z 0-9 "
-                "-._~+/=");
+        where
+        + ": a token must be 16 to 256 characters of A-Z a-z 0-9 "
+          "-._~+/=");
     grant g;
     g.token = std::string{token};
     if (domains == "*") {
@@ -101,12 +103,11 @@ access token_store::check(std::string_view authorization,
   if (authorization.size() <= scheme.size())
     return access::missing;
   auto prefix = authorization.substr(0, scheme.size());
-  bool bearer = std::equal(prefix.begin(), prefix.end(), scheme.begin(),
-                           [](char a, char b) {
-                             return std::tolower(static_cast<unsigned char>(a))
-                                    == std::tolower(
-                                      static_cast<unsigned char>(b));
-                           });
+  bool bearer = std::equal(
+    prefix.begin(), prefix.end(), scheme.begin(), [](char a, char b) {
+      return std::tolower(static_cast<unsigned char>(a))
+             == std::tolower(static_cast<unsigned char>(b));
+    });
   if (!bearer)
     return access::missing;
   auto presented = trim(authorization.substr(scheme.size()));

@@ -101,8 +101,8 @@ int run_api(const std::vector<std::string>& argv) {
   api::api_settings s;
   try {
     s.listen = config::parse_http_address(
-      a.option("--listen").value_or(env_or("CMDBUS_API_LISTEN",
-                                           "127.0.0.1:8780")));
+      a.option("--listen")
+        .value_or(env_or("CMDBUS_API_LISTEN", "127.0.0.1:8780")));
   } catch (const std::invalid_argument& e) {
     throw usage_error{std::string{"--listen: "} + e.what()};
   }

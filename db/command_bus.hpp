@@ -168,10 +168,10 @@ public:
   /// asked before each sleep: true ends the wait early (e.g. the client
   /// that asked went away). Returns at once, with `command` unset, for an
   /// unknown command; throws `db::error` when the database fails.
-  command_wait_result
-  wait_for_final(const std::string& domain, const uuid& command_id,
-                 std::chrono::milliseconds budget,
-                 const std::function<bool()>& stop = {});
+  command_wait_result wait_for_final(const std::string& domain,
+                                     const uuid& command_id,
+                                     std::chrono::milliseconds budget,
+                                     const std::function<bool()>& stop = {});
 
   /// Sends `req` (as `send`, with the same errors) and then waits for its
   /// final status within `budget` (as `wait_for_final`).

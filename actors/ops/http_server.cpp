@@ -121,8 +121,8 @@ void send_answer(int fd, int status, bool json) {
   std::string text = "HTTP/1.1 " + std::to_string(status) + " "
                      + reason_of(status) + "\r\nContent-Type: "
                      + (json ? "application/json" : "text/plain")
-                     + "\r\nContent-Length: "
-                     + std::to_string(body.size()) + "\r\nConnection: close\r\n"
+                     + "\r\nContent-Length: " + std::to_string(body.size())
+                     + "\r\nConnection: close\r\n"
                      + (status == 503 ? "Retry-After: 1\r\n" : "") + "\r\n"
                      + body;
   ::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);

@@ -56,8 +56,9 @@ TEST(ApiRequest, BadSendBodiesAreRefusedWithAClearMessage) {
     {"{\"type\": \"" + std::string(256, 'x') + "\"}", 400, "longer than 255"},
     {"{\"type\": \"A\", \"typo\": 1}", 400, "unknown field \"typo\""},
     {"{\"type\": \"A\", \"type\": \"B\"}", 400, "\"type\" twice"},
-    {"{\"type\": \"A\", \"data\": [1]}", 400, "\"data\" of the body must be "
-                                              "an object"},
+    {"{\"type\": \"A\", \"data\": [1]}", 400,
+     "\"data\" of the body must be "
+     "an object"},
     {"{\"type\": \"A\", \"data\": \"{}\"}", 400, "must be an object"},
     {"{\"type\": \"A\", \"command_id\": \"nope\"}", 400, "is not a UUID"},
     {"{\"type\": \"A\", \"command_id\": "
@@ -106,7 +107,9 @@ TEST(ApiRequest, AGoodSendBodyIsReadAsWritten) {
   EXPECT_EQ(r.domain, "orders");
   EXPECT_EQ(r.command_type, "Ship");
   // Numbers keep their exact text.
-  EXPECT_EQ(r.data.text(), R"({"amount":1.10,"big":123456789012345678901234567890,"n":{"a":[1,{"b":null}]}})");
+  EXPECT_EQ(
+    r.data.text(),
+    R"({"amount":1.10,"big":123456789012345678901234567890,"n":{"a":[1,{"b":null}]}})");
   EXPECT_EQ(r.command_id.to_string(), "11111111-1111-4111-8111-111111111111");
   EXPECT_EQ(r.correlation_id->to_string(),
             "22222222-2222-4222-8222-222222222222");
@@ -131,8 +134,8 @@ TEST(ApiRequest, BatchBodies) {
   ASSERT_EQ(b.commands.size(), 2u);
   EXPECT_EQ(b.commands[1].command_type, "B");
   EXPECT_EQ(b.commands[1].data.text(), R"({"x":2.50})");
-  EXPECT_EQ(b.options.custom_data->text(), R"({"k":1.0})");
-  EXPECT_EQ(b.options.name, "n");
+  EXPECT_EQ(b.custom_data->text(), R"({"k":1.0})");
+  EXPECT_EQ(b.name, "n");
   const std::vector<bad_body> table{
     {"{}", 400, "\"commands\" of the body is required"},
     {"{\"commands\": []}", 400, "\"commands\" of the body is required"},
@@ -144,12 +147,14 @@ TEST(ApiRequest, BatchBodies) {
     {"{\"commands\": [{}]}", 400, "field \"type\" of commands[0]"},
     {"{\"batch_id\": \"x\", \"commands\": [{\"type\": \"A\"}]}", 400,
      "not a UUID"},
-    {"{\"commands\": [" + [] {
-       std::string s;
-       for (int i = 0; i < 1001; ++i)
-         s += std::string{i ? "," : ""} + "{\"type\":\"A\"}";
-       return s;
-     }() + "]}",
+    {"{\"commands\": [" +
+       [] {
+         std::string s;
+         for (int i = 0; i < 1001; ++i)
+           s += std::string{i ? "," : ""} + "{\"type\":\"A\"}";
+         return s;
+       }()
+       + "]}",
      400, "more than 1000"},
   };
   for (auto& row : table) {
@@ -203,18 +208,17 @@ TEST(ApiTokens, FormatAndDecisions) {
               access::unknown)
       << t;
   // Malformed files are refused by entry number, never showing a token.
-  for (auto text : {"", "# only a comment\n", "aaaaaaaaaaaaaaaaaaaa\n",
-                    "short orders\n", "aaaaaaaaaaaaaaaa\x01zzz orders\n",
-                    "aaaaaaaaaaaaaaaaaaaa bad-domain\n",
-                    "aaaaaaaaaaaaaaaaaaaa a\naaaaaaaaaaaaaaaaaaaa b\n"}) {
+  for (auto text :
+       {"", "# only a comment\n", "aaaaaaaaaaaaaaaaaaaa\n", "short orders\n",
+        "aaaaaaaaaaaaaaaa\x01zzz orders\n", "aaaaaaaaaaaaaaaaaaaa bad-domain\n",
+        "aaaaaaaaaaaaaaaaaaaa a\naaaaaaaaaaaaaaaaaaaa b\n"}) {
     try {
       token_store::parse(text, "tokens file t");
       ADD_FAILURE() << "accepted: " << text;
     } catch (const std::invalid_argument& e) {
       std::string message = e.what();
       EXPECT_NE(message.find("tokens file t"), std::string::npos) << message;
-      EXPECT_EQ(message.find("aaaaaaaaaaaaaaaa"), std::string::npos)
-        << message;
+      EXPECT_EQ(message.find("aaaaaaaaaaaaaaaa"), std::string::npos) << message;
     }
   }
 }

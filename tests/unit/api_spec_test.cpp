@@ -18,17 +18,15 @@ namespace {
 /// "METHOD PATH STATUS" for every response of every operation in
 /// docs/api.yaml, and whether the document parsed.
 std::set<std::string> described(bool& ok) {
-  const std::string script
-    = "import sys, yaml\n"
-      "d = yaml.safe_load(open(sys.argv[1]))\n"
-      "for path, ops in d[\"paths\"].items():\n"
-      "    for method, op in ops.items():\n"
-      "        for status in op[\"responses\"]:\n"
-      "            print(method, path, int(status))\n";
-  auto command = "python3 -c '" + script + "' '" CMDBUS_SOURCE_DIR
-                 "/docs/api.yaml' 2>&1";
-  std::unique_ptr<FILE, int (*)(FILE*)> p{popen(command.c_str(), "r"),
-                                          pclose};
+  const std::string script = "import sys, yaml\n"
+                             "d = yaml.safe_load(open(sys.argv[1]))\n"
+                             "for path, ops in d[\"paths\"].items():\n"
+                             "    for method, op in ops.items():\n"
+                             "        for status in op[\"responses\"]:\n"
+                             "            print(method, path, int(status))\n";
+  auto command = "python3 -c '" + script
+                 + "' '" CMDBUS_SOURCE_DIR "/docs/api.yaml' 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE*)> p{popen(command.c_str(), "r"), pclose};
   std::set<std::string> out;
   if (!p) {
     ok = false;
