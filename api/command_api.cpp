@@ -93,6 +93,8 @@ struct command_api::impl {
   command_bus bus;
   http_server listener;
   httplib::Server& server = listener.routes();
+  /// Set when the API stops: waiting GETs answer at once.
+  std::atomic<bool> stopping{false};
   std::atomic<uint64_t> undeclared{0};
   std::atomic<uint64_t> unavailable{0};
   /// Domains whose queue was seen to exist.
@@ -242,7 +244,9 @@ struct command_api::impl {
       if (req.has_param("wait"))
         wait_text = req.get_param_value("wait");
       auto wait = parse_wait(wait_text);
-      auto w = bus.wait_for_final(domain, id, wait, &http_server::client_gone);
+      auto w = bus.wait_for_final(domain, id, wait, [this] {
+        return stopping.load() || http_server::client_gone();
+      });
       if (!w.command)
         throw api_error{404, "not_found",
                         "command " + id.to_string() + " not found in domain "
@@ -331,6 +335,7 @@ command_api::command_api(api_settings settings)
 }
 
 command_api::~command_api() {
+  impl_->stopping = true;
   impl_->listener.stop();
 }
 

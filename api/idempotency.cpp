@@ -46,6 +46,12 @@ same_request(db::connection& conn, command_bus& bus, const send_request& req,
 
 std::optional<json> reply_result(db::connection& conn, const std::string& queue,
                                  const uuid& command_id) {
+  // A reply queue named by another client may not be one we can read.
+  try {
+    db::validate_queue_name(queue);
+  } catch (const db::invalid_argument&) {
+    return std::nullopt;
+  }
   try {
     auto r = conn.query("SELECT message->'result' FROM pgmq."
                           + db::queue_table(queue)

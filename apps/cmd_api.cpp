@@ -97,7 +97,7 @@ int run_api(const std::vector<std::string>& argv) {
   args a{argv, api_command};
   if (a.help())
     return print_help(api_command);
-  a.expect_positional(0, "nothing");
+  a.expect_positional(0, "no positional argument");
   api::api_settings s;
   try {
     s.listen = config::parse_http_address(
