@@ -369,7 +369,7 @@ TEST(Api, KillNineLosesNoAcknowledgedCommandAndARetrySendsEachOnce) {
   auto d = unique_name("apikill");
   create_queue(d);
   std::vector<std::string> ids;
-  for (int i = 0; i < 400; ++i)
+  for (int i = 0; i < 250; ++i)
     ids.push_back(new_uuid());
   std::map<std::string, int> answers;
   {
