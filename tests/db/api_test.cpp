@@ -357,6 +357,10 @@ TEST(Api, AWaitWhoseClientWentAwayFreesItsThread) {
                         + token + "\r\n\r\n";
   ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(request.size()));
+  // Health is answered meanwhile (a thread of its own).
+  auto health = http.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
   ::close(fd);
   // The next request is answered well before those 30 s.
   auto next = http.Post(path.c_str(), auth, R"({"type": "T"})",
