@@ -22,7 +22,7 @@ const command_spec send_command{
   R"(usage: cmdbus send DOMAIN TYPE [--data JSON|@FILE|-] [--id UUID]
                    [--reply-to QUEUE] [--correlation-id UUID]
                    [--max-attempts N] [--priority N]
-                   [--delay D | --at T] [--create]
+                   [--delay D | --at T] [--create] [--wait DUR]
                    [--dsn DSN] [--json]
 
 Sends one command of type TYPE to the queue DOMAIN__commands in one
@@ -34,6 +34,10 @@ With --delay or --at the command is sent now but runs not before that time:
 its message stays invisible to every worker until then (`cmdbus show` says
 when it is due, `cmdbus list DOMAIN --scheduled` lists such commands, and
 `cmdbus cancel` cancels one before it runs).
+
+With --wait the command is sent, and then its status is polled (growing
+delays up to 0.5 s, no connection held in between) until it is final or DUR
+has passed; the exit code says which (below).
 )",
   {{"--data", "JSON",
     "the payload, a JSON object (default {}); @FILE reads it from FILE, - "
@@ -50,6 +54,9 @@ when it is due, `cmdbus list DOMAIN --scheduled` lists such commands, and
     "an integer, higher runs first on workers that read the domain by "
     "priority (default: none, the same as 0; docs/scheduling.md)"},
    {"--create", "", "create DOMAIN__commands when it does not exist"},
+   {"--wait", "DUR",
+    "after sending, wait up to DUR (e.g. 15s, 2m) for the command's final "
+    "status and print it (--json: adds status, final and the last error)"},
    dsn_option,
    dsn_file_option,
    {"--json", "",
@@ -59,10 +66,21 @@ when it is due, `cmdbus list DOMAIN --scheduled` lists such commands, and
   R"(
 Use `--` before a TYPE that starts with '-'.
 
-Exit codes: 0 sent, 1 invalid input, 2 duplicate command id or no queue
-DOMAIN__commands (without --create), 3 database unavailable, 4 other failure
-(e.g. a database without the cmdbus schema), 6 login refused.
+Exit codes: 0 sent (with --wait: and COMPLETED), 1 invalid input, 2
+duplicate command id or no queue DOMAIN__commands (without --create), 3
+database unavailable, 4 other failure (e.g. a database without the cmdbus
+schema), 5 with --wait: the command is FAILED, CANCELED or
+IN_TROUBLESHOOTING_QUEUE, 6 login refused, 7 with --wait: DUR passed while
+the command was still PENDING or IN_PROGRESS (it was sent and will run).
 )"};
+
+/// The exit code of `send --wait` for what the wait found.
+int exit_code_of(const command_wait_result& w) {
+  if (!w.final)
+    return exit_timeout;
+  return w.command->status == command_status::completed ? exit_ok
+                                                        : exit_incomplete;
+}
 
 } // namespace
 
@@ -94,7 +112,15 @@ int run_send(const std::vector<std::string>& argv) {
   db::pool pool{pool_options_for(a)};
   require_queue(pool, queue, a.flag("--create"));
   command_bus bus{pool};
-  auto res = bus.send(req);
+  auto wait = a.duration_option("--wait");
+  std::optional<command_wait_result> waited;
+  send_result res;
+  if (wait) {
+    waited = bus.send_and_wait(req, *wait);
+    res = waited->sent;
+  } else {
+    res = bus.send(req);
+  }
   if (a.flag("--json")) {
     json_out out;
     out.begin_object()
@@ -102,8 +128,16 @@ int run_send(const std::vector<std::string>& argv) {
       .field("msg_id", res.msg_id)
       .field("queue", queue)
       .field("correlation_id", *req.correlation_id)
-      .field("not_before", req.not_before)
-      .end_object();
+      .field("not_before", req.not_before);
+    if (waited && waited->command) {
+      auto& m = *waited->command;
+      out.field("status", std::string{to_string(m.status)})
+        .field("final", waited->final)
+        .field("error_type", m.last_error_type)
+        .field("error_code", m.last_error_code)
+        .field("error_message", m.last_error_msg);
+    }
+    out.end_object();
     out.print(std::cout);
   } else {
     std::cout << "sent command " << res.command_id.to_string() << " to "
@@ -112,8 +146,19 @@ int run_send(const std::vector<std::string>& argv) {
     if (req.not_before)
       std::cout << ", not before " << format_timestamp(*req.not_before);
     std::cout << "\n";
+    if (waited && waited->command) {
+      auto& m = *waited->command;
+      std::cout << to_string(m.status);
+      if (m.status != command_status::completed && m.last_error_type)
+        std::cout << " (" << *m.last_error_type << " "
+                  << m.last_error_code.value_or("") << ": "
+                  << m.last_error_msg.value_or("") << ")";
+      if (!waited->final)
+        std::cout << " after " << wait->count() << " ms (still running)";
+      std::cout << "\n";
+    }
   }
-  return exit_ok;
+  return waited ? exit_code_of(*waited) : exit_ok;
 }
 
 } // namespace cmdbus::cli

@@ -10,6 +10,7 @@
 namespace cmdbus::cli {
 
 int run_migrate(const std::vector<std::string>& argv);
+int run_api(const std::vector<std::string>& argv);
 int run_grant(const std::vector<std::string>& argv);
 int run_send(const std::vector<std::string>& argv);
 int run_send_batch(const std::vector<std::string>& argv);

@@ -40,6 +40,7 @@ constexpr command_entry commands[] = {
   {"worker", cli::run_worker},
   {"node", cli::run_node},
   {"cluster", cli::run_cluster},
+  {"api", cli::run_api},
 };
 
 constexpr const char* main_synopsis
@@ -76,6 +77,8 @@ Commands:
                --remote-pool HOST:PORT); without --demo it refuses to start
   cluster      the admin ports of workers and nodes: status (one table),
                drain (a worker stops taking work; waits until idle)
+  api          serve the command API over HTTP (send and wait for
+               commands from any language, with bearer tokens)
 )";
 
 constexpr const char* main_epilogue = R"(

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -73,6 +75,22 @@ struct scheduled_command {
   timestamp due_at{};
 };
 
+/// What `wait_for_final` and `send_and_wait` return.
+struct command_wait_result {
+  /// The command as last read; unset when it does not exist.
+  std::optional<command_metadata> command;
+  /// Its status is final (COMPLETED, FAILED, CANCELED or
+  /// IN_TROUBLESHOOTING_QUEUE; see `is_final`); false when the budget
+  /// passed (or `stop` said so) while it was PENDING or IN_PROGRESS.
+  bool final = false;
+  /// `send_and_wait` only: what the send returned.
+  send_result sent;
+};
+
+/// Whether a command in status `s` is done with: terminal, or in the
+/// troubleshooting queue (where only an operator moves it on).
+bool is_final(command_status s) noexcept;
+
 /// Options of `create_batch`.
 struct create_batch_options {
   /// Generated when unset.
@@ -141,6 +159,24 @@ public:
   /// Returns the command's metadata, if it exists.
   std::optional<command_metadata> get_command(const std::string& domain,
                                               const uuid& command_id);
+
+  /// Waits until the command's status is final (`is_final`), at most
+  /// `budget`, and returns it as last read. Polls the command row with a
+  /// growing delay (10 ms, then half as long again each time, at most
+  /// 500 ms), each poll on a pooled connection that it returns at once:
+  /// a waiter holds no connection while it sleeps. `stop`, when given, is
+  /// asked before each sleep: true ends the wait early (e.g. the client
+  /// that asked went away). Returns at once, with `command` unset, for an
+  /// unknown command; throws `db::error` when the database fails.
+  command_wait_result wait_for_final(const std::string& domain,
+                                     const uuid& command_id,
+                                     std::chrono::milliseconds budget,
+                                     const std::function<bool()>& stop = {});
+
+  /// Sends `req` (as `send`, with the same errors) and then waits for its
+  /// final status within `budget` (as `wait_for_final`).
+  command_wait_result send_and_wait(const send_request& req,
+                                    std::chrono::milliseconds budget);
 
   /// Returns whether the command exists.
   bool command_exists(const std::string& domain, const uuid& command_id);

@@ -24,7 +24,10 @@ add_executable(cmdbus-unit-test ${unit_test_sources}
   ${PROJECT_SOURCE_DIR}/actors/handler_registry.cpp
   ${PROJECT_SOURCE_DIR}/actors/tick.cpp
   ${PROJECT_SOURCE_DIR}/actors/worker/credit_ledger.cpp
-  ${PROJECT_SOURCE_DIR}/apps/demo_workflows.cpp)
+  ${PROJECT_SOURCE_DIR}/apps/demo_workflows.cpp
+  ${PROJECT_SOURCE_DIR}/api/operations.cpp
+  ${PROJECT_SOURCE_DIR}/api/request.cpp
+  ${PROJECT_SOURCE_DIR}/api/tokens.cpp)
 target_link_libraries(cmdbus-unit-test PRIVATE
   cmdbus_client spdlog::spdlog cmdbus_rapidjson GTest::gtest GTest::gtest_main)
 target_compile_definitions(cmdbus-unit-test PRIVATE

@@ -104,14 +104,25 @@ const char* reason_of(int status) {
   }
 }
 
+/// The connection the calling thread answers (client_gone), -1 when none.
+thread_local int answering_fd = -1;
+
 /// Writes a short answer of the front's own, without waiting (a fresh
 /// socket's buffer takes it; if not, the close says enough).
-void send_answer(int fd, int status) {
+void send_answer(int fd, int status, bool json) {
   std::string body = std::string{reason_of(status)} + "\n";
+  if (json) {
+    std::string code = reason_of(status);
+    for (auto& c : code)
+      c = c == ' ' ? '_' : static_cast<char>(std::tolower(c));
+    body = "{\"error\":{\"code\":\"" + code + "\",\"message\":\""
+           + reason_of(status) + "\"}}\n";
+  }
   std::string text = "HTTP/1.1 " + std::to_string(status) + " "
-                     + reason_of(status)
-                     + "\r\nContent-Type: text/plain\r\nContent-Length: "
-                     + std::to_string(body.size()) + "\r\nConnection: close\r\n"
+                     + reason_of(status) + "\r\nContent-Type: "
+                     + (json ? "application/json" : "text/plain")
+                     + "\r\nContent-Length: " + std::to_string(body.size())
+                     + "\r\nConnection: close\r\n"
                      + (status == 503 ? "Retry-After: 1\r\n" : "") + "\r\n"
                      + body;
   ::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -366,7 +377,7 @@ struct http_server::impl {
       ++accepted;
       if (open.load() >= limits.max_connections && !make_room(now)) {
         ++refused;
-        send_answer(fd, 503);
+        send_answer(fd, 503, limits.json_errors);
         close_socket(fd);
         continue;
       }
@@ -457,7 +468,7 @@ struct http_server::impl {
     if (c.request_size == 0 && !c.in.empty()) {
       if (auto status = read_head(c); status != 0) {
         ++rejected;
-        send_answer(c.fd, status);
+        send_answer(c.fd, status, limits.json_errors);
         close_reading(it);
         return false;
       }
@@ -562,7 +573,7 @@ struct http_server::impl {
     if (c) {
       // Too many wait already: say so at once rather than queue it.
       ++rejected;
-      send_answer(c->fd, 503);
+      send_answer(c->fd, 503, limits.json_errors);
       close_socket(c->fd);
       --open;
       return;
@@ -606,7 +617,7 @@ struct http_server::impl {
         ++timed_out;
         // A client that sent part of a request is told why it is closed.
         if (!c.in.empty())
-          send_answer(c.fd, 408);
+          send_answer(c.fd, 408, limits.json_errors);
       }
       it = close_reading(it);
     }
@@ -669,6 +680,7 @@ struct http_server::impl {
 
   void answer(connection& c) {
     request_stream strm{c, clock::now() + limits.write_timeout};
+    answering_fd = c.fd;
     bool last = c.served + 1 >= limits.max_requests_per_connection
                 || c.peer_done || crowded.load() || stopping.load();
     bool closed = false;
@@ -685,6 +697,7 @@ struct http_server::impl {
     }
     // A request the router did not read to its end leaves the connection
     // where nobody knows what comes next.
+    answering_fd = -1;
     c.close = !ok || closed || last || strm.consumed() != c.request_size;
     c.in.erase(0, c.request_size);
     c.request_size = 0;
@@ -837,6 +850,18 @@ http_server_stats http_server::stats() const {
 
 const http_limits& http_server::limits() const noexcept {
   return impl_->limits;
+}
+
+bool http_server::client_gone() {
+  if (answering_fd < 0)
+    return false;
+  char byte = 0;
+  auto n = ::recv(answering_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n > 0)
+    return false;
+  if (n == 0)
+    return true;
+  return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 } // namespace cmdbus

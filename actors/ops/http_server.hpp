@@ -80,6 +80,10 @@ struct http_limits {
   /// Paths (GET or HEAD, without the query) answered on a reserved thread
   /// before anything else, e.g. "/healthz".
   std::vector<std::string> reserved_paths;
+  /// The front's own answers (408, 411, 413, 431, 503) carry a JSON body
+  /// {"error": {"code", "message"}} instead of a line of text (for
+  /// listeners whose clients are programs that read JSON errors).
+  bool json_errors = false;
 };
 
 /// What a listener has done since it started.
@@ -131,6 +135,13 @@ public:
   http_server_stats stats() const;
 
   const http_limits& limits() const noexcept;
+
+  /// On a thread answering a request of any http_server: whether its client
+  /// has closed the connection (for handlers that wait, e.g. for a
+  /// command to finish, and stop waiting for nobody). False elsewhere, and
+  /// while the client is there (also when it already sent its next
+  /// request).
+  static bool client_gone();
 
 private:
   struct impl;

@@ -114,6 +114,7 @@ const std::vector<documented_command> commands{
   {{"node"}, "### `cmdbus node`"},
   {{"cluster", "status"}, "### `cmdbus cluster`"},
   {{"cluster", "drain"}, "### `cmdbus cluster`"},
+  {{"api"}, "### `cmdbus api`"},
 };
 
 } // namespace

@@ -1,15 +1,17 @@
 // libFuzzer target for the decoders of untrusted input: wire::decode_command,
-// wire::decode_reply and json::parse. Any input must either decode or throw
-// decode_error; whatever decodes must re-encode to something that decodes to
-// the same value and re-encodes to the same bytes. Anything else (another
-// exception, a crash, a sanitizer report, a mismatch) aborts: a finding.
-// Build and run with scripts/fuzz.
+// wire::decode_reply, json::parse and the command API's request bodies
+// (api/request.hpp). Any input must either decode or throw decode_error
+// (api_error for a request body); whatever decodes must re-encode to something
+// that decodes to the same value and re-encodes to the same bytes. Anything
+// else (another exception, a crash, a sanitizer report, a mismatch) aborts: a
+// finding. Build and run with scripts/fuzz.
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
 
+#include "api/request.hpp"
 #include "cmdbus/model/errors.hpp"
 #include "cmdbus/model/json.hpp"
 #include "cmdbus/model/wire.hpp"
@@ -89,6 +91,41 @@ void check_json(std::string_view in, const decode_limits& limits) {
     finding("json::parse is not idempotent");
 }
 
+/// A body the API takes is one it can send: a type of 1 to 255 bytes, an
+/// object payload that parses again to itself.
+void check_send_command(const std::string& type, const json& data) {
+  if (type.empty() || type.size() > 255)
+    finding("the API took a body with an empty or overlong type");
+  if (!data.is_object())
+    finding("the API took a payload that is not an object");
+  try {
+    if (json::parse(data.text(), relaxed()) != data)
+      finding("the API's payload does not parse to itself");
+  } catch (const decode_error&) {
+    finding("the API's payload does not parse");
+  }
+}
+
+void check_api_request(std::string_view in) {
+  try {
+    auto b = api::parse_send_body("fuzz", in);
+    check_send_command(b.request.command_type, b.request.data);
+  } catch (const api::api_error& e) {
+    if (e.status() != 400 && e.status() != 413)
+      finding("the API refused a body with a status other than 400/413");
+  }
+  try {
+    auto b = api::parse_batch_body(in);
+    if (b.commands.empty() || b.commands.size() > api::max_batch_commands)
+      finding("the API took a batch of a size out of range");
+    for (auto& c : b.commands)
+      check_send_command(c.command_type, c.data);
+  } catch (const api::api_error& e) {
+    if (e.status() != 400 && e.status() != 413)
+      finding("the API refused a batch with a status other than 400/413");
+  }
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -102,5 +139,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_reply(in, *limits);
     check_json(in, *limits);
   }
+  check_api_request(in);
   return 0;
 }
