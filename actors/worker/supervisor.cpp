@@ -280,24 +280,19 @@ void mark_claimed(supervisor_state& st, const std::vector<int64_t>& claimed) {
     update(w.rc);
 }
 
-// Claims the deferred deliveries held for a heartbeat period or longer
-// (docs/worker.md, "Deferred claims"): a handler that takes that long
-// shows IN_PROGRESS like any other, and its message is claimed before a
-// later heartbeat extends it (the extension would end the read's fence).
-void claim_deferred(self_ptr self, clock::time_point now) {
+// Asks the retry scheduler to claim `due` (deferred deliveries) and marks
+// those it claimed.
+void request_claims(self_ptr self, std::vector<received_command> due) {
   auto& st = self->state;
-  auto after = heartbeat_period(st.settings.cfg->visibility_timeout);
-  std::vector<received_command> due;
-  for (auto& [delivery, run] : st.running)
-    if (run.rc->deferred && now - run.read_at >= after)
-      due.push_back(*run.rc);
-  for (auto& w : st.backlog)
-    if (w.rc->deferred && now - w.read_at >= after)
-      due.push_back(*w.rc);
   if (due.empty())
     return;
+  log::from(st.name).debug("{} claims {} deferred delivery(ies)", st.name,
+                           due.size());
   self->request(st.retry, caf::infinite, atom::claim::value, std::move(due))
     .then([self](std::vector<int64_t>& claimed) {
+            log::from(self->state.name)
+              .debug("{} claimed {} deferred delivery(ies)", self->state.name,
+                     claimed.size());
             mark_claimed(self->state, claimed);
           },
           [self](caf::error& err) {
@@ -307,19 +302,55 @@ void claim_deferred(self_ptr self, clock::time_point now) {
           });
 }
 
+// Claims the deferred deliveries held for `after` or longer (a heartbeat
+// period, or less when extensions come sooner; docs/worker.md, "Deferred
+// claims"): a handler that takes that long
+// shows IN_PROGRESS like any other, and its message is claimed before a
+// later heartbeat extends it (the extension would end the read's fence).
+void claim_deferred(self_ptr self, clock::time_point now,
+                    std::chrono::milliseconds after) {
+  auto& st = self->state;
+  std::vector<received_command> due;
+  for (auto& [delivery, run] : st.running)
+    if (run.rc->deferred && now - run.read_at >= after)
+      due.push_back(*run.rc);
+  for (auto& w : st.backlog)
+    if (w.rc->deferred && now - w.read_at >= after)
+      due.push_back(*w.rc);
+  request_claims(self, std::move(due));
+}
+
+// Claims the deferred deliveries among `msg_ids` (a handler extends them).
+void claim_deferred(self_ptr self, const std::vector<int64_t>& msg_ids) {
+  auto& st = self->state;
+  auto wanted = [&](const command_ptr& rc) {
+    return rc->deferred
+           && std::find(msg_ids.begin(), msg_ids.end(), rc->msg_id)
+                != msg_ids.end();
+  };
+  std::vector<received_command> due;
+  for (auto& [delivery, run] : st.running)
+    if (wanted(run.rc))
+      due.push_back(*run.rc);
+  request_claims(self, std::move(due));
+}
+
 // Extends the messages held longer than half the visibility timeout since
 // they were read, whether their handler runs or they still wait for one.
 void extend_leases(self_ptr self) {
   auto& st = self->state;
   auto vt = st.settings.cfg->visibility_timeout;
+  auto half = std::chrono::duration_cast<std::chrono::milliseconds>(vt) / 2;
   auto now = self->clock().now();
-  claim_deferred(self, now);
+  // Claimed first: every deferred delivery this pass extends (and those
+  // held for a heartbeat period) goes ahead in the same mailbox.
+  claim_deferred(self, now, std::min(heartbeat_period(vt), half));
   std::vector<int64_t> due;
   for (auto& [delivery, run] : st.running)
-    if (now - run.read_at >= vt / 2)
+    if (now - run.read_at >= half)
       due.push_back(run.rc->msg_id);
   for (auto& w : st.backlog)
-    if (now - w.read_at >= vt / 2)
+    if (now - w.read_at >= half)
       due.push_back(w.rc->msg_id);
   if (due.empty())
     return;
@@ -588,6 +619,9 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
     // -- from handlers -------------------------------------------------------
     [self](atom::extend, std::vector<int64_t>& msg_ids, int seconds,
            bool keep_longer) {
+      // A deferred delivery is claimed first: the extension ends its
+      // read's fence (the claim goes ahead in the same mailbox).
+      claim_deferred(self, msg_ids);
       return self->delegate(self->state.retry, atom::extend::value,
                             std::move(msg_ids), seconds, keep_longer);
     },

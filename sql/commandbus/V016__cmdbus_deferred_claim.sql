@@ -255,7 +255,7 @@ SET enable_seqscan = off
 AS $$
 DECLARE
     v_n        INT := COALESCE(cardinality(p_msg_ids), 0);
-    v_held     BIGINT[];
+    v_held     BIGINT[];  -- positions (1-based) of the elements
     v_ids      UUID[];
     v_status   TEXT[];
     v_attempts INT[];
@@ -272,16 +272,22 @@ BEGIN
         RETURN;
     END IF;
 
-    -- The messages still as the reads left them.
+    -- The elements whose message is still as their read left it (by
+    -- position: two deliveries of one message differ in read_ct or vt).
+    -- All their queue rows are locked, in msg_id order.
     EXECUTE format(
-        'SELECT array_agg(l.msg_id)
-           FROM (SELECT q.msg_id FROM pgmq.%I q
+        'SELECT array_agg(l.ord)
+           FROM (SELECT t.ord
+                   FROM (SELECT q.msg_id, q.read_ct, q.vt FROM pgmq.%I q
+                          WHERE q.msg_id = ANY($1::bigint[])
+                          ORDER BY q.msg_id
+                            FOR UPDATE) q
                    JOIN unnest($1::bigint[], $2::int[], $3::bigint[])
-                        AS t(msg_id, read_ct, vt_us) ON t.msg_id = q.msg_id
+                        WITH ORDINALITY AS t(msg_id, read_ct, vt_us, ord)
+                        ON t.msg_id = q.msg_id
                   WHERE q.read_ct = t.read_ct
-                    AND (extract(epoch FROM q.vt) * 1000000)::bigint = t.vt_us
-                  ORDER BY q.msg_id
-                    FOR UPDATE OF q) l',
+                    AND (extract(epoch FROM q.vt) * 1000000)::bigint
+                        = t.vt_us) l',
         pgmq.format_table_name(p_queue_name, 'q'))
     INTO v_held
     USING p_msg_ids, p_read_cts, p_vt_us;
@@ -295,8 +301,9 @@ BEGIN
       INTO v_ids, v_status, v_attempts, v_tids
       FROM (SELECT s.command_id, c.status, c.attempts, c.tid
               FROM (SELECT DISTINCT t.command_id
-                      FROM unnest(p_msg_ids, p_command_ids) AS t(msg_id, command_id)
-                     WHERE t.msg_id = ANY(v_held)
+                      FROM unnest(p_command_ids) WITH ORDINALITY
+                           AS t(command_id, ord)
+                     WHERE t.ord = ANY(v_held)
                      ORDER BY t.command_id) s
              CROSS JOIN LATERAL (
                    SELECT c.ctid AS tid, c.status, c.attempts
@@ -319,7 +326,7 @@ BEGIN
                        AS c(command_id, status, attempts, tid)
                        ON c.command_id = t.command_id
                  CROSS JOIN LATERAL (
-                       SELECT (t.msg_id = ANY(v_held) AND c.status = 'PENDING'
+                       SELECT (t.ord = ANY(v_held) AND c.status = 'PENDING'
                                AND c.attempts = t.seen) IS TRUE AS owned) x) o;
 END;
 $$;
