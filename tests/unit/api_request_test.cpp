@@ -167,7 +167,10 @@ TEST(ApiRequest, BatchBodies) {
 
 TEST(ApiRequest, PathsAndWaits) {
   EXPECT_EQ(refused([] { check_domain("orders"); }).status, 0);
-  for (auto d : {"", "a-b", "a b", "x;drop", std::string(60, 'a').c_str()})
+  // Strings owned by the list: a c_str() of a temporary would dangle.
+  for (const std::string& d :
+       {std::string{}, std::string{"a-b"}, std::string{"a b"},
+        std::string{"x;drop"}, std::string(60, 'a')})
     EXPECT_EQ(refused([&] { check_domain(d); }).status, 400) << d;
   EXPECT_EQ(refused([] { parse_command_id("nope"); }).status, 400);
   EXPECT_EQ(parse_wait(std::nullopt), 15s);
