@@ -235,7 +235,7 @@ struct worker::impl {
     // replies of many processes share a transaction only when they are
     // read together.
     s.max_in_flight = std::max(
-      {16, cfg.concurrency + cfg.prefetch,
+      {16, cfg.concurrency + config::max_prefetch(cfg),
        2 * s.writers
          * static_cast<int>(actors::process_writer_state::max_group)});
     return s;

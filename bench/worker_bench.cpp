@@ -4,9 +4,10 @@
 //   * the worker with a no-op handler over N pre-sent commands (every audit
 //     row and status transition of the reference written), at concurrency
 //     64 and 16 in non-blocking handler mode, 64 with a prefetch of 64, 64
-//     in blocking mode, and the library's default settings (a default
-//     worker_config, as `cmdbus worker` runs given none) in blocking mode,
-//     with worker CPU vs PostgreSQL CPU; `defaults / best` against 0.8x;
+//     in blocking mode, 64 with the auto prefetch, and the library's
+//     default settings (a default worker_config, as `cmdbus worker` runs
+//     given none: concurrency 16, prefetch auto) in blocking mode, with
+//     worker CPU vs PostgreSQL CPU; `defaults / best` against 0.8x;
 //   * the same prefetch phase again with the HTTP endpoint on and scraped
 //     (/metrics every 100 ms, the status page every second), printed as a
 //     ratio to the phase without it;
@@ -281,6 +282,10 @@ int main(int argc, char** argv) {
     {64, 64, handler_mode::non_blocking, "wb64c_", false, chooser::cap},
     {16, 0, handler_mode::non_blocking, "wb16_", false},
     {64, 0, handler_mode::blocking, "wb64b_", false},
+    // The auto prefetch with the best phase's slots and mode: a candidate
+    // for the best configuration too, so that the defaults are compared
+    // with the best the worker can do, auto prefetch included.
+    {64, config::prefetch_auto, handler_mode::non_blocking, "wb64a_", false},
     {0, 0, handler_mode::blocking, "wbdef_", false, chooser::none, true}};
   bench::rate best;
   bench::rate without_http;
@@ -326,13 +331,17 @@ int main(int argc, char** argv) {
     }
     w.stop(10s).get();
     auto done = count_status(conn, domain, "COMPLETED");
+    auto prefetch_text = cfg.prefetch == config::prefetch_auto
+                           ? std::string{"prefetch auto, "}
+                         : cfg.prefetch > 0
+                           ? "prefetch " + std::to_string(cfg.prefetch) + ", "
+                           : std::string{};
     auto settings = is_default
                       ? "the defaults (concurrency "
-                          + std::to_string(cfg.concurrency) + ", ...), "
+                          + std::to_string(cfg.concurrency) + ", "
+                          + prefetch_text + "...), "
                       : "concurrency " + std::to_string(concurrency) + ", "
-                          + (prefetch > 0
-                               ? "prefetch " + std::to_string(prefetch) + ", "
-                               : std::string{});
+                          + prefetch_text;
     bench::rate r{"worker, " + settings + mode_name(mode)
                     + (http ? ", HTTP endpoint scraped" : "")
                     + (read == chooser::priorities ? ", read by priority"
@@ -502,7 +511,7 @@ int main(int argc, char** argv) {
 
   // Leave the database small for the next run.
   for (auto* d : {"wraw_", "wb64_", "wb64p_", "wb64i_", "wb64h_", "wb64q_",
-                  "wb64c_", "wb16_", "wb64b_", "wbdef_", "wbx_", "wbe_",
+                  "wb64c_", "wb16_", "wb64b_", "wb64a_", "wbdef_", "wbx_", "wbe_",
                   "wbd_", "wlat_"})
     bench::drop_domain(conn, std::string{d} + run_id);
   conn.take_notices();

@@ -45,7 +45,10 @@ std::string describe(const worker_config& cfg) {
   out += "[worker]\n";
   out += "domains = " + ini_list(cfg.domains) + "\n";
   out += "concurrency = " + std::to_string(cfg.concurrency) + "\n";
-  out += "prefetch = " + std::to_string(cfg.prefetch) + "\n";
+  out += "prefetch = "
+         + (cfg.prefetch == prefetch_auto ? std::string{"auto"}
+                                          : std::to_string(cfg.prefetch))
+         + "\n";
   out += "visibility-timeout = "
          + duration_text(
            std::chrono::duration_cast<milliseconds>(cfg.visibility_timeout))

@@ -54,7 +54,7 @@ Config file (CAF INI; ';' starts a comment):
   [worker]
   domains = ["payments", "reports"]
   concurrency = 16
-  prefetch = 0
+  prefetch = auto
   visibility-timeout = 30s
   poll-interval = 1s
   use-notify = true

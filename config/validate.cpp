@@ -100,9 +100,10 @@ std::vector<std::string> validate(const worker_config& cfg) {
   if (cfg.concurrency < 1 || cfg.concurrency > 4096)
     report("concurrency (" + std::to_string(cfg.concurrency)
            + ") must be between 1 and 4096");
-  if (cfg.prefetch < 0 || cfg.prefetch > 4096)
+  if ((cfg.prefetch < 0 && cfg.prefetch != prefetch_auto)
+      || cfg.prefetch > 4096)
     report("prefetch (" + std::to_string(cfg.prefetch)
-           + ") must be between 0 and 4096");
+           + ") must be auto or between 0 and 4096");
   if (cfg.visibility_timeout < seconds{1})
     report("visibility-timeout (" + s_text(cfg.visibility_timeout)
            + ") must be at least 1s");

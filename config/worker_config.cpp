@@ -7,6 +7,16 @@
 
 namespace cmdbus::config {
 
+int starting_prefetch(const worker_config& cfg) noexcept {
+  return cfg.prefetch == prefetch_auto ? 0 : cfg.prefetch;
+}
+
+int max_prefetch(const worker_config& cfg) noexcept {
+  // The limit of actors/worker/prefetch_tuner.hpp (config does not see
+  // the actors).
+  return cfg.prefetch == prefetch_auto ? 256 : cfg.prefetch;
+}
+
 bool listens(const worker_config& cfg) noexcept {
   return cfg.use_notify && cfg.pooler != db::pooler_mode::transaction;
 }

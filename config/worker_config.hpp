@@ -216,6 +216,9 @@ struct retention_config {
   }
 };
 
+/// `prefetch = auto`: the worker sizes each domain's prefetch itself.
+inline constexpr int prefetch_auto = -1;
+
 /// Everything `cmdbus worker` needs to run.
 struct worker_config {
   /// libpq connection string or URI; "" means the libpq environment.
@@ -252,9 +255,11 @@ struct worker_config {
 
   /// Messages a domain may read beyond its handler slots, waiting in memory
   /// for the next free handler (their lease is kept like a running
-  /// command's); 0..4096. More lets reads be larger and overlap the
-  /// handlers' work; 0 reads only for free slots.
-  int prefetch = 0;
+  /// command's); 0..4096, or prefetch_auto (the default): sized by the
+  /// measured time a command holds a slot, 0 to 256
+  /// (actors/worker/prefetch_tuner.hpp). More lets reads be larger and
+  /// overlap the handlers' work; 0 reads only for free slots.
+  int prefetch = prefetch_auto;
 
   /// Whether a read leaves the commands that qualify unclaimed until their
   /// handler has run, so that a quick success claims and completes the
@@ -368,6 +373,13 @@ std::chrono::milliseconds idle_backoff_min_of(const worker_config& cfg);
 
 /// The idle backoff's cap: idle_backoff_max, else poll_interval.
 std::chrono::milliseconds idle_backoff_max_of(const worker_config& cfg);
+
+/// The prefetch a domain starts with: the configured one, 0 when auto.
+int starting_prefetch(const worker_config& cfg) noexcept;
+
+/// The most a domain's prefetch can be: the configured one, or the auto
+/// prefetch's limit (256).
+int max_prefetch(const worker_config& cfg) noexcept;
 
 /// Whether the worker LISTENs for notifications: use_notify, unless a
 /// transaction pooler is in front (it would hand the listening session to

@@ -188,8 +188,13 @@ settings_table<worker_config> make_worker_table() {
      "CMDBUS_PREFETCH",
      form::value,
      {"--prefetch", "N",
-      "messages read ahead of free handler slots per domain, 0..4096 (0)"},
-     [](c& x, const v& y, bool) { x.prefetch = as_int(y); }},
+      "messages read ahead of free handler slots per domain, 0..4096, or "
+      "auto: sized by the measured handler time, 0..256 (auto)"},
+     [](c& x, const v& y, bool) {
+       x.prefetch = y.shape == raw_value::form::bare && y.text == "auto"
+                      ? prefetch_auto
+                      : as_int(y);
+     }},
     {kind::seconds_duration,
      "worker",
      "visibility-timeout",

@@ -24,6 +24,7 @@ add_executable(cmdbus-unit-test ${unit_test_sources}
   ${PROJECT_SOURCE_DIR}/actors/handler_registry.cpp
   ${PROJECT_SOURCE_DIR}/actors/tick.cpp
   ${PROJECT_SOURCE_DIR}/actors/worker/credit_ledger.cpp
+  ${PROJECT_SOURCE_DIR}/actors/worker/prefetch_tuner.cpp
   ${PROJECT_SOURCE_DIR}/apps/demo_workflows.cpp
   ${PROJECT_SOURCE_DIR}/api/operations.cpp
   ${PROJECT_SOURCE_DIR}/api/request.cpp

@@ -169,6 +169,10 @@ std::string render_metrics(const status_snapshot& s) {
   per_domain(out, s, "cmdbus_in_flight", "gauge",
              "Commands read and not yet handled.",
              [](const domain_status& d) { return d.in_flight; });
+  per_domain(out, s, "cmdbus_prefetch", "gauge",
+             "Messages read ahead of free handler slots at most (the fixed "
+             "prefetch, or the one prefetch = auto chose last).",
+             [](const domain_status& d) { return d.prefetch; });
   per_domain(out, s, "cmdbus_handler_slots", "gauge",
              "Handler slots (the worker's concurrency).",
              [](const domain_status& d) { return d.slots; });

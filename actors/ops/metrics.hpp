@@ -126,6 +126,9 @@ public:
   /// Commands read and not yet handled (in a handler or waiting for one);
   /// never more than the domain's slots plus the prefetch.
   std::atomic<int64_t> in_flight{0};
+  /// Messages the domain may read beyond its handler slots now: the fixed
+  /// prefetch, or the one `prefetch = auto` chose last.
+  std::atomic<int64_t> prefetch{0};
   /// Messages archived on receive (invalid, unknown or terminal command).
   std::atomic<int64_t> rejected{0};
   /// Outcomes not written because their delivery no longer held its

@@ -13,6 +13,7 @@ domain_status domain_of(const domain_source& src) {
   d.polling = src.polling;
   d.received = m.received.load();
   d.in_flight = m.in_flight.load();
+  d.prefetch = m.prefetch.load();
   d.slots = m.slots();
   d.handler_restarts = m.handler_restarts.load();
   d.remote_slots = m.remote_slots.load();

@@ -37,6 +37,8 @@ struct domain_status {
   bool polling = false;
   int64_t received = 0;
   int64_t in_flight = 0;
+  /// The domain's prefetch now (fixed, or chosen by `prefetch = auto`).
+  int64_t prefetch = 0;
   int64_t slots = 0;
   int64_t handler_restarts = 0;
   /// Slots of the connected remote handler pools, how many are connected,

@@ -21,11 +21,14 @@ int64_t credit_ledger::release(int64_t room) noexcept {
   return n;
 }
 
-void credit_ledger::pool_dropped(int64_t slots, int64_t dropped) noexcept {
-  auto reclaim = slots - dropped;
-  auto from_pending = std::min(pending_, reclaim);
+void credit_ledger::shrunk(int64_t n) noexcept {
+  auto from_pending = std::min(pending_, n);
   pending_ -= from_pending;
-  debt_ += reclaim - from_pending;
+  debt_ += n - from_pending;
+}
+
+void credit_ledger::pool_dropped(int64_t slots, int64_t dropped) noexcept {
+  shrunk(slots - dropped);
 }
 
 } // namespace cmdbus::actors

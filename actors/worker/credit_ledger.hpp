@@ -8,8 +8,9 @@
 // for one credit, which is at any time in exactly one place: held by the
 // poller (granted), taken by a command that waits or runs (held by the
 // supervisor), or freed and not yet returned (pending). When a remote pool
-// vanishes, credits the poller or commands still hold for its slots become
-// a debt that freed slots pay before anything is returned. So:
+// vanishes, or the auto prefetch shrinks, credits the poller or commands
+// still hold for the slots gone become a debt that freed slots pay before
+// anything is returned. So:
 //
 //   granted + held + pending - debt == capacity
 //
@@ -50,6 +51,10 @@ public:
   void sent(int64_t n) noexcept {
     granted_ += n;
   }
+
+  /// The capacity shrank by `n` (a smaller prefetch): taken from the
+  /// pending credits first, the rest becomes debt.
+  void shrunk(int64_t n) noexcept;
 
   /// A remote pool of `slots` vanished, and `dropped` of the commands it
   /// ran left with it: the slots it no longer backs come back from the

@@ -249,7 +249,8 @@ poller(poller_actor::stateful_pointer<poller_state> self,
       return store.receive(vt, qty, how);
     };
   }
-  st.credits = st.settings.cfg->concurrency + st.settings.cfg->prefetch;
+  st.credits = st.settings.cfg->concurrency
+               + config::starting_prefetch(*st.settings.cfg);
   for (auto& [type, cap] :
        config::scheduling_of(*st.settings.cfg, st.settings.domain)
          .type_concurrency)

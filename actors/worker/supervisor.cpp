@@ -76,7 +76,7 @@ void start_local(self_ptr self, supervisor_state::pool& p,
   auto delivery = ++st.next_delivery;
   st.running.emplace(delivery,
                      supervisor_state::running_command{
-                       h, w.rc, w.read_at, std::chrono::steady_clock::now(),
+                       h, w.rc, w.read_at, self->clock().now(),
                        std::string{}});
   self->request(h, caf::infinite, atom::handle::value, std::move(w.rc))
     .then(
@@ -87,15 +87,15 @@ void start_local(self_ptr self, supervisor_state::pool& p,
         if (i == st.running.end())
           return;
         auto rc = std::move(i->second.rc);
-        st.settings.metrics->of(rc->cmd.command_type)
-          .duration.observe(std::chrono::steady_clock::now()
-                            - i->second.started_at);
+        auto took = self->clock().now() - i->second.started_at;
+        st.settings.metrics->of(rc->cmd.command_type).duration.observe(took);
         st.running.erase(i);
         pool_for(st, *rc).idle.push_back(h);
         // Handed over first, so that the hold limit counts it.
         route(self, *rc, std::move(out));
         cap_released(self, rc->cmd.command_type, true);
         handler_freed(self, 1);
+        tune_prefetch(self, took);
         dispatch(self);
       },
       [self, delivery](caf::error& err) {
@@ -201,6 +201,32 @@ void give_credit(self_ptr self, int64_t n) {
   st.credits.sent(n);
   ++st.credits_sent;
   st.poller_idle = false;
+}
+
+// A local command held its slot for `took`: with `prefetch = auto`, the
+// prefetch follows the measured slot time (actors/worker/prefetch_tuner.hpp).
+// More prefetch is more credits at once; less takes them back from the
+// pending ones first, the rest as a debt that freed slots pay (the credits
+// the poller holds or commands use stay where they are).
+void tune_prefetch(self_ptr self, std::chrono::nanoseconds took) {
+  auto& st = self->state;
+  if (!st.auto_prefetch || st.draining)
+    return;
+  auto next = st.tuner.finished(took);
+  if (!next)
+    return;
+  auto change = *next - st.prefetch;
+  log::from(st.name).debug("{} prefetch {} -> {} (mean slot time {} us)",
+                           st.name, st.prefetch, *next,
+                           st.tuner.mean().count() / 1000);
+  st.prefetch = *next;
+  st.settings.metrics->prefetch = *next;
+  if (change > 0) {
+    if (st.credits.freed(change))
+      flush_credit(self);
+  } else if (change < 0) {
+    st.credits.shrunk(-change);
+  }
 }
 
 // Returns the pending credits to the poller now, as far as the hold limit
@@ -520,7 +546,12 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
        config::scheduling_of(*st.settings.cfg, st.settings.domain)
          .type_concurrency)
     st.caps[type].limit = limit;
-  st.credits.start(st.settings.cfg->concurrency + st.settings.cfg->prefetch,
+  st.prefetch = config::starting_prefetch(*st.settings.cfg);
+  st.auto_prefetch = st.settings.cfg->prefetch == config::prefetch_auto
+                     && !st.settings.tick && st.local_slots > 0;
+  st.tuner = prefetch_tuner{st.local_slots};
+  st.settings.metrics->prefetch = st.prefetch;
+  st.credits.start(st.settings.cfg->concurrency + st.prefetch,
                    st.settings.cfg->concurrency - st.local_slots);
   st.poller = st.spawn.poller(self, st.settings);
   st.links.resize(pools.size());

@@ -22,6 +22,7 @@
 
 #include "cmdbus/actors/interfaces.hpp"
 #include "cmdbus/actors/worker/credit_ledger.hpp"
+#include "cmdbus/actors/worker/prefetch_tuner.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
 
 namespace cmdbus::actors {
@@ -72,13 +73,20 @@ struct supervisor_state {
   /// Local handler slots: `concurrency`, or 0 when the domain has no local
   /// handler and relies on remote pools.
   int64_t local_slots = 0;
+  /// Messages read ahead of free slots now: the configured prefetch, or
+  /// the one `tuner` chose (`prefetch = auto`, outside tick mode, with
+  /// local slots).
+  int64_t prefetch = 0;
+  bool auto_prefetch = false;
+  prefetch_tuner tuner{0};
   /// A command in a handler (local or remote).
   struct running_command {
     /// The local handler; null when it runs in a remote pool.
     handler_actor handler;
     command_ptr rc;
     std::chrono::steady_clock::time_point read_at;
-    /// When the handler got it (the real clock: a handler's duration).
+    /// When the handler got it (the actor clock: the steady clock, or the
+    /// test coordinator's).
     std::chrono::steady_clock::time_point started_at;
     /// The address of the remote pool that runs it; "" when local.
     std::string remote;
@@ -123,9 +131,9 @@ struct supervisor_state {
   std::string name;
 
   /// The slots the credits stand for: local plus connected remote ones,
-  /// plus the prefetch.
+  /// plus the prefetch now.
   int64_t capacity() const noexcept {
-    int64_t n = local_slots + settings.cfg->prefetch;
+    int64_t n = local_slots + prefetch;
     for (auto& r : remotes)
       n += r.slots;
     return n;

@@ -68,7 +68,7 @@ void start_remote(self_ptr self, supervisor_state::remote_pool& r,
   st.running.emplace(delivery,
                      supervisor_state::running_command{
                        handler_actor{}, std::move(w.rc), w.read_at,
-                       std::chrono::steady_clock::now(), r.address});
+                       self->clock().now(), r.address});
   // Done with the running entry: the pool's slot is free again.
   auto finish = [self](std::map<uint64_t,
                                 supervisor_state::running_command>::iterator i) {
@@ -88,7 +88,7 @@ void start_remote(self_ptr self, supervisor_state::remote_pool& r,
         if (i == st.running.end())
           return; // dropped with its pool meanwhile
         st.settings.metrics->of(i->second.rc->cmd.command_type)
-          .duration.observe(std::chrono::steady_clock::now()
+          .duration.observe(self->clock().now()
                             - i->second.started_at);
         auto rc = finish(i);
         route(self, *rc, remote::from_wire(wo));

@@ -36,6 +36,10 @@ void progress(self_ptr self);
 /// allows.
 void flush_credit(self_ptr self);
 
+/// A local command held its slot for `took`: `prefetch = auto` may resize
+/// the prefetch (more or fewer credits).
+void tune_prefetch(self_ptr self, std::chrono::nanoseconds took);
+
 /// Whether a command of `type` may start now: its type is not capped, or
 /// fewer than its cap run.
 bool below_cap(const supervisor_state& st, const std::string& type);

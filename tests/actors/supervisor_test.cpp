@@ -717,3 +717,91 @@ CAF_TEST(a capped command whose handler dies gives its slot back) {
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
+
+// -- prefetch = auto ---------------------------------------------------------
+
+namespace {
+
+// Concurrency 2, `prefetch = auto`.
+struct auto_prefetch_fixture : fixture {
+  auto_prefetch_fixture()
+    : fixture(std::make_shared<const handler_registry>(),
+              [](config::worker_config& cfg) {
+                cfg.prefetch = config::prefetch_auto;
+              }) {
+  }
+
+  // Runs two "ok" commands (msg_ids `first` and `first` + 1) whose handlers
+  // take `took` each (the test clock moves while they run), then lets the
+  // supervisor take their outcomes and everything that follows.
+  void run_pair(int64_t first, caf::timespan took) {
+    run_two(make_rc(first, "ok"), make_rc(first + 1, "ok"));
+    expect((atom::handle, command_ptr),
+           from(sup).to(kids->handlers[0]).with(_, _));
+    expect((atom::handle, command_ptr),
+           from(sup).to(kids->handlers[1]).with(_, _));
+    sched.advance_time(took);
+    sched.run();
+    // Commit everything handed to the completion writer so far.
+    caf::send_as(kids->completion, sup, atom::committed::value,
+                 static_cast<int64_t>(st().completion_log.pending.size()));
+    sched.run();
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(auto_prefetch_tests, auto_prefetch_fixture)
+
+CAF_TEST(the auto prefetch follows the measured slot time and keeps the credits balanced) {
+  CAF_CHECK(st().auto_prefetch);
+  CAF_CHECK_EQUAL(st().prefetch, 0);
+  CAF_CHECK_EQUAL(settings.metrics->prefetch.load(), 0);
+  // Quick handlers (1 ms a command): 2 slots x 100 ms / 1 ms = 200 read
+  // ahead. The extra credits go to the poller at once.
+  run_pair(1, std::chrono::milliseconds{1});
+  CAF_CHECK_EQUAL(st().prefetch, 200);
+  CAF_CHECK_EQUAL(settings.metrics->prefetch.load(), 200);
+  CAF_CHECK(st().credits_balanced());
+  CAF_CHECK_EQUAL(st().credits.granted(), 202);
+  // Slow ones (2 s a command): a few evaluations later nothing is read
+  // ahead any more. The poller holds more credits than the new capacity:
+  // they become a debt that the next freed slots pay.
+  for (int64_t i = 0; i < 8; ++i)
+    run_pair(10 + 2 * i, std::chrono::seconds{2});
+  CAF_CHECK_EQUAL(st().prefetch, 0);
+  CAF_CHECK_EQUAL(settings.metrics->prefetch.load(), 0);
+  CAF_CHECK(st().credits_balanced());
+  CAF_CHECK_GREATER(st().credits.debt(), 0);
+  // No slot was ever lost: both handlers are idle, nothing is held.
+  CAF_CHECK_EQUAL(pool().idle.size(), 2u);
+  CAF_CHECK_EQUAL(st().held(), 0);
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()
+
+namespace {
+
+// Concurrency 2, a fixed prefetch of 3: never resized.
+struct fixed_prefetch_fixture : fixture {
+  fixed_prefetch_fixture()
+    : fixture(std::make_shared<const handler_registry>(),
+              [](config::worker_config& cfg) { cfg.prefetch = 3; }) {
+  }
+};
+
+} // namespace
+
+CAF_TEST_FIXTURE_SCOPE(fixed_prefetch_tests, fixed_prefetch_fixture)
+
+CAF_TEST(a fixed prefetch is never resized) {
+  CAF_CHECK(!st().auto_prefetch);
+  CAF_CHECK_EQUAL(st().prefetch, 3);
+  run_two(make_rc(1, "ok"), make_rc(2, "ok"));
+  sched.advance_time(std::chrono::milliseconds{1});
+  sched.run();
+  CAF_CHECK_EQUAL(st().prefetch, 3);
+  CAF_CHECK(st().credits_balanced());
+}
+
+CAF_TEST_FIXTURE_SCOPE_END()

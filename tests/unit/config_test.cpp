@@ -74,7 +74,9 @@ TEST(ConfigDefaults, are_valid_except_missing_domains) {
   EXPECT_TRUE(contains(problems[0], "no domains configured"));
   EXPECT_TRUE(validate(valid()).empty());
   EXPECT_EQ(cfg.concurrency, 16);
-  EXPECT_EQ(cfg.prefetch, 0);
+  EXPECT_EQ(cfg.prefetch, prefetch_auto);
+  EXPECT_EQ(starting_prefetch(cfg), 0);
+  EXPECT_EQ(max_prefetch(cfg), 256);
   EXPECT_EQ(cfg.visibility_timeout, 30s);
   EXPECT_EQ(cfg.poll_interval, 1000ms);
   EXPECT_TRUE(cfg.use_notify);
@@ -115,13 +117,34 @@ TEST(ConfigValidate, rejects_bad_concurrency) {
 
 TEST(ConfigValidate, rejects_bad_prefetch) {
   auto cfg = valid();
-  cfg.prefetch = -1;
-  EXPECT_TRUE(
-      has_problem(validate(cfg), "prefetch (-1) must be between 0 and 4096"));
+  cfg.prefetch = -2;
+  EXPECT_TRUE(has_problem(validate(cfg),
+                          "prefetch (-2) must be auto or between 0 and 4096"));
   cfg.prefetch = 4097;
   EXPECT_TRUE(has_problem(validate(cfg), "prefetch (4097)"));
   cfg.prefetch = 4096;
   EXPECT_TRUE(validate(cfg).empty());
+  EXPECT_EQ(starting_prefetch(cfg), 4096);
+  EXPECT_EQ(max_prefetch(cfg), 4096);
+  cfg.prefetch = prefetch_auto;
+  EXPECT_TRUE(validate(cfg).empty());
+}
+
+TEST(ConfigPrefetch, auto_in_the_file_the_environment_and_the_options) {
+  worker_config cfg;
+  cfg.prefetch = 8;
+  apply_ini(cfg, "[worker]\nprefetch = auto\n", "worker.ini");
+  EXPECT_EQ(cfg.prefetch, prefetch_auto);
+  cfg.prefetch = 8;
+  apply_env(cfg, fake_env{{{"CMDBUS_PREFETCH", "auto"}}}.lookup());
+  EXPECT_EQ(cfg.prefetch, prefetch_auto);
+  cfg.prefetch = 8;
+  EXPECT_FALSE(apply_args(cfg, {"--prefetch", "auto"}));
+  EXPECT_EQ(cfg.prefetch, prefetch_auto);
+  EXPECT_TRUE(contains(describe(cfg), "prefetch = auto"));
+  // Anything else that is not a number is refused with the setting's name.
+  EXPECT_THROW(apply_ini(cfg, "[worker]\nprefetch = lots\n", "worker.ini"),
+               config_error);
 }
 
 TEST(ConfigValidate, rejects_bad_domain_names) {

@@ -85,3 +85,23 @@ TEST(CreditLedger, AVanishedPoolTakesItsIdleSlotsFromPendingAndOwesTheRest) {
   EXPECT_FALSE(d.freed(3));
   EXPECT_EQ(d.debt(), 0);
 }
+
+TEST(CreditLedger, AShrinkingCapacityTakesPendingCreditsFirstThenOwes) {
+  credit_ledger c;
+  c.start(10, 0); // capacity 10
+  c.used(6);
+  EXPECT_TRUE(c.freed(2)); // 4 held, 2 pending
+  EXPECT_TRUE(c.balanced(4, 10));
+  c.shrunk(5); // capacity 5: the 2 pending and a debt of 3
+  EXPECT_EQ(c.pending(), 0);
+  EXPECT_EQ(c.debt(), 3);
+  EXPECT_TRUE(c.balanced(4, 5));
+  EXPECT_FALSE(c.freed(3)); // pays the debt
+  EXPECT_EQ(c.debt(), 0);
+  EXPECT_TRUE(c.balanced(1, 5));
+  EXPECT_TRUE(c.freed(1));
+  EXPECT_TRUE(c.balanced(0, 5));
+  // Growing again: new pending credits.
+  EXPECT_TRUE(c.freed(7));
+  EXPECT_TRUE(c.balanced(0, 12));
+}
