@@ -547,8 +547,13 @@ supervisor(supervisor_actor::stateful_pointer<supervisor_state> self,
          .type_concurrency)
     st.caps[type].limit = limit;
   st.prefetch = config::starting_prefetch(*st.settings.cfg);
+  // Not for reads by priority: a command read ahead would wait in front of
+  // a more urgent one sent after it.
   st.auto_prefetch = st.settings.cfg->prefetch == config::prefetch_auto
-                     && !st.settings.tick && st.local_slots > 0;
+                     && !st.settings.tick && st.local_slots > 0
+                     && !config::scheduling_of(*st.settings.cfg,
+                                               st.settings.domain)
+                           .priorities;
   st.tuner = prefetch_tuner{st.local_slots};
   st.settings.metrics->prefetch = st.prefetch;
   st.credits.start(st.settings.cfg->concurrency + st.prefetch,

@@ -75,7 +75,7 @@ struct supervisor_state {
   int64_t local_slots = 0;
   /// Messages read ahead of free slots now: the configured prefetch, or
   /// the one `tuner` chose (`prefetch = auto`, outside tick mode, with
-  /// local slots).
+  /// local slots, without priorities).
   int64_t prefetch = 0;
   bool auto_prefetch = false;
   prefetch_tuner tuner{0};

@@ -318,7 +318,9 @@ TEST(ClusterRouting, TypesRunWhereTheyAreServedAndCreditsSpanAllSlots) {
   node n2{dir, "n2", d, 3};
   ASSERT_GT(n1.port(), 0);
   ASSERT_GT(n2.port(), 0);
-  worker w{cluster_cfg(d, {n1.address(), n2.address()}), local_only(d)};
+  auto cfg = cluster_cfg(d, {n1.address(), n2.address()});
+  cfg.prefetch = 0; // the slots alone bound what is in flight
+  worker w{cfg, local_only(d)};
   finally stop{[&] { stop_worker(w); }};
   w.start();
   ASSERT_TRUE(connected(w, 2));

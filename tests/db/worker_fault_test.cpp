@@ -69,7 +69,15 @@ TEST(WorkerFaults, CompletesEverythingAfterItsConnectionsAreCut) {
     std::this_thread::sleep_for(2ms);
     return json::null();
   });
-  worker w{make_cfg({d}, 8), std::move(reg)};
+  auto cfg = make_cfg({d}, 8);
+  // A read whose answer is lost with its connection (the server committed
+  // it, the client never got it) hides what it took until the visibility
+  // timeout: up to concurrency + prefetch messages, 264 with the auto
+  // prefetch of a quick handler. A short timeout brings them back within
+  // the test's deadlines.
+  cfg.visibility_timeout = 5s;
+  cfg.statement_timeout = 4s;
+  worker w{cfg, std::move(reg)};
   finally stop{[&] { stop_worker(w); }};
   w.start();
   for (int cut = 1; cut <= 3; ++cut) {
@@ -115,6 +123,9 @@ TEST(WorkerFaults, ClaimsNoMoreThanTheHoldLimitWhileWritesFail) {
   handler_registry reg;
   reg.add(d, "Ok", null_result);
   auto cfg = make_cfg({d}, 2);
+  // No prefetch: the hold limit is 4 x 2 slots (an auto prefetch would
+  // raise it with the slots it adds).
+  cfg.prefetch = 0;
   cfg.visibility_timeout = 30s;
   cfg.statement_timeout = 10s;
   // Claimed at the read, so that the held commands are counted as claims.
