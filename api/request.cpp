@@ -6,6 +6,7 @@
 
 #include <rapidjson/reader.h>
 
+#include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/error.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/model/errors.hpp"
@@ -306,7 +307,31 @@ struct command_fields_read {
   std::optional<int> max_attempts;
   std::optional<timestamp> not_before;
   std::optional<int> priority;
+  /// As given: the not_before time, or the delay.
+  std::optional<timestamp> at;
+  std::optional<milliseconds> delay;
 };
+
+/// What a command of a request decides (send_body::decided): the fields as
+/// given, each present (null when absent), and whether it is a batch's.
+std::string decided_by(const command_fields_read& c, bool in_batch) {
+  cli::json_out out;
+  out.begin_object()
+    .field("type", c.type)
+    .field("data", c.data)
+    .field("correlation_id", c.correlation_id)
+    .field("reply_to", c.reply_to)
+    .field("max_attempts", c.max_attempts)
+    .field("priority", c.priority)
+    .field("not_before", c.at)
+    .key("delay_ms");
+  if (c.delay)
+    out.value(static_cast<int64_t>(c.delay->count()));
+  else
+    out.null();
+  out.field("batch", in_batch).end_object();
+  return out.text();
+}
 
 command_fields_read read_command(const node& n, std::string_view body,
                                  const std::string& what) {
@@ -344,6 +369,7 @@ command_fields_read read_command(const node& n, std::string_view body,
     if (!out.not_before)
       bad(f.field("not_before")
           + " is not an RFC 3339 time (e.g. 2026-12-01T03:00:00Z)");
+    out.at = out.not_before;
   }
   if (delay) {
     auto d = duration_of(*delay);
@@ -351,6 +377,7 @@ command_fields_read read_command(const node& n, std::string_view body,
       bad(f.field("delay")
           + " is not a duration (a number with unit ms, s, m or h)");
     out.not_before = not_before_in(*d);
+    out.delay = d;
   }
   return out;
 }
@@ -390,8 +417,10 @@ send_body parse_send_body(const std::string& domain, std::string_view body) {
   send_body out;
   auto& r = out.request;
   r.domain = domain;
-  r.command_type = std::move(c.type);
   out.id_given = c.command_id.has_value();
+  if (out.id_given)
+    out.decided = decided_by(c, false);
+  r.command_type = std::move(c.type);
   r.command_id = c.command_id.value_or(uuid::random());
   r.data = std::move(c.data);
   r.correlation_id = c.correlation_id;
@@ -420,6 +449,7 @@ batch_body parse_batch_body(std::string_view body) {
   for (size_t i = 0; i < list->items.size(); ++i) {
     auto c = read_command(*list->items[i], body,
                           "commands[" + std::to_string(i) + "]");
+    out.decided.push_back(c.command_id ? decided_by(c, true) : std::string{});
     batch_command b;
     b.command_type = std::move(c.type);
     b.command_id = c.command_id.value_or(uuid::random());
