@@ -5,8 +5,9 @@
 #include <memory>
 
 #include <rapidjson/reader.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
-#include "cmdbus/cli/json_out.hpp"
 #include "cmdbus/db/error.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/model/errors.hpp"
@@ -314,23 +315,48 @@ struct command_fields_read {
 
 /// What a command of a request decides (send_body::decided): the fields as
 /// given, each present (null when absent), and whether it is a batch's.
+/// Written with rapidjson alone (the unit tests link no JSON writer of the
+/// tool's).
 std::string decided_by(const command_fields_read& c, bool in_batch) {
-  cli::json_out out;
-  out.begin_object()
-    .field("type", c.type)
-    .field("data", c.data)
-    .field("correlation_id", c.correlation_id)
-    .field("reply_to", c.reply_to)
-    .field("max_attempts", c.max_attempts)
-    .field("priority", c.priority)
-    .field("not_before", c.at)
-    .key("delay_ms");
-  if (c.delay)
-    out.value(static_cast<int64_t>(c.delay->count()));
-  else
-    out.null();
-  out.field("batch", in_batch).end_object();
-  return out.text();
+  rapidjson::StringBuffer text;
+  rapidjson::Writer<rapidjson::StringBuffer> w{text};
+  auto string = [&](const char* key, const std::optional<std::string>& x) {
+    w.Key(key);
+    if (x)
+      w.String(x->data(), static_cast<rapidjson::SizeType>(x->size()));
+    else
+      w.Null();
+  };
+  auto integer = [&](const char* key, const std::optional<int64_t>& x) {
+    w.Key(key);
+    if (x)
+      w.Int64(*x);
+    else
+      w.Null();
+  };
+  auto opt = [](const auto& x, auto fn) -> std::optional<std::string> {
+    if (!x)
+      return std::nullopt;
+    return fn(*x);
+  };
+  w.StartObject();
+  string("type", c.type);
+  w.Key("data");
+  auto& data = c.data.text();
+  w.RawValue(data.data(), data.size(), rapidjson::kObjectType);
+  string("correlation_id",
+         opt(c.correlation_id, [](const uuid& x) { return x.to_string(); }));
+  string("reply_to", c.reply_to);
+  integer("max_attempts", c.max_attempts);
+  integer("priority", c.priority);
+  string("not_before",
+         opt(c.at, [](const timestamp& x) { return format_timestamp(x); }));
+  integer("delay_ms", c.delay ? std::optional<int64_t>{c.delay->count()}
+                             : std::nullopt);
+  w.Key("batch");
+  w.Bool(in_batch);
+  w.EndObject();
+  return {text.GetString(), text.GetSize()};
 }
 
 command_fields_read read_command(const node& n, std::string_view body,
