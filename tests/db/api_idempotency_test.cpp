@@ -40,6 +40,8 @@ bool has(const std::string& text, const std::string& piece) {
 /// A command API in this process on a domain whose queue exists.
 struct api_env {
   std::string domain = unique_name("apiid");
+  /// The API's application_name: its backends, and no other test's.
+  std::string app = unique_name("apiid");
   std::unique_ptr<api::command_api> server;
 
   api_env() {
@@ -47,7 +49,7 @@ struct api_env {
     c.query("SELECT pgmq.create($1)", db::command_queue(domain));
     api::api_settings s;
     s.listen = {"127.0.0.1", 0};
-    s.dsn = dsn();
+    s.dsn = dsn() + " application_name=" + app;
     s.tokens = api::token_store::parse(token + " " + domain, "test");
     server = std::make_unique<api::command_api>(s);
   }
@@ -98,8 +100,9 @@ struct api_env {
   int64_t api_waiting_on_locks() {
     auto c = connect();
     return c
-      .exec("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
-            "'cmdbus-api' AND wait_event_type = 'Lock'")
+      .query("SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+             "$1 AND wait_event_type = 'Lock'",
+             app)
       .int64(0, 0);
   }
 
