@@ -112,10 +112,10 @@ job_fn retention_job(std::shared_ptr<retention_state> st, retention_ages ages,
       log::from("retention")
         .info("retention pass done: removed {} commands ({} audit rows), {} "
               "processes ({} audit rows), {} batches ({} audit rows), {} "
-              "archived messages; partitions: {} created, {} dropped, {} "
-              "kept past retention",
+              "archived messages, {} API request fingerprints; partitions: "
+              "{} created, {} dropped, {} kept past retention",
               t.commands, t.command_audits, t.processes, t.process_audits,
-              t.batches, t.batch_audits, t.archived_messages,
+              t.batches, t.batch_audits, t.archived_messages, t.api_requests,
               t.partitions_created, t.partitions_dropped, t.partitions_kept);
       t = prune_counts{};
     });

@@ -78,6 +78,12 @@ db::pool_options pool_options_of(const api_settings& s) {
   p.connection.connect_timeout = std::chrono::seconds{2};
   if (s.pooler != db::pooler_mode::transaction)
     p.connection.statement_timeout = std::chrono::milliseconds{5000};
+  // A server that cannot answer at all (its backend stopped, the network
+  // holding the packets) runs no statement_timeout: the request hears 503
+  // after this bound instead of waiting for TCP's minutes, and the
+  // connection is replaced. Above the statement timeout, so that a merely
+  // slow statement ends with the server's own error first.
+  p.connection.reply_timeout = std::chrono::milliseconds{7000};
   // A request waits for a free connection briefly, then hears 503.
   p.acquire_timeout = std::chrono::milliseconds{2000};
   // Back within two seconds of the database.
@@ -202,38 +208,57 @@ struct command_api::impl {
       auto body = parse_send_body(domain, req.body);
       require_domain(domain);
       auto& r = body.request;
-      try {
-        auto sent = bus.send(r);
-        json_out out;
-        out.begin_object()
-          .field("command_id", sent.command_id)
-          .field("domain", domain)
-          .field("msg_id", sent.msg_id)
-          .field("status", std::string{"PENDING"})
-          .field("created", true)
-          .end_object();
-        answer(op::send, res, 201, out.text());
-      } catch (const duplicate_command_error&) {
-        if (!body.id_given)
-          throw;
-        auto conn = pool.acquire();
-        auto existing = same_request(*conn, bus, r);
-        if (!existing)
-          throw api_error{409, "duplicate",
-                          "command " + r.command_id.to_string()
-                            + " exists in domain " + domain
-                            + " with a different content"};
-        json_out out;
-        out.begin_object()
-          .field("command_id", existing->command_id)
-          .field("domain", domain)
-          .field("msg_id", existing->msg_id)
-          .field("status", std::string{to_string(existing->status)})
-          .field("created", false)
-          .end_object();
-        answer(op::send, res, 200, out.text());
+      if (!body.id_given) {
+        created(res, domain, bus.send(r));
+        return;
+      }
+      // Sent with the fingerprint of what it decided; an id that exists
+      // is a repeat or a conflict. A command removed between the two
+      // (retention) is sent anew, once.
+      for (int round = 0;; ++round) {
+        try {
+          created(res, domain, send_recorded(pool, bus, r, body.decided));
+          return;
+        } catch (const duplicate_command_error&) {
+          auto check = check_repeat(pool, bus, r, body.decided);
+          if (check.kind == repeat_kind::gone && round == 0)
+            continue;
+          if (check.kind != repeat_kind::same)
+            throw api_error{
+              409, "duplicate",
+              "command_id " + r.command_id.to_string() + " of domain " + domain
+                + " was first used by a different request (its type, data, "
+                  "correlation_id, reply_to, max_attempts, priority, "
+                  "not_before or delay differ, or it came in a batch): "
+                  "repeat that request unchanged, or use a new command_id"};
+          auto& m = *check.command;
+          json_out out;
+          out.begin_object()
+            .field("command_id", m.command_id)
+            .field("domain", domain)
+            .field("msg_id", m.msg_id)
+            .field("status", std::string{to_string(m.status)})
+            .field("created", false)
+            .end_object();
+          answer(op::send, res, 200, out.text());
+          return;
+        }
       }
     });
+  }
+
+  /// Answers 201 for a command just sent.
+  void created(httplib::Response& res, const std::string& domain,
+               const send_result& sent) {
+    json_out out;
+    out.begin_object()
+      .field("command_id", sent.command_id)
+      .field("domain", domain)
+      .field("msg_id", sent.msg_id)
+      .field("status", std::string{"PENDING"})
+      .field("created", true)
+      .end_object();
+    answer(op::send, res, 201, out.text());
   }
 
   void get(const httplib::Request& req, httplib::Response& res) {
@@ -278,7 +303,8 @@ struct command_api::impl {
       options.batch_id = body.batch_id;
       options.name = body.name;
       options.custom_data = body.custom_data;
-      auto made = bus.create_batch(domain, body.commands, options);
+      auto made = create_batch_recorded(pool, bus, domain, body.commands,
+                                        body.decided, options);
       json_out out;
       out.begin_object()
         .field("batch_id", made.batch_id)

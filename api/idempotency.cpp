@@ -1,7 +1,10 @@
 #include "api/idempotency.hpp"
 
 #include "cmdbus/db/error.hpp"
+#include "cmdbus/db/prepared_command.hpp"
 #include "cmdbus/db/queue_name.hpp"
+#include "cmdbus/db/send_statement.hpp"
+#include "cmdbus/model/errors.hpp"
 
 namespace cmdbus::api {
 
@@ -15,6 +18,116 @@ std::string archive_table(const std::string& queue) {
 }
 
 } // namespace
+
+db::connection::statement
+record_requests(const std::string& domain,
+                const std::vector<decided_request>& requests) {
+  std::vector<std::string> ids;
+  std::vector<std::string> decided;
+  for (auto& [id, d] : requests) {
+    ids.push_back(id.to_string());
+    decided.push_back(d);
+  }
+  return {"INSERT INTO commandbus.cmdbus_api_request (domain, command_id, "
+          "fingerprint) SELECT $1, r.id, "
+          "commandbus.cmdbus_api_fingerprint(r.decided) FROM "
+          "unnest($2::uuid[], $3::jsonb[]) AS r(id, decided) "
+          "ON CONFLICT (domain, command_id) DO UPDATE SET fingerprint = "
+          "EXCLUDED.fingerprint, created_at = now()",
+          {domain, db::array_literal(ids), db::array_literal(decided)},
+          "cmdbus_api_record"};
+}
+
+std::optional<bool> same_fingerprint(db::connection& conn,
+                                     const std::string& domain,
+                                     const decided_request& request) {
+  auto r = conn.query(
+    "SELECT fingerprint = commandbus.cmdbus_api_fingerprint($3::jsonb) FROM "
+    "commandbus.cmdbus_api_request WHERE domain = $1 AND command_id = $2::uuid",
+    domain, request.first.to_string(), request.second);
+  if (r.rows() == 0)
+    return std::nullopt;
+  return r.text(0, 0) == "t";
+}
+
+send_result send_recorded(db::pool& pool, command_bus& bus,
+                          const send_request& req,
+                          const std::string& decided) {
+  auto p = db::prepare(req, command_bus_options{}.default_max_attempts);
+  // Queues first: creating one takes a pooled connection of its own.
+  bus.ensure_queue(p.queue);
+  if (p.reply_to)
+    bus.ensure_queue(*p.reply_to);
+  auto conn = pool.acquire();
+  // BEGIN, the send, the fingerprint and COMMIT in one round trip. A
+  // concurrent send of the same id waits for ours on the command's unique
+  // index and fails as a duplicate once ours commits, fingerprint and all.
+  try {
+    auto results = conn->pipeline({{"BEGIN", {}},
+                                   db::send_statement(p),
+                                   record_requests(req.domain,
+                                                   {{req.command_id, decided}}),
+                                   {"COMMIT", {}}});
+    return db::sent(p, results[1]);
+  } catch (const db::error& e) {
+    db::rollback_if_open(*conn);
+    if (db::is_duplicate_command(e))
+      throw duplicate_command_error(req.domain, req.command_id);
+    throw;
+  }
+}
+
+create_batch_result
+create_batch_recorded(db::pool& pool, command_bus& bus,
+                      const std::string& domain,
+                      const std::vector<batch_command>& commands,
+                      const std::vector<std::string>& decided,
+                      const create_batch_options& options) {
+  std::vector<decided_request> recorded;
+  for (size_t i = 0; i < commands.size() && i < decided.size(); ++i)
+    if (!decided[i].empty())
+      recorded.emplace_back(commands[i].command_id, decided[i]);
+  for (auto& c : commands)
+    if (c.reply_to) {
+      db::validate_queue_name(*c.reply_to);
+      bus.ensure_queue(*c.reply_to);
+    }
+  bus.ensure_queue(db::command_queue(domain));
+  return db::in_transaction(pool, [&](db::connection& conn) {
+    auto made = bus.create_batch(domain, commands, options, conn);
+    if (!recorded.empty()) {
+      auto st = record_requests(domain, recorded);
+      conn.exec_prepared(st.name, st.sql, st.params);
+    }
+    return made;
+  });
+}
+
+repeat_check check_repeat(db::pool& pool, command_bus& bus,
+                          const send_request& req,
+                          const std::string& decided) {
+  std::optional<bool> same;
+  {
+    auto conn = pool.acquire();
+    same = same_fingerprint(*conn, req.domain, {req.command_id, decided});
+    if (!same) {
+      auto m = same_request(*conn, bus, req);
+      if (m)
+        return {repeat_kind::same, std::move(m)};
+      // Removed since the send found it (same_request found nothing)?
+      return {bus.command_exists(req.domain, req.command_id)
+                ? repeat_kind::different
+                : repeat_kind::gone,
+              std::nullopt};
+    }
+  }
+  if (!*same)
+    return {repeat_kind::different, std::nullopt};
+  auto m = bus.get_command(req.domain, req.command_id);
+  if (!m)
+    return {repeat_kind::gone, std::nullopt};
+  return {repeat_kind::same, std::move(m)};
+}
 
 std::optional<command_metadata>
 same_request(db::connection& conn, command_bus& bus, const send_request& req,

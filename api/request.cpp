@@ -5,6 +5,8 @@
 #include <memory>
 
 #include <rapidjson/reader.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include "cmdbus/db/error.hpp"
 #include "cmdbus/db/queue_name.hpp"
@@ -306,7 +308,56 @@ struct command_fields_read {
   std::optional<int> max_attempts;
   std::optional<timestamp> not_before;
   std::optional<int> priority;
+  /// As given: the not_before time, or the delay.
+  std::optional<timestamp> at;
+  std::optional<milliseconds> delay;
 };
+
+/// What a command of a request decides (send_body::decided): the fields as
+/// given, each present (null when absent), and whether it is a batch's.
+/// Written with rapidjson alone (the unit tests link no JSON writer of the
+/// tool's).
+std::string decided_by(const command_fields_read& c, bool in_batch) {
+  rapidjson::StringBuffer text;
+  rapidjson::Writer<rapidjson::StringBuffer> w{text};
+  auto string = [&](const char* key, const std::optional<std::string>& x) {
+    w.Key(key);
+    if (x)
+      w.String(x->data(), static_cast<rapidjson::SizeType>(x->size()));
+    else
+      w.Null();
+  };
+  auto integer = [&](const char* key, const std::optional<int64_t>& x) {
+    w.Key(key);
+    if (x)
+      w.Int64(*x);
+    else
+      w.Null();
+  };
+  auto opt = [](const auto& x, auto fn) -> std::optional<std::string> {
+    if (!x)
+      return std::nullopt;
+    return fn(*x);
+  };
+  w.StartObject();
+  string("type", c.type);
+  w.Key("data");
+  auto& data = c.data.text();
+  w.RawValue(data.data(), data.size(), rapidjson::kObjectType);
+  string("correlation_id",
+         opt(c.correlation_id, [](const uuid& x) { return x.to_string(); }));
+  string("reply_to", c.reply_to);
+  integer("max_attempts", c.max_attempts);
+  integer("priority", c.priority);
+  string("not_before",
+         opt(c.at, [](const timestamp& x) { return format_timestamp(x); }));
+  integer("delay_ms", c.delay ? std::optional<int64_t>{c.delay->count()}
+                             : std::nullopt);
+  w.Key("batch");
+  w.Bool(in_batch);
+  w.EndObject();
+  return {text.GetString(), text.GetSize()};
+}
 
 command_fields_read read_command(const node& n, std::string_view body,
                                  const std::string& what) {
@@ -344,6 +395,7 @@ command_fields_read read_command(const node& n, std::string_view body,
     if (!out.not_before)
       bad(f.field("not_before")
           + " is not an RFC 3339 time (e.g. 2026-12-01T03:00:00Z)");
+    out.at = out.not_before;
   }
   if (delay) {
     auto d = duration_of(*delay);
@@ -351,6 +403,7 @@ command_fields_read read_command(const node& n, std::string_view body,
       bad(f.field("delay")
           + " is not a duration (a number with unit ms, s, m or h)");
     out.not_before = not_before_in(*d);
+    out.delay = d;
   }
   return out;
 }
@@ -390,8 +443,10 @@ send_body parse_send_body(const std::string& domain, std::string_view body) {
   send_body out;
   auto& r = out.request;
   r.domain = domain;
-  r.command_type = std::move(c.type);
   out.id_given = c.command_id.has_value();
+  if (out.id_given)
+    out.decided = decided_by(c, false);
+  r.command_type = std::move(c.type);
   r.command_id = c.command_id.value_or(uuid::random());
   r.data = std::move(c.data);
   r.correlation_id = c.correlation_id;
@@ -420,6 +475,7 @@ batch_body parse_batch_body(std::string_view body) {
   for (size_t i = 0; i < list->items.size(); ++i) {
     auto c = read_command(*list->items[i], body,
                           "commands[" + std::to_string(i) + "]");
+    out.decided.push_back(c.command_id ? decided_by(c, true) : std::string{});
     batch_command b;
     b.command_type = std::move(c.type);
     b.command_id = c.command_id.value_or(uuid::random());

@@ -56,6 +56,11 @@ struct send_body {
   send_request request;
   /// The client chose the command id (then a repeat is idempotent).
   bool id_given = false;
+  /// What the request decides, as a JSON object, for its fingerprint
+  /// (api/idempotency.hpp): each field as given (null when absent), the
+  /// data as written, not_before as the instant it names, a delay as its
+  /// milliseconds (not the time it gives, which moves on every repeat).
+  std::string decided;
 };
 
 /// Checks a domain taken from a path (400 when it is not a valid name).
@@ -77,6 +82,9 @@ send_body parse_send_body(const std::string& domain, std::string_view body);
 /// The body of POST /v1/domains/{domain}/batches.
 struct batch_body {
   std::vector<batch_command> commands;
+  /// For each command, what it decides (as send_body::decided, marked as
+  /// a batch's command) when the client chose its id; else empty.
+  std::vector<std::string> decided;
   /// Generated when unset.
   std::optional<uuid> batch_id;
   std::optional<std::string> name;

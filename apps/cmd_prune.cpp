@@ -60,8 +60,8 @@ they hold a message still needed. --dry-run does not count partitions.
    {"--json", "",
     "print {dry_run, domain, older_than_ms, chunks, commands, "
     "command_audits, processes, process_audits, batches, batch_audits, "
-    "archived_messages, partitions_created, partitions_dropped, "
-    "partitions_kept}"},
+    "archived_messages, api_requests, partitions_created, "
+    "partitions_dropped, partitions_kept}"},
    help_option},
   R"(
 Exit codes: 0 done (or counted, with --dry-run), 1 usage error.
@@ -72,7 +72,8 @@ void print_counts(std::ostream& out, const prune_counts& c, bool dry_run) {
       << c.command_audits << " audit rows), " << c.processes << " processes ("
       << c.process_audits << " audit rows), " << c.batches << " batches ("
       << c.batch_audits << " audit rows), " << c.archived_messages
-      << " archived messages";
+      << " archived messages, " << c.api_requests
+      << " API request fingerprints";
   if (!dry_run)
     out << "; partitions: " << c.partitions_created << " created, "
         << c.partitions_dropped << " dropped, " << c.partitions_kept
@@ -136,6 +137,7 @@ int run_prune(const std::vector<std::string>& argv) {
       .field("batches", total.batches)
       .field("batch_audits", total.batch_audits)
       .field("archived_messages", total.archived_messages)
+      .field("api_requests", total.api_requests)
       .field("partitions_created", total.partitions_created)
       .field("partitions_dropped", total.partitions_dropped)
       .field("partitions_kept", total.partitions_kept)

@@ -66,6 +66,7 @@ struct connection::impl {
   std::deque<std::string> notices;
   std::unordered_set<std::string> prepared;
   pooler_mode pooler = pooler_mode::none;
+  std::optional<std::chrono::milliseconds> reply_timeout;
 
   // Whether named statements and session state are allowed.
   bool keeps_session() const noexcept {
@@ -74,6 +75,37 @@ struct connection::impl {
 
   // Prepares `sql` as `name` unless done already on this connection.
   void prepare(const std::string& name, const std::string& sql, int nparams);
+
+  // The result of what `send` (a PQsend* call) sent, as the PQexec* call
+  // of the same arguments returns it: its last result. Without a reply
+  // timeout, `exec` (the PQexec* call) runs instead.
+  template <class Send, class Exec>
+  result run(Send send, Exec exec) {
+    if (!reply_timeout)
+      return checked(conn, exec());
+    auto limit = detail::limit_from_now(reply_timeout);
+    if (send() != 1)
+      throw make_error(conn, nullptr);
+    PGresult* last = nullptr;
+    try {
+      for (;;) {
+        detail::await_result(conn, target, limit);
+        PGresult* res = PQgetResult(conn);
+        if (res == nullptr)
+          break;
+        PQclear(last);
+        last = res;
+        auto st = PQresultStatus(res);
+        if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH
+            || PQstatus(conn) == CONNECTION_BAD)
+          break;
+      }
+    } catch (...) {
+      PQclear(last);
+      throw;
+    }
+    return checked(conn, last);
+  }
 
   ~impl() {
     if (conn != nullptr)
@@ -117,6 +149,7 @@ connection connection::open(const std::string& dsn,
   auto ptr = std::make_unique<impl>();
   ptr->target = describe_target(dsn);
   ptr->pooler = opts.pooler;
+  ptr->reply_timeout = opts.reply_timeout;
   auto timeout = std::to_string(opts.connect_timeout.count());
   // Our defaults come first so that the DSN can override them. Keepalives
   // notice a peer that vanished while we wait for a result (about a minute);
@@ -167,16 +200,25 @@ connection connection::open(const std::string& dsn,
 
 result connection::exec(std::string_view sql) {
   std::string stmt{sql};
-  return checked(impl_->conn, PQexec(impl_->conn, stmt.c_str()));
+  auto* c = impl_->conn;
+  return impl_->run([&] { return PQsendQuery(c, stmt.c_str()); },
+                    [&] { return PQexec(c, stmt.c_str()); });
 }
 
 result connection::exec(const std::string& sql,
                         const std::vector<param>& params) {
   auto values = param_values(params);
-  return checked(impl_->conn,
-                 PQexecParams(impl_->conn, sql.c_str(),
-                              static_cast<int>(values.size()), nullptr,
-                              values.data(), nullptr, nullptr, 0));
+  auto* c = impl_->conn;
+  auto n = static_cast<int>(values.size());
+  return impl_->run(
+    [&] {
+      return PQsendQueryParams(c, sql.c_str(), n, nullptr, values.data(),
+                               nullptr, nullptr, 0);
+    },
+    [&] {
+      return PQexecParams(c, sql.c_str(), n, nullptr, values.data(), nullptr,
+                          nullptr, 0);
+    });
 }
 
 int64_t connection::copy_in(const std::string& sql, std::string_view data) {
@@ -233,7 +275,11 @@ void connection::impl::prepare(const std::string& name, const std::string& sql,
                                int nparams) {
   if (prepared.count(name) > 0)
     return;
-  checked(conn, PQprepare(conn, name.c_str(), sql.c_str(), nparams, nullptr));
+  run(
+    [&] {
+      return PQsendPrepare(conn, name.c_str(), sql.c_str(), nparams, nullptr);
+    },
+    [&] { return PQprepare(conn, name.c_str(), sql.c_str(), nparams, nullptr); });
   prepared.insert(name);
 }
 
@@ -244,10 +290,17 @@ result connection::exec_prepared(const std::string& name,
     return exec(sql, params);
   impl_->prepare(name, sql, static_cast<int>(params.size()));
   auto values = param_values(params);
-  return checked(impl_->conn,
-                 PQexecPrepared(impl_->conn, name.c_str(),
-                                static_cast<int>(values.size()), values.data(),
-                                nullptr, nullptr, 0));
+  auto* c = impl_->conn;
+  auto n = static_cast<int>(values.size());
+  return impl_->run(
+    [&] {
+      return PQsendQueryPrepared(c, name.c_str(), n, values.data(), nullptr,
+                                 nullptr, 0);
+    },
+    [&] {
+      return PQexecPrepared(c, name.c_str(), n, values.data(), nullptr, nullptr,
+                            0);
+    });
 }
 
 void connection::set_statement_timeout(std::chrono::milliseconds timeout) {
@@ -305,12 +358,14 @@ connection::pipeline(const std::vector<statement>& statements) {
     auto unnamed = statements;
     for (auto& st : unnamed)
       st.name.clear();
-    return detail::run_pipeline(impl_->conn, impl_->target, unnamed);
+    return detail::run_pipeline(impl_->conn, impl_->target, unnamed,
+                                detail::limit_from_now(impl_->reply_timeout));
   }
   for (auto& st : statements)
     if (!st.name.empty())
       impl_->prepare(st.name, st.sql, static_cast<int>(st.params.size()));
-  return detail::run_pipeline(impl_->conn, impl_->target, statements);
+  return detail::run_pipeline(impl_->conn, impl_->target, statements,
+                              detail::limit_from_now(impl_->reply_timeout));
 }
 
 void check_pooled_statement_timeout(connection& conn,

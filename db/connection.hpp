@@ -37,6 +37,17 @@ struct connection_options {
   std::optional<std::chrono::milliseconds> statement_timeout;
   /// Upper bound for establishing the connection.
   std::chrono::seconds connect_timeout{10};
+  /// Client-side bound on the wait for the answer to one statement (or one
+  /// pipeline), for the server that cannot answer at all: a backend that
+  /// is stopped (SIGSTOP, a frozen VM) runs no statement_timeout, and a
+  /// network that holds the packets is noticed by TCP only after minutes.
+  /// When it passes, the connection is closed and the call throws `error`
+  /// with `errc::connection` (whether the statement took effect is unknown,
+  /// as after any lost connection; the server rolls back what it had not
+  /// committed). Set it above statement_timeout, so that a statement that
+  /// merely runs long still ends with the server's own error. Unset: no
+  /// bound (COPY and LISTEN waits are never bounded by it).
+  std::optional<std::chrono::milliseconds> reply_timeout;
   /// The pooler between this connection and the server. Behind a
   /// transaction pooler, the connection keeps nothing in the session:
   /// prepared statements run unnamed, LISTEN and set_statement_timeout

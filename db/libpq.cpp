@@ -1,8 +1,10 @@
 #include "cmdbus/db/libpq.hpp"
 
+#include <algorithm>
 #include <cerrno>
 
 #include <poll.h>
+#include <sys/socket.h>
 
 namespace cmdbus::db::detail {
 
@@ -78,6 +80,56 @@ short wait_socket(PGconn* conn, short events, int timeout_ms) {
       return 0;
     if (errno != EINTR)
       throw error{errc::connection, "", "poll on the connection failed"};
+  }
+}
+
+std::optional<reply_limit>
+limit_from_now(const std::optional<std::chrono::milliseconds>& timeout) {
+  if (!timeout)
+    return std::nullopt;
+  return reply_limit{std::chrono::steady_clock::now() + *timeout, *timeout};
+}
+
+int time_left(PGconn* conn, const std::string& target,
+              const std::optional<reply_limit>& limit) {
+  if (!limit)
+    return -1;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                limit->deadline - std::chrono::steady_clock::now())
+                .count();
+  if (left <= 0)
+    abandon(conn, target, *limit);
+  return static_cast<int>(std::min<int64_t>(left, 24 * 3600 * 1000));
+}
+
+void abandon(PGconn* conn, const std::string& target,
+             const reply_limit& limit) {
+  // A stopped backend (SIGSTOP, a frozen VM) or a network that holds the
+  // packets never answers, and the server's statement_timeout cannot fire
+  // in a backend that does not run. Shutting the socket down ends the
+  // wait: libpq reads the end and marks the connection broken, and the
+  // server ends the session when it runs again (rolling back whatever it
+  // had not committed).
+  int fd = PQsocket(conn);
+  if (fd >= 0)
+    ::shutdown(fd, SHUT_RDWR);
+  PQconsumeInput(conn);
+  throw error{errc::connection, "",
+              "no answer from " + target + " within "
+                + std::to_string(limit.timeout.count())
+                + " ms (a stalled server or network): the connection was "
+                  "closed; whether its last statement took effect is unknown"};
+}
+
+void await_result(PGconn* conn, const std::string& target,
+                  const std::optional<reply_limit>& limit) {
+  if (!limit)
+    return;
+  while (PQisBusy(conn) == 1) {
+    auto ready = wait_socket(conn, POLLIN, time_left(conn, target, limit));
+    // A broken connection: PQgetResult reports it.
+    if (ready != 0 && PQconsumeInput(conn) != 1)
+      return;
   }
 }
 

@@ -45,8 +45,9 @@ struct pipeline_guard {
 };
 
 // Queues every statement and the sync, then flushes them to the server.
-void send_all(PGconn* conn,
-              const std::vector<connection::statement>& statements) {
+void send_all(PGconn* conn, const std::string& target,
+              const std::vector<connection::statement>& statements,
+              const std::optional<reply_limit>& limit) {
   // Non-blocking sends, so that a large pipeline cannot deadlock with the
   // server blocked on writing results we are not reading yet.
   PQsetnonblocking(conn, 1);
@@ -69,7 +70,8 @@ void send_all(PGconn* conn,
       break;
     if (rc < 0)
       throw make_error(conn, nullptr);
-    auto ready = wait_socket(conn, POLLIN | POLLOUT, -1);
+    auto ready = wait_socket(conn, POLLIN | POLLOUT,
+                             time_left(conn, target, limit));
     if ((ready & POLLIN) != 0 && PQconsumeInput(conn) != 1)
       throw make_error(conn, nullptr);
   }
@@ -79,11 +81,13 @@ void send_all(PGconn* conn,
 // Reads the results of `count` statements up to the sync; throws the first
 // failure once all are read.
 std::vector<result> receive_all(PGconn* conn, const std::string& target,
-                                size_t count) {
+                                size_t count,
+                                const std::optional<reply_limit>& limit) {
   std::vector<result> out;
   std::optional<error> first_error;
   size_t index = 0;
   for (;;) {
+    await_result(conn, target, limit);
     PGresult* res = PQgetResult(conn);
     if (res == nullptr) {
       // End of one statement's results. A lost connection ends every
@@ -144,13 +148,14 @@ std::vector<result> receive_all(PGconn* conn, const std::string& target,
 
 std::vector<result>
 run_pipeline(PGconn*& conn, const std::string& target,
-             const std::vector<connection::statement>& statements) {
+             const std::vector<connection::statement>& statements,
+             const std::optional<reply_limit>& limit) {
   auto* c = conn;
   if (PQenterPipelineMode(c) != 1)
     throw make_error(c, nullptr);
   pipeline_guard guard{conn};
-  send_all(c, statements);
-  return receive_all(c, target, statements.size());
+  send_all(c, target, statements, limit);
+  return receive_all(c, target, statements.size(), limit);
 }
 
 } // namespace cmdbus::db::detail

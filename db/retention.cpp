@@ -14,6 +14,7 @@ prune_counts& prune_counts::operator+=(const prune_counts& x) noexcept {
   batches += x.batches;
   batch_audits += x.batch_audits;
   archived_messages += x.archived_messages;
+  api_requests += x.api_requests;
   partitions_created += x.partitions_created;
   partitions_dropped += x.partitions_dropped;
   partitions_kept += x.partitions_kept;
@@ -22,7 +23,7 @@ prune_counts& prune_counts::operator+=(const prune_counts& x) noexcept {
 
 int64_t prune_counts::total() const noexcept {
   return commands + command_audits + processes + process_audits + batches
-         + batch_audits + archived_messages;
+         + batch_audits + archived_messages + api_requests;
 }
 
 namespace db {
@@ -164,6 +165,7 @@ prune_counts prune_pass::step(connection& conn) {
                            ages_.commands, chunk_size_);
       out.commands = removed = r.int64(0, 0);
       out.command_audits = r.int64(0, 1);
+      out.api_requests = r.int64(0, 2);
       break;
     }
     case stage::processes: {
@@ -261,6 +263,8 @@ prune_counts preview_prune(connection& conn,
         out.batch_audits += n;
       else if (kind == "archived_messages")
         out.archived_messages += n;
+      else if (kind == "api_requests")
+        out.api_requests += n;
     }
   }
   return out;

@@ -27,8 +27,8 @@ namespace cmdbus {
 /// How old each kind of history must be to be removed, counted from when it
 /// became final; unset: that kind is kept.
 struct retention_ages {
-  /// Finished commands (COMPLETED, FAILED, CANCELED) with their audit rows,
-  /// by the time of their last change.
+  /// Finished commands (COMPLETED, FAILED, CANCELED) with their audit rows
+  /// and their API request fingerprints, by the time of their last change.
   std::optional<std::chrono::milliseconds> commands;
   /// Final processes with their process_audit rows, by their last change.
   std::optional<std::chrono::milliseconds> processes;
@@ -52,6 +52,9 @@ struct prune_counts {
   int64_t batches = 0;
   int64_t batch_audits = 0;
   int64_t archived_messages = 0;
+  /// The command API's request fingerprints (cmdbus_api_request, V017) of
+  /// the commands removed.
+  int64_t api_requests = 0;
   /// Partitions of partitioned queues (docs/operations.md, "Partitioned
   /// queues") their maintenance created, dropped whole (past their
   /// queue's retention, holding nothing still needed), and kept although

@@ -162,7 +162,7 @@ TEST(Api, SendsAndWaitsThroughEveryAnswer) {
   changed.replace(changed.find(R"("Test")"), 6, R"("Other")");
   r = curl(port, "POST", commands, token, changed);
   EXPECT_EQ(r.status, 409) << r.body;
-  EXPECT_TRUE(has(r.body, "different content")) << r.body;
+  EXPECT_TRUE(has(r.body, "first used by a different request")) << r.body;
   EXPECT_EQ(commands_with_id(d, ok_id), 1);
 
   // Waited for: completed, with the handler's result from the reply.
