@@ -132,7 +132,8 @@ access token_store::check(std::string_view authorization,
 
 token_store token_store::load(
   const std::string& path,
-  const std::function<const char*(const char*)>& getenv) {
+  const std::function<const char*(const char*)>& getenv,
+  const std::string& where) {
   if (!path.empty()) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0)
@@ -149,8 +150,7 @@ token_store token_store::load(
   }
   if (const char* v = getenv("CMDBUS_API_TOKENS"); v != nullptr && *v != '\0')
     return parse(v, "$CMDBUS_API_TOKENS");
-  throw std::invalid_argument("the command API needs tokens: a tokens file "
-                              "(mode 600) or $CMDBUS_API_TOKENS");
+  throw std::invalid_argument("the command API needs tokens: " + where);
 }
 
 } // namespace cmdbus::api

@@ -46,12 +46,13 @@ public:
 
   /// The tokens of the file `path` (when not empty), else of the
   /// environment variable CMDBUS_API_TOKENS (`getenv`). Throws
-  /// std::invalid_argument saying what to do: no tokens at all, a file
-  /// that cannot be read or that others may read (mode 600 is needed), or
-  /// what parse() refuses.
+  /// std::invalid_argument saying what to do: no tokens at all (naming
+  /// `where` they may come from), a file that cannot be read or that
+  /// others may read (mode 600 is needed), or what parse() refuses.
   static token_store load(
     const std::string& path,
-    const std::function<const char*(const char*)>& getenv);
+    const std::function<const char*(const char*)>& getenv,
+    const std::string& where);
 
   /// Decides on a request for `domain` with `authorization` (the header's
   /// value, "" without one).

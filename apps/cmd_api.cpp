@@ -102,11 +102,12 @@ int run_api(const std::vector<std::string>& argv) {
     throw usage_error{std::string{"--listen: "} + e.what()};
   }
   try {
-    s.tokens = api::token_store::load(cfg.api.tokens_file, std::getenv);
+    s.tokens = api::token_store::load(
+      cfg.api.tokens_file, std::getenv,
+      "--tokens-file PATH (mode 600), $CMDBUS_API_TOKENS_FILE or "
+      "$CMDBUS_API_TOKENS");
   } catch (const std::invalid_argument& e) {
-    throw usage_error{std::string{e.what()}
-                      + " (--tokens-file PATH, $CMDBUS_API_TOKENS_FILE or "
-                        "$CMDBUS_API_TOKENS)"};
+    throw usage_error{e.what()};
   }
   s.threads = static_cast<size_t>(cfg.api.threads);
   s.connections = static_cast<size_t>(cfg.api.connections);

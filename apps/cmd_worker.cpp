@@ -27,11 +27,12 @@ std::shared_ptr<void> serve_api(const config::worker_config& cfg) {
   api::api_settings s;
   s.listen = config::parse_http_address(cfg.api.listen);
   try {
-    s.tokens = api::token_store::load(cfg.api.tokens_file, std::getenv);
+    s.tokens = api::token_store::load(
+      cfg.api.tokens_file, std::getenv,
+      "--api-tokens-file PATH (mode 600; [api] tokens-file, "
+      "$CMDBUS_API_TOKENS_FILE) or $CMDBUS_API_TOKENS");
   } catch (const std::invalid_argument& e) {
-    throw usage_error{std::string{e.what()}
-                      + " (--api-tokens-file PATH, $CMDBUS_API_TOKENS_FILE "
-                        "or $CMDBUS_API_TOKENS)"};
+    throw usage_error{e.what()};
   }
   s.threads = static_cast<size_t>(cfg.api.threads);
   s.connections = static_cast<size_t>(cfg.api.connections);

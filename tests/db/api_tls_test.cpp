@@ -7,7 +7,9 @@
 // request deadline while /healthz over TLS is answered; a plain HTTP
 // request on the TLS port is refused and counted; a cut database answers
 // 503 to a TLS client and the API comes back by itself; a TLS client
-// stopped with SIGSTOP while its answer is pending holds nobody else.
+// stopped with SIGSTOP while its answer is pending holds nobody else, and
+// one that leaves while its GET waits frees the thread. `cmdbus api`
+// refuses a partial TLS set, a key of another certificate and no tokens.
 
 #include <gtest/gtest.h>
 
@@ -346,4 +348,45 @@ TEST(ApiTls, AWaitWhoseTlsClientWentAwayFreesItsThread) {
   next[4] = "10";
   auto r = run_curl(next, token, std::string{R"({"type": "T"})"});
   EXPECT_EQ(r.status, 201) << "no answer within 10 s: the thread still waits";
+}
+
+TEST(ApiTls, TheStartRefusesAPartialTlsSetAndFilesItCannotUse) {
+  certificates certs;
+  auto tokens = "CMDBUS_API_TOKENS=" + tokens_for("x");
+  auto start = [&](std::vector<std::string> extra,
+                 const std::vector<std::string>& env) {
+    std::vector<std::string> args{"api", "--listen", "127.0.0.1:0", "--dsn",
+                                  dsn()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cmdbus(args, env);
+  };
+  // A certificate without its key: a usage error naming what is missing.
+  auto r = start({"--tls-certificate", certs.pem("localhost")}, {tokens});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(has(r.err, "missing: tls-key")) << r.err;
+  // A CA (client certificates) without a certificate of the API's own.
+  r = start({}, {tokens, "CMDBUS_TLS_CA_FILE=" + certs.pem("ca")});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(has(r.err, "missing: tls-certificate, tls-key")) << r.err;
+  // A key of another certificate: OpenSSL refuses it, exit code 4.
+  r = start({"--tls-certificate", certs.pem("localhost"), "--tls-key",
+           certs.key("client")},
+          {tokens});
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_TRUE(has(r.err, "does not match the certificate")) << r.err;
+  // No tokens: a usage error saying where they come from.
+  r = start({"--tls-certificate", certs.pem("localhost"), "--tls-key",
+           certs.key("localhost")},
+          {});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(has(r.err, "the command API needs tokens: --tokens-file"))
+    << r.err;
+  // The same settings from a config file: [api] and [tls].
+  temp_dir dir;
+  auto ini = dir.write("api.ini", "[api]\nlisten = \"127.0.0.1:0\"\n[tls]\n"
+                                  "certificate = \""
+                                    + certs.pem("localhost") + "\"\n");
+  r = start({"--config", ini}, {tokens});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(has(r.err, "missing: tls-key")) << r.err;
 }
