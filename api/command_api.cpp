@@ -352,12 +352,29 @@ struct command_api::impl {
 command_api::command_api(api_settings settings)
   : impl_(std::make_unique<impl>(std::move(settings))) {
   impl_->routes();
+  auto& tls = impl_->settings.tls;
+  if (tls.enabled())
+    impl_->listener.use_tls(tls);
   impl_->listener.listen(impl_->settings.listen);
-  log::from("api").info("command API on http://{}:{}/ ({} token(s), {} "
-                        "threads, {} database connections)",
-                        impl_->settings.listen.host, impl_->listener.port(),
-                        impl_->settings.tokens.size(), impl_->settings.threads,
-                        impl_->settings.connections);
+  auto host = impl_->settings.listen.host;
+  if (host.find(':') != std::string::npos)
+    host = "[" + host + "]";
+  log::from("api").info(
+    "command API on {}://{}:{}/ ({} token(s), {} threads, {} database "
+    "connections{})",
+    tls.enabled() ? "https" : "http", host, impl_->listener.port(),
+    impl_->settings.tokens.size(), impl_->settings.threads,
+    impl_->settings.connections,
+    !tls.enabled() ? ""
+    : tls.ca_file.empty() && tls.ca_path.empty()
+      ? ", TLS"
+      : ", TLS with client certificates");
+  if (!tls.enabled() && !config::is_loopback(impl_->settings.listen.host))
+    log::from("api").warn(
+      "the command API listens on {} without TLS: its tokens and commands "
+      "cross the network in clear text (give it --tls-certificate and "
+      "--tls-key, or a TLS proxy in front)",
+      impl_->settings.listen.host);
 }
 
 command_api::~command_api() {

@@ -11,7 +11,9 @@
 // limits as the worker's endpoint) with bearer-token authentication
 // (api/tokens.hpp) and bodies read strictly (api/request.hpp) before
 // anything reaches the database. /healthz is answered on a thread of its
-// own: waiting requests never hold it up.
+// own: waiting requests never hold it up. With a certificate it serves
+// HTTPS (the listener's TLS, http_tls.hpp), with a CA besides it requires
+// client certificates; the tokens are checked in either case.
 
 #include <memory>
 #include <string>
@@ -19,6 +21,7 @@
 #include "api/tokens.hpp"
 #include "cmdbus/actors/ops/http_server.hpp"
 #include "cmdbus/config/common.hpp"
+#include "cmdbus/config/network_config.hpp"
 #include "cmdbus/db/pooler.hpp"
 
 namespace cmdbus::api {
@@ -37,6 +40,10 @@ struct api_settings {
   /// waiting for a command included (each holds a thread, not a
   /// connection, while it waits).
   size_t threads = 16;
+  /// HTTPS with this certificate and key (passphrase); with ca_file or
+  /// ca_path clients must present a certificate that CA signed. Empty:
+  /// plain HTTP.
+  config::tls_config tls;
 };
 
 /// What the API has done (for tests and the log).
@@ -52,7 +59,7 @@ struct api_stats {
 class command_api {
 public:
   /// Listens and serves in the background. Throws std::runtime_error when
-  /// it cannot listen. The database is not touched before a request.
+  /// it cannot listen, or cannot use the TLS files. The database is not touched before a request.
   explicit command_api(api_settings settings);
   /// Stops serving (answers being written finish first).
   ~command_api();

@@ -1,7 +1,11 @@
 #include "api/tokens.hpp"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
+
+#include <sys/stat.h>
 
 #include "cmdbus/db/queue_name.hpp"
 
@@ -124,6 +128,29 @@ access token_store::check(std::string_view authorization,
            != found->domains.end())
     return access::granted;
   return access::forbidden;
+}
+
+token_store token_store::load(
+  const std::string& path,
+  const std::function<const char*(const char*)>& getenv,
+  const std::string& where) {
+  if (!path.empty()) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0)
+      throw std::invalid_argument("tokens file " + path + " cannot be read");
+    if ((st.st_mode & 077) != 0)
+      throw std::invalid_argument("tokens file " + path
+                                  + " may be read by others: chmod 600 it");
+    std::ifstream in{path, std::ios::binary};
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (!in)
+      throw std::invalid_argument("tokens file " + path + " cannot be read");
+    return parse(text.str(), "tokens file " + path);
+  }
+  if (const char* v = getenv("CMDBUS_API_TOKENS"); v != nullptr && *v != '\0')
+    return parse(v, "$CMDBUS_API_TOKENS");
+  throw std::invalid_argument("the command API needs tokens: " + where);
 }
 
 } // namespace cmdbus::api

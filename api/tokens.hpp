@@ -17,6 +17,7 @@
 // compared with every token, in time that does not depend on where the
 // first differing byte is.
 
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,16 @@ public:
   /// malformed line, a duplicate token, an invalid domain, or no token at
   /// all.
   static token_store parse(std::string_view text, const std::string& source);
+
+  /// The tokens of the file `path` (when not empty), else of the
+  /// environment variable CMDBUS_API_TOKENS (`getenv`). Throws
+  /// std::invalid_argument saying what to do: no tokens at all (naming
+  /// `where` they may come from), a file that cannot be read or that
+  /// others may read (mode 600 is needed), or what parse() refuses.
+  static token_store load(
+    const std::string& path,
+    const std::function<const char*(const char*)>& getenv,
+    const std::string& where);
 
   /// Decides on a request for `domain` with `authorization` (the header's
   /// value, "" without one).

@@ -3,26 +3,33 @@
 
 #include <csignal>
 #include <cstdlib>
-#include <fstream>
-#include <iostream>
-#include <sstream>
+#include <optional>
 
 #include <pthread.h>
-#include <sys/stat.h>
 
 #include "api/command_api.hpp"
 #include "apps/args.hpp"
 #include "apps/commands.hpp"
 #include "apps/database.hpp"
+#include "cmdbus/config/settings.hpp"
 #include "cmdbus/model/log.hpp"
 
 namespace cmdbus::cli {
 
 namespace {
 
+std::vector<config::option> api_command_options() {
+  auto options = config::detail::api_options();
+  options.push_back(dsn_option);
+  options.push_back(dsn_file_option);
+  options.push_back(help_option);
+  return options;
+}
+
 const command_spec api_command{
-  R"(usage: cmdbus api [--listen ADDR:PORT] [--tokens-file PATH]
+  R"(usage: cmdbus api [--config FILE] [--listen ADDR:PORT] [--tokens-file PATH]
                   [--threads N] [--connections N] [--dsn DSN]
+                  [--tls-certificate FILE --tls-key FILE [--tls-ca-file FILE]]
 
 Serves the command API until SIGINT or SIGTERM: programs in any language
 send commands and wait for them over HTTP with a bearer token
@@ -39,56 +46,32 @@ One token per line (or per ';' in the variable), then the domains it
 grants, comma-separated, or '*' for all:
     3f9a0c5e...  payments,orders
 Tokens are 16 to 256 characters of A-Z a-z 0-9 -._~+/= and never logged.
+
+TLS: --tls-certificate and --tls-key serve HTTPS (--tls-passphrase for an
+encrypted key); --tls-ca-file or --tls-ca-path besides requires every client
+to present a certificate signed by that CA (mutual TLS). Without them the
+API speaks plain HTTP: keep it on loopback, or put a TLS proxy in front.
 )",
-  {{"--listen", "ADDR:PORT",
-    "where to listen (default: $CMDBUS_API_LISTEN, else 127.0.0.1:8780; "
-    "port 0 picks a free one, logged at the start)"},
-   {"--tokens-file", "PATH", "the tokens (see above)"},
-   {"--threads", "N",
-    "requests answered at once, GETs that wait included (default 16)"},
-   {"--connections", "N", "database connections (default 4)"},
-   dsn_option,
-   dsn_file_option,
-   help_option},
+  api_command_options(),
   R"(
+Settings come from the config file (--config FILE, else $CMDBUS_API_CONFIG:
+CAF INI with [api] listen, tokens-file, threads, connections and [tls]
+certificate, key, ca-file, ca-path, passphrase), then the environment
+(CMDBUS_API_LISTEN, CMDBUS_API_TOKENS_FILE, CMDBUS_API_THREADS,
+CMDBUS_API_CONNECTIONS, CMDBUS_TLS_CERTIFICATE, CMDBUS_TLS_KEY,
+CMDBUS_TLS_CA_FILE, CMDBUS_TLS_CA_PATH, CMDBUS_TLS_PASSPHRASE), then the
+command line; later wins.
+
 Exit codes: 0 stopped by SIGINT or SIGTERM, 1 usage error (also: no tokens,
-a malformed tokens file), 4 cannot listen on ADDR:PORT.
+a malformed tokens file, a partial TLS set or an unreadable TLS file), 4
+cannot listen on ADDR:PORT or cannot use the TLS files.
 )"};
 
-std::string env_or(const char* name, std::string fallback) {
+std::optional<std::string> env_value(const char* name) {
   const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::string{v} : fallback;
-}
-
-/// The tokens from --tokens-file, $CMDBUS_API_TOKENS_FILE or
-/// $CMDBUS_API_TOKENS; usage_error when none, or when the file may be
-/// read by others.
-api::token_store load_tokens(const args& a) {
-  auto path = a.option("--tokens-file");
-  if (!path && std::getenv("CMDBUS_API_TOKENS_FILE") != nullptr)
-    path = env_or("CMDBUS_API_TOKENS_FILE", "");
-  try {
-    if (path && !path->empty()) {
-      struct stat st {};
-      if (::stat(path->c_str(), &st) != 0)
-        throw usage_error{"tokens file " + *path + " cannot be read"};
-      if ((st.st_mode & 077) != 0)
-        throw usage_error{"tokens file " + *path
-                          + " may be read by others: chmod 600 it"};
-      std::ifstream in{*path, std::ios::binary};
-      std::ostringstream text;
-      text << in.rdbuf();
-      if (!in)
-        throw usage_error{"tokens file " + *path + " cannot be read"};
-      return api::token_store::parse(text.str(), "tokens file " + *path);
-    }
-    if (const char* v = std::getenv("CMDBUS_API_TOKENS"))
-      return api::token_store::parse(v, "$CMDBUS_API_TOKENS");
-  } catch (const std::invalid_argument& e) {
-    throw usage_error{e.what()};
-  }
-  throw usage_error{"the command API needs tokens: --tokens-file PATH, "
-                    "$CMDBUS_API_TOKENS_FILE or $CMDBUS_API_TOKENS"};
+  if (v == nullptr)
+    return std::nullopt;
+  return std::string{v};
 }
 
 } // namespace
@@ -98,18 +81,37 @@ int run_api(const std::vector<std::string>& argv) {
   if (a.help())
     return print_help(api_command);
   a.expect_positional(0, "no positional argument");
+  auto file = a.option("--config");
+  if (!file) {
+    auto from_env = env_value("CMDBUS_API_CONFIG");
+    if (from_env && !from_env->empty())
+      file = from_env;
+  }
+  config::api_program_config cfg;
+  try {
+    cfg = config::detail::load_api(file, env_value, [&](std::string_view name) {
+      return a.option(std::string{name});
+    });
+  } catch (const config::config_error& e) {
+    throw usage_error{e.what()};
+  }
   api::api_settings s;
   try {
-    s.listen = config::parse_http_address(
-      a.option("--listen")
-        .value_or(env_or("CMDBUS_API_LISTEN", "127.0.0.1:8780")));
+    s.listen = config::parse_http_address(cfg.api.listen);
   } catch (const std::invalid_argument& e) {
     throw usage_error{std::string{"--listen: "} + e.what()};
   }
-  s.tokens = load_tokens(a);
-  s.threads = static_cast<size_t>(a.int_option("--threads", 1).value_or(16));
-  s.connections = static_cast<size_t>(
-    a.int_option("--connections", 1).value_or(4));
+  try {
+    s.tokens = api::token_store::load(
+      cfg.api.tokens_file, std::getenv,
+      "--tokens-file PATH (mode 600), $CMDBUS_API_TOKENS_FILE or "
+      "$CMDBUS_API_TOKENS");
+  } catch (const std::invalid_argument& e) {
+    throw usage_error{e.what()};
+  }
+  s.threads = static_cast<size_t>(cfg.api.threads);
+  s.connections = static_cast<size_t>(cfg.api.connections);
+  s.tls = cfg.tls;
   auto pool = pool_options_for(a);
   s.dsn = pool.dsn;
   s.pooler = pool.connection.pooler;

@@ -2,9 +2,13 @@
 // demo handlers, which it serves only when asked to with --demo: a real
 // domain needs a worker that has its handlers (see examples/payments).
 
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "api/command_api.hpp"
 #include "apps/args.hpp"
 #include "apps/commands.hpp"
 #include "apps/demo_handlers.hpp"
@@ -13,6 +17,32 @@
 #include "cmdbus/model/log.hpp"
 
 namespace cmdbus::cli {
+
+namespace {
+
+/// The command API beside the worker (--api, [api]): the worker's DSN and
+/// pooler, its [tls] set, tokens from --api-tokens-file or
+/// $CMDBUS_API_TOKENS.
+std::shared_ptr<void> serve_api(const config::worker_config& cfg) {
+  api::api_settings s;
+  s.listen = config::parse_http_address(cfg.api.listen);
+  try {
+    s.tokens = api::token_store::load(
+      cfg.api.tokens_file, std::getenv,
+      "--api-tokens-file PATH (mode 600; [api] tokens-file, "
+      "$CMDBUS_API_TOKENS_FILE) or $CMDBUS_API_TOKENS");
+  } catch (const std::invalid_argument& e) {
+    throw usage_error{e.what()};
+  }
+  s.threads = static_cast<size_t>(cfg.api.threads);
+  s.connections = static_cast<size_t>(cfg.api.connections);
+  s.dsn = cfg.dsn;
+  s.pooler = cfg.pooler;
+  s.tls = cfg.tls;
+  return std::make_shared<api::command_api>(std::move(s));
+}
+
+} // namespace
 
 int run_worker(const std::vector<std::string>& argv) {
   // --demo is this tool's own flag: the common worker accepts it (as the
@@ -50,6 +80,7 @@ int run_worker(const std::vector<std::string>& argv) {
     };
   // Operators see batch completions in the log. Having a callback also
   // makes the worker record them for durable delivery (V005).
+  program.serve_api = serve_api;
   program.on_worker = [](worker& w) {
     w.on_batch_complete([](const std::string& domain, const uuid& batch_id) {
       log::log_from({"worker", domain}, spdlog::level::info,

@@ -57,8 +57,10 @@ bool wants_json(const std::vector<std::string>& argv) {
 } // namespace
 
 void program_context::start_logging(const std::string& command) const {
-  auto level = command == "worker" || command == "node" ? spdlog::level::info
-                                                        : spdlog::level::warn;
+  // The servers log their start (where they listen) and stop at info.
+  auto level = command == "worker" || command == "node" || command == "api"
+                 ? spdlog::level::info
+                 : spdlog::level::warn;
   try {
     level = log::level_from_env(level);
   } catch (const std::invalid_argument& e) {

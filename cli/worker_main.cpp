@@ -338,6 +338,10 @@ int run_worker(const std::vector<std::string>& argv,
     }
   }
   refuse_domains_without_handlers(cfg, registry, processes, program);
+  if (!cfg.api.listen.empty() && !program.serve_api)
+    throw usage_error{program.name + " does not serve the command API: "
+                      "remove [api] listen (--api), and run `cmdbus api` or "
+                      "`cmdbus worker --api` for it"};
   // The schema must be up to date, and every configured domain's queue
   // must exist (or be created now), on each database the domains live on.
   for (auto& group : config::group_by_dsn(cfg, cfg.domains)) {
@@ -388,6 +392,17 @@ int run_worker(const std::vector<std::string>& argv,
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  // The command API beside it, started first: without tokens, or on a
+  // port that is taken, the worker does not start at all. (What it takes
+  // meanwhile waits in the queue for the worker, a moment later.)
+  std::shared_ptr<void> api;
+  if (!cfg.api.listen.empty()) {
+    try {
+      api = program.serve_api(cfg);
+    } catch (const std::runtime_error& e) {
+      throw exit_with{exit_failed, e.what()};
+    }
+  }
   w.start();
   std::optional<progress_printer> progress;
   if (progress_on)
@@ -395,6 +410,10 @@ int run_worker(const std::vector<std::string>& argv,
   int sig = 0;
   sigwait(&sigs, &sig);
   log::info("signal {}: stopping (up to {} ms)", sig, shutdown_timeout.count());
+  if (api) {
+    api.reset();
+    log::info("the command API has stopped");
+  }
   w.stop(shutdown_timeout).get();
   progress.reset();
   print_stats(w.stats(), json);

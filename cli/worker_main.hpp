@@ -22,12 +22,14 @@
 // register_domain.
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cmdbus/actors/handler_registry.hpp"
 #include "cmdbus/actors/worker.hpp"
 #include "cmdbus/cli/program_flag.hpp"
+#include "cmdbus/config/worker_config.hpp"
 #include "cmdbus/process/registry.hpp"
 
 namespace cmdbus {
@@ -62,6 +64,16 @@ struct worker_program {
 
   /// Optional: the program's own flags (see program_flag).
   std::vector<program_flag> flags;
+
+  /// Optional: starts the command API beside the worker when the
+  /// configuration asks for it ([api] listen, --api; docs/api.md), from
+  /// the worker's configuration, just before the worker starts; what it
+  /// returns serves until the worker stops, and is released before the
+  /// worker stops (waiting clients hear at once). Throws usage_error (no tokens) or std::runtime_error
+  /// (cannot listen). `cmdbus worker` sets it; a program without it
+  /// refuses a configuration with [api] listen.
+  std::function<std::shared_ptr<void>(const config::worker_config& cfg)>
+    serve_api;
 };
 
 /// Runs a worker program: the log options (--log-level, --log-format), --dsn,

@@ -41,7 +41,7 @@ target_link_libraries(cmdbus_client
   PRIVATE PostgreSQL::PostgreSQL spdlog::spdlog date::date-tz $<BUILD_INTERFACE:cmdbus_rapidjson>)
 target_link_libraries(cmdbus_worker
   PUBLIC cmdbus_client CAF::core
-  PRIVATE CAF::io CAF::openssl PostgreSQL::PostgreSQL spdlog::spdlog
+  PRIVATE CAF::io CAF::openssl OpenSSL::SSL PostgreSQL::PostgreSQL spdlog::spdlog
           PkgConfig::httplib $<BUILD_INTERFACE:cmdbus_rapidjson>)
 
 # `cmdbus::cmdbus`: the name most applications link. (The target `cmdbus`

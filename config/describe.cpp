@@ -167,6 +167,13 @@ std::string describe(const worker_config& cfg) {
   }
   if (!cfg.admin.empty())
     out += "[admin]\nlisten = " + ini_string(cfg.admin) + "\n";
+  if (!cfg.api.listen.empty()) {
+    out += "[api]\nlisten = " + ini_string(cfg.api.listen) + "\n";
+    if (!cfg.api.tokens_file.empty())
+      out += "tokens-file = " + ini_string(cfg.api.tokens_file) + "\n";
+    out += "threads = " + std::to_string(cfg.api.threads) + "\n";
+    out += "connections = " + std::to_string(cfg.api.connections) + "\n";
+  }
   return out;
 }
 

@@ -5,6 +5,7 @@
 // CMDBUS_DOMAIN_DSN_<domain> is read for each served domain (not in the
 // table: the domains are known only once the rest is read).
 
+#include "cmdbus/config/api_config.hpp"
 #include "cmdbus/config/node_config.hpp"
 #include "cmdbus/config/settings.hpp"
 #include "cmdbus/config/worker_config.hpp"
@@ -36,6 +37,9 @@ template void apply_env(worker_config&, const settings_table<worker_config>&,
 template void apply_env(node_config&, const settings_table<node_config>&,
                         const env_lookup&);
 template void apply_env(tls_holder&, const settings_table<tls_holder>&,
+                        const env_lookup&);
+template void apply_env(api_program_config&,
+                        const settings_table<api_program_config>&,
                         const env_lookup&);
 
 } // namespace detail

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "cmdbus/config/api_config.hpp"
 #include "cmdbus/config/node_config.hpp"
 #include "cmdbus/config/worker_config.hpp"
 
@@ -373,6 +374,9 @@ void apply_ini(Config& cfg, const settings_table<Config>& table,
 template void apply_ini(worker_config&, const settings_table<worker_config>&,
                         std::string_view, const std::string&);
 template void apply_ini(node_config&, const settings_table<node_config>&,
+                        std::string_view, const std::string&);
+template void apply_ini(api_program_config&,
+                        const settings_table<api_program_config>&,
                         std::string_view, const std::string&);
 
 } // namespace detail

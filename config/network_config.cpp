@@ -47,6 +47,13 @@ std::vector<std::string> validate_tls(const tls_config& tls) {
       text += (i > 0 ? ", " : "") + missing[i];
     problems.push_back(std::move(text));
   }
+  for (auto& problem : unreadable_tls_files(tls))
+    problems.push_back(std::move(problem));
+  return problems;
+}
+
+std::vector<std::string> unreadable_tls_files(const tls_config& tls) {
+  std::vector<std::string> problems;
   for (auto problem : {unreadable("tls-certificate", tls.certificate, false),
                        unreadable("tls-key", tls.key, false),
                        unreadable("tls-ca-file", tls.ca_file, false),

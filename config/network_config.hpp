@@ -49,6 +49,10 @@ struct tls_config {
 /// tls-passphrase).
 std::vector<std::string> validate_tls(const tls_config& tls);
 
+/// The files and the directory of `tls` that are given but cannot be read
+/// (one sentence each, as validate_tls says them).
+std::vector<std::string> unreadable_tls_files(const tls_config& tls);
+
 /// One line for logs and --dump-config: "off", or "on (certificate PATH,
 /// ca-file PATH, ...)"; never the passphrase.
 std::string describe_tls(const tls_config& tls);

@@ -3,6 +3,7 @@
 
 #include "cmdbus/config/settings.hpp"
 
+#include "cmdbus/config/api_config.hpp"
 #include "cmdbus/config/node_config.hpp"
 #include "cmdbus/config/worker_config.hpp"
 
@@ -99,6 +100,7 @@ options_help(const settings_table<Config>& table, bool with_env,
 template std::vector<setting<worker_config>> tls_settings();
 template std::vector<setting<node_config>> tls_settings();
 template std::vector<setting<tls_holder>> tls_settings();
+template std::vector<setting<api_program_config>> tls_settings();
 template std::vector<option_help>
 options_help(const settings_table<worker_config>&, bool,
              const std::vector<option>&);

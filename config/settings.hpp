@@ -8,11 +8,13 @@
 // either table; they are instantiated for the two configurations.
 // Internal to cmdbus_config.
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "cmdbus/config/api_config.hpp"
 #include "cmdbus/config/common.hpp"
 #include "cmdbus/config/network_config.hpp"
 #include "cmdbus/config/options.hpp"
@@ -160,6 +162,20 @@ std::vector<option> tls_options();
 struct tls_holder {
   tls_config tls;
 };
+
+/// `cmdbus api`'s settings: the defaults, then the file `file` (if any,
+/// CAF-INI with [api] and [tls]), then the environment, then what
+/// `command_line` says for each option (its value, or nothing when not
+/// given), then validate(). Throws config_error naming the file and line,
+/// the variable or the option, or with every problem, one per line.
+api_program_config
+load_api(const std::optional<std::string>& file, const env_lookup& getenv,
+         const std::function<std::optional<std::string>(std::string_view)>&
+           command_line);
+
+/// The options of those settings (--listen ... --tls-passphrase), for
+/// `cmdbus api`'s parser and help.
+std::vector<option> api_options();
 
 // -- lookups -----------------------------------------------------------------
 

@@ -224,6 +224,17 @@ std::vector<std::string> validate(const worker_config& cfg) {
       report("admin (" + db::printable(cfg.admin) + "): " + e.what());
     }
   }
+  for (auto& x : validate_api(cfg.api, "api-"))
+    report(std::move(x));
+  if (!cfg.api.listen.empty() && !cfg.domain_dsn.empty())
+    report("api (" + db::printable(cfg.api.listen)
+           + "): the command API of a worker uses its dsn alone, and domain "
+             "dsns ([domains.NAME] dsn) put domains elsewhere: run `cmdbus "
+             "api` for each database instead");
+  if (cfg.tick && !cfg.api.listen.empty())
+    report("api (" + db::printable(cfg.api.listen)
+           + "): a tick run serves no command API (it ends when its run "
+             "does)");
   validate_remote(cfg, report);
   validate_retention(cfg.retention, report);
   for (auto& x : validate_exec(cfg.exec, cfg.domains))

@@ -49,6 +49,10 @@
 // | [tls] ca-path                | CMDBUS_TLS_CA_PATH       | --tls-ca-path
 // | [tls] passphrase             | CMDBUS_TLS_PASSPHRASE    | --tls-passphrase
 // | [admin] listen               | CMDBUS_ADMIN             | --admin
+// | [api] listen                 | CMDBUS_API               | --api
+// | [api] tokens-file            | CMDBUS_API_TOKENS_FILE   | --api-tokens-file
+// | [api] threads                | CMDBUS_API_THREADS       | --api-threads
+// | [api] connections            | CMDBUS_API_CONNECTIONS   | --api-connections
 // | [retention] commands         | CMDBUS_RETENTION_COMMANDS | --retention-commands
 // | [retention] processes        | CMDBUS_RETENTION_PROCESSES | --retention-processes
 // | [retention] batches          | CMDBUS_RETENTION_BATCHES | --retention-batches
@@ -112,6 +116,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cmdbus/config/api_config.hpp"
 #include "cmdbus/config/common.hpp"
 #include "cmdbus/config/exec_config.hpp"
 #include "cmdbus/config/network_config.hpp"
@@ -307,6 +312,12 @@ struct worker_config {
   /// free one; "" (the default) publishes nothing. Same TLS set as the
   /// remote pools ([tls]).
   std::string admin;
+
+  /// The command API served beside the worker ([api]; docs/api.md): off
+  /// unless `api.listen` is set. Over HTTPS with the [tls] set when it is
+  /// given (which has a CA: clients then present certificates, mutual
+  /// TLS). The program must be able to serve it (worker_program::serve_api).
+  api_config api;
 
   /// Run one drain of every domain and exit.
   bool tick = false;

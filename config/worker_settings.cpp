@@ -542,6 +542,45 @@ settings_table<worker_config> make_worker_table() {
       "\":PORT\" is 127.0.0.1; uses the --tls-* set when given)"},
      [](c& x, const v& y, bool) { x.admin = as_string(y); }});
   rows.push_back(
+    {kind::string,
+     "api",
+     "listen",
+     "CMDBUS_API",
+     form::value,
+     {"--api", "ADDR:PORT",
+      "also serve the command API there (off; docs/api.md; HTTPS with the "
+      "--tls-* set when given, clients then need certificates of its CA); "
+      "needs tokens"},
+     [](c& x, const v& y, bool) { x.api.listen = as_string(y); }});
+  rows.push_back(
+    {kind::string,
+     "api",
+     "tokens-file",
+     "CMDBUS_API_TOKENS_FILE",
+     form::value,
+     {"--api-tokens-file", "PATH",
+      "the command API's tokens, a file only its owner may read (else "
+      "$CMDBUS_API_TOKENS)"},
+     [](c& x, const v& y, bool) { x.api.tokens_file = as_string(y); }});
+  rows.push_back(
+    {kind::integer,
+     "api",
+     "threads",
+     "CMDBUS_API_THREADS",
+     form::value,
+     {"--api-threads", "N",
+      "the command API's requests answered at once, 1..1024 (16)"},
+     [](c& x, const v& y, bool) { x.api.threads = as_int(y); }});
+  rows.push_back(
+    {kind::integer,
+     "api",
+     "connections",
+     "CMDBUS_API_CONNECTIONS",
+     form::value,
+     {"--api-connections", "N",
+      "the command API's database connections, 1..256 (4)"},
+     [](c& x, const v& y, bool) { x.api.connections = as_int(y); }});
+  rows.push_back(
     {kind::boolean,
      "",
      "",
@@ -553,7 +592,7 @@ settings_table<worker_config> make_worker_table() {
      }});
   return {std::move(rows),
           {"worker", "tick", "retry", "remote", "tls", "exec", "admin",
-           "retention"},
+           "api", "retention"},
           {"domains.",
            {{"dsn", store_domain_dsn_entry},
             {"priorities", store_priorities_entry},

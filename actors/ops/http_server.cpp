@@ -22,6 +22,7 @@
 
 #include <httplib.h>
 
+#include "cmdbus/actors/ops/http_tls.hpp"
 #include "cmdbus/model/log.hpp"
 
 namespace cmdbus {
@@ -68,6 +69,10 @@ struct connection {
   size_t served = 0;
   /// Set by the answering thread: close instead of reading on.
   bool close = false;
+  /// With TLS: the connection's session (its handshake first).
+  std::unique_ptr<http_tls::session> tls;
+  /// The handshake waits for the socket to be writable.
+  bool wants_write = false;
 };
 
 using conn_ptr = std::unique_ptr<connection>;
@@ -104,12 +109,31 @@ const char* reason_of(int status) {
   }
 }
 
-/// The connection the calling thread answers (client_gone), -1 when none.
-thread_local int answering_fd = -1;
+/// The connection the calling thread answers (client_gone), null when
+/// none.
+thread_local connection* answering = nullptr;
 
-/// Writes a short answer of the front's own, without waiting (a fresh
-/// socket's buffer takes it; if not, the close says enough).
-void send_answer(int fd, int status, bool json) {
+/// Writes `text` to `c` once, without waiting: what the socket's buffer
+/// takes (a fresh one takes a short answer). With TLS, only once the
+/// handshake has completed (before, nothing can be said).
+void send_now(connection& c, std::string_view text) {
+  if (!c.tls) {
+    ::send(c.fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    return;
+  }
+  if (!c.tls->established())
+    return;
+  http_tls::wants next;
+  for (size_t done = 0; done < text.size();) {
+    auto n = c.tls->write(text.data() + done, text.size() - done, next);
+    if (n <= 0)
+      return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+/// A short answer of the front's own, whole.
+std::string front_answer(int status, bool json) {
   std::string body = std::string{reason_of(status)} + "\n";
   if (json) {
     std::string code = reason_of(status);
@@ -125,7 +149,18 @@ void send_answer(int fd, int status, bool json) {
                      + "\r\nConnection: close\r\n"
                      + (status == 503 ? "Retry-After: 1\r\n" : "") + "\r\n"
                      + body;
+  return text;
+}
+
+/// Writes a short answer of the front's own, without waiting (a fresh
+/// socket's buffer takes it; if not, the close says enough).
+void send_answer(int fd, int status, bool json) {
+  auto text = front_answer(status, json);
   ::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void send_answer(connection& c, int status, bool json) {
+  send_now(c, front_answer(status, json));
 }
 
 /// Closes `fd` after reading what the client already sent (a close with
@@ -141,6 +176,31 @@ void close_socket(int fd) {
   }
   ::shutdown(fd, SHUT_WR);
   ::close(fd);
+}
+
+/// Closes `c`: with TLS, a close_notify first (when its session is
+/// healthy), then the socket as above.
+void close_connection(connection& c) {
+  if (c.tls)
+    c.tls->close();
+  close_socket(c.fd);
+}
+
+/// Reads what `c` sent (through its TLS session, if any): as recv(),
+/// with errno EAGAIN for nothing now.
+ssize_t read_some(connection& c, char* buf, size_t size) {
+  if (!c.tls)
+    return ::recv(c.fd, buf, size, MSG_DONTWAIT);
+  http_tls::wants next;
+  auto n = c.tls->read(buf, size, next);
+  c.wants_write = false;
+  if (n < 0 && !c.tls->failed()) {
+    c.wants_write = next == http_tls::wants::write;
+    errno = EAGAIN;
+  } else if (n < 0) {
+    errno = EPROTO;
+  }
+  return n;
 }
 
 void address_of(const sockaddr_storage& addr, socklen_t len, std::string& ip,
@@ -162,7 +222,8 @@ void address_of(const sockaddr_storage& addr, socklen_t len, std::string& ip,
 class request_stream final : public httplib::Stream {
 public:
   request_stream(const connection& c, clock::time_point write_deadline)
-    : fd_(c.fd), in_(c.in), size_(c.request_size), deadline_(write_deadline) {
+    : fd_(c.fd), tls_(c.tls.get()), in_(c.in), size_(c.request_size),
+      deadline_(write_deadline) {
     // nop
   }
 
@@ -171,7 +232,7 @@ public:
   }
 
   bool is_writable() const override {
-    return wait_writable();
+    return wait_for(POLLOUT);
   }
 
   ssize_t read(char* ptr, size_t size) override {
@@ -182,6 +243,8 @@ public:
   }
 
   ssize_t write(const char* ptr, size_t size) override {
+    if (tls_ != nullptr)
+      return write_tls(ptr, size);
     size_t done = 0;
     while (done < size) {
       auto n = ::send(fd_, ptr + done, size - done,
@@ -192,9 +255,28 @@ public:
       }
       if (n < 0 && errno == EINTR)
         continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && wait_writable())
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
+          && wait_for(POLLOUT))
         continue;
       return -1;
+    }
+    return static_cast<ssize_t>(size);
+  }
+
+  /// The same through the TLS session, which may also wait for the
+  /// socket to be readable (a key update of the client's).
+  ssize_t write_tls(const char* ptr, size_t size) {
+    size_t done = 0;
+    while (done < size) {
+      http_tls::wants next;
+      auto n = tls_->write(ptr + done, size - done, next);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+        continue;
+      }
+      if (tls_->failed()
+          || !wait_for(next == http_tls::wants::read ? POLLIN : POLLOUT))
+        return -1;
     }
     return static_cast<ssize_t>(size);
   }
@@ -223,14 +305,15 @@ public:
   }
 
 private:
-  bool wait_writable() const {
+  /// Waits for `events` on the socket until the answer's deadline.
+  bool wait_for(short events) const {
     for (;;) {
       auto left = std::chrono::duration_cast<milliseconds>(deadline_
                                                            - clock::now())
                     .count();
       if (left <= 0)
         return false;
-      pollfd p{fd_, POLLOUT, 0};
+      pollfd p{fd_, events, 0};
       auto n = ::poll(&p, 1, static_cast<int>(left));
       if (n < 0 && errno == EINTR)
         continue;
@@ -239,6 +322,7 @@ private:
   }
 
   int fd_;
+  http_tls::session* tls_;
   const std::string& in_;
   size_t size_;
   size_t pos_ = 0;
@@ -259,6 +343,8 @@ struct http_server::impl {
   std::atomic<bool> stopping{false};
   std::mutex stop_mtx;
   bool stopped = false;
+  /// With TLS (use_tls).
+  std::unique_ptr<http_tls::context> tls;
 
   // The front's own (its thread only): connections reading or idle.
   conn_list reading;
@@ -276,10 +362,13 @@ struct http_server::impl {
   /// Three quarters of the connections in use: answers close theirs.
   std::atomic<bool> crowded{false};
   std::atomic<uint64_t> accepted{0};
+  std::atomic<uint64_t> requests{0};
   std::atomic<uint64_t> refused{0};
   std::atomic<uint64_t> evicted{0};
   std::atomic<uint64_t> timed_out{0};
   std::atomic<uint64_t> rejected{0};
+  std::atomic<uint64_t> handshakes_failed{0};
+  std::atomic<uint64_t> plain_http{0};
 
   // Logging of the front's interventions (its thread only): one line when
   // they begin, one a minute while they go on, one when they stop.
@@ -310,7 +399,10 @@ struct http_server::impl {
       if (!accepting)
         next = std::min(next, accept_paused_until);
       for (auto it = reading.begin(); it != reading.end(); ++it) {
-        fds.push_back({(*it)->fd, POLLIN, 0});
+        short events = POLLIN;
+        if ((*it)->wants_write)
+          events |= POLLOUT;
+        fds.push_back({(*it)->fd, events, 0});
         polled.push_back(it);
         next = std::min(next, (*it)->deadline);
       }
@@ -351,7 +443,7 @@ struct http_server::impl {
       log_shedding(now);
     }
     for (auto& c : reading)
-      close_socket(c->fd);
+      close_connection(*c);
     open -= reading.size();
     reading.clear();
   }
@@ -377,7 +469,9 @@ struct http_server::impl {
       ++accepted;
       if (open.load() >= limits.max_connections && !make_room(now)) {
         ++refused;
-        send_answer(fd, 503, limits.json_errors);
+        // (A TLS client hears nothing before its handshake.)
+        if (!tls)
+          send_answer(fd, 503, limits.json_errors);
         close_socket(fd);
         continue;
       }
@@ -386,6 +480,16 @@ struct http_server::impl {
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       auto c = std::make_unique<connection>();
       c->fd = fd;
+      if (tls) {
+        try {
+          c->tls = std::make_unique<http_tls::session>(*tls, fd);
+        } catch (const std::exception& e) {
+          log::from("http").warn("{}: {}", name, e.what());
+          --open;
+          close_socket(fd);
+          continue;
+        }
+      }
       c->since = now;
       c->deadline = now + limits.request_timeout;
       reading.push_back(std::move(c));
@@ -424,7 +528,7 @@ struct http_server::impl {
   }
 
   conn_list::iterator close_reading(conn_list::iterator it) {
-    close_socket((*it)->fd);
+    close_connection(**it);
     --open;
     return reading.erase(it);
   }
@@ -433,11 +537,15 @@ struct http_server::impl {
   /// (handed over, answered or closed).
   bool on_readable(conn_list::iterator it, clock::time_point now) {
     auto& c = **it;
+    if (c.tls && !c.tls->established() && !handshake(it))
+      return false;
+    if (c.tls && !c.tls->established())
+      return true;
     char buf[16384];
     // Enough to decide on any request: a head and a body at their limits.
     auto enough = limits.max_head_bytes + limits.max_body_bytes + sizeof buf;
     while (c.in.size() < enough) {
-      auto n = ::recv(c.fd, buf, sizeof buf, MSG_DONTWAIT);
+      auto n = read_some(c, buf, sizeof buf);
       if (n > 0) {
         if (c.idle) {
           c.idle = false;
@@ -461,6 +569,38 @@ struct http_server::impl {
     return examine(it, now);
   }
 
+  /// Advances the TLS handshake of `it`; false when it failed (the
+  /// connection is then closed and counted). Its deadline is the
+  /// request's: the handshake is part of sending a request.
+  bool handshake(conn_list::iterator it) {
+    auto& c = **it;
+    auto next = c.tls->handshake();
+    c.wants_write = next == http_tls::wants::write;
+    if (!c.tls->failed())
+      return true;
+    // A client that leaves (a port check, a client given up) is no
+    // failure.
+    if (c.tls->peer_left()) {
+      close_reading(it);
+      return false;
+    }
+    ++handshakes_failed;
+    if (c.tls->plain_http()) {
+      ++plain_http;
+      // It speaks HTTP: say in HTTP what to do (no TLS session to write
+      // through yet).
+      static constexpr std::string_view text
+        = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\n"
+          "Content-Length: 30\r\nConnection: close\r\n\r\n"
+          "This port speaks HTTPS only.\r\n";
+      ::send(c.fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    log::from("http").debug("{}: TLS handshake: {}", name,
+                            c.tls->failure());
+    close_reading(it);
+    return false;
+  }
+
   /// Hands a whole request to a thread, answers a bad one, or goes on
   /// reading (true: it stays in `reading`).
   bool examine(conn_list::iterator it, clock::time_point) {
@@ -468,7 +608,7 @@ struct http_server::impl {
     if (c.request_size == 0 && !c.in.empty()) {
       if (auto status = read_head(c); status != 0) {
         ++rejected;
-        send_answer(c.fd, status, limits.json_errors);
+        send_answer(c, status, limits.json_errors);
         close_reading(it);
         return false;
       }
@@ -553,7 +693,7 @@ struct http_server::impl {
       if (body > 0 && c.in.size() < head_size + body) {
         static constexpr std::string_view go_on
           = "HTTP/1.1 100 Continue\r\n\r\n";
-        ::send(c.fd, go_on.data(), go_on.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        send_now(c, go_on);
       }
     }
     c.request_size = head_size + body;
@@ -568,13 +708,14 @@ struct http_server::impl {
       auto& q = c->reserved ? reserved_queue : queue;
       if (q.size() < limits.max_waiting) {
         q.push_back(std::move(c));
+        ++requests;
       }
     }
     if (c) {
       // Too many wait already: say so at once rather than queue it.
       ++rejected;
-      send_answer(c->fd, 503, limits.json_errors);
-      close_socket(c->fd);
+      send_answer(*c, 503, limits.json_errors);
+      close_connection(*c);
       --open;
       return;
     }
@@ -591,7 +732,7 @@ struct http_server::impl {
     }
     for (auto& c : back) {
       if (c->close) {
-        close_socket(c->fd);
+        close_connection(*c);
         --open;
         continue;
       }
@@ -600,8 +741,13 @@ struct http_server::impl {
       c->deadline = now
                     + (c->idle ? limits.idle_timeout : limits.request_timeout);
       reading.push_back(std::move(c));
-      // A client that sent its next request already (pipelining).
-      if (!reading.back()->idle)
+      // A client that sent its next request already (pipelining). With
+      // TLS, its session may hold bytes the socket no longer shows (read
+      // with a record, or while the answer's thread looked for a close):
+      // read them now, as poll() would not say.
+      if (reading.back()->tls)
+        on_readable(std::prev(reading.end()), now);
+      else if (!reading.back()->idle)
         examine(std::prev(reading.end()), now);
     }
   }
@@ -617,7 +763,7 @@ struct http_server::impl {
         ++timed_out;
         // A client that sent part of a request is told why it is closed.
         if (!c.in.empty())
-          send_answer(c.fd, 408, limits.json_errors);
+          send_answer(c, 408, limits.json_errors);
       }
       it = close_reading(it);
     }
@@ -625,7 +771,7 @@ struct http_server::impl {
 
   void log_shedding(clock::time_point now) {
     auto total = refused.load() + evicted.load() + timed_out.load()
-                 + rejected.load();
+                 + rejected.load() + handshakes_failed.load();
     if (total != shed_seen) {
       shed_seen = total;
       last_shed = now;
@@ -633,9 +779,11 @@ struct http_server::impl {
         log::from("http").warn(
           "{}: closing connections that exceed its limits ({} open of {}; "
           "so far {} refused with 503, {} closed to make room, {} too slow "
-          "to send a request, {} requests refused)",
+          "to send a request, {} requests refused, {} failed TLS handshakes "
+          "of which {} plain HTTP)",
           name, open.load(), limits.max_connections, refused.load(),
-          evicted.load(), timed_out.load(), rejected.load());
+          evicted.load(), timed_out.load(), rejected.load(),
+          handshakes_failed.load(), plain_http.load());
         shedding = true;
         last_shed_line = now;
       }
@@ -680,7 +828,7 @@ struct http_server::impl {
 
   void answer(connection& c) {
     request_stream strm{c, clock::now() + limits.write_timeout};
-    answering_fd = c.fd;
+    answering = &c;
     bool last = c.served + 1 >= limits.max_requests_per_connection
                 || c.peer_done || crowded.load() || stopping.load();
     bool closed = false;
@@ -697,7 +845,7 @@ struct http_server::impl {
     }
     // A request the router did not read to its end leaves the connection
     // where nobody knows what comes next.
-    answering_fd = -1;
+    answering = nullptr;
     c.close = !ok || closed || last || strm.consumed() != c.request_size;
     c.in.erase(0, c.request_size);
     c.request_size = 0;
@@ -798,6 +946,16 @@ void http_server::listen(const config::http_address& where) {
   d.front = std::thread{[&d] { d.run_front(); }};
 }
 
+void http_server::use_tls(const config::tls_config& tls) {
+  if (impl_->listen_fd >= 0 || impl_->stopped)
+    throw std::logic_error("http_server::use_tls called after listen");
+  impl_->tls = std::make_unique<http_tls::context>(tls);
+}
+
+bool http_server::uses_tls() const noexcept {
+  return impl_->tls != nullptr;
+}
+
 int http_server::port() const noexcept {
   return impl_->port;
 }
@@ -827,9 +985,9 @@ void http_server::stop() {
   // What waited for an answer, or came back after the front ended.
   for (auto* q : {&d.reserved_queue, &d.queue})
     for (auto& c : *q)
-      close_socket(c->fd);
+      close_connection(*c);
   for (auto& c : d.returned)
-    close_socket(c->fd);
+    close_connection(*c);
   d.open = 0;
   if (d.wake_fd >= 0)
     ::close(d.wake_fd);
@@ -841,10 +999,13 @@ http_server_stats http_server::stats() const {
   http_server_stats s;
   s.open = d.open.load();
   s.accepted = d.accepted.load();
+  s.requests = d.requests.load();
   s.refused = d.refused.load();
   s.evicted = d.evicted.load();
   s.timed_out = d.timed_out.load();
   s.rejected = d.rejected.load();
+  s.handshakes_failed = d.handshakes_failed.load();
+  s.plain_http = d.plain_http.load();
   return s;
 }
 
@@ -853,10 +1014,14 @@ const http_limits& http_server::limits() const noexcept {
 }
 
 bool http_server::client_gone() {
-  if (answering_fd < 0)
+  if (answering == nullptr)
     return false;
+  // With TLS the socket shows records, not the stream: the session looks
+  // (what it reads stays in it for the front, see take_returned).
+  if (answering->tls)
+    return answering->tls->peer_closed();
   char byte = 0;
-  auto n = ::recv(answering_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  auto n = ::recv(answering->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n > 0)
     return false;
   if (n == 0)

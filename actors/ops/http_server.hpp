@@ -36,9 +36,16 @@
 //     their own, in a queue of their own: a flood of other requests, or
 //     answers slow to write, never make them wait. Together with the room
 //     made above, a probe is answered while the listener is exhausted.
-// A later listener (e.g. with TLS) reuses the same front and limits; its
-// handshake becomes one more step of reading a request, under the same
-// deadline.
+//
+// With TLS (use_tls, http_tls.hpp) the same front and limits hold: the
+// handshake is one more step of reading a request, advanced by the poll
+// loop without blocking and under the same deadline (a client that opens
+// a connection and never finishes its handshake costs a descriptor and is
+// closed at request_timeout, like a silent one); the answers are written
+// through the connection's TLS session under the same write_timeout. A
+// connection whose handshake fails (plain HTTP, a refused client
+// certificate) is closed and counted; the front's own answers before a
+// handshake has completed are a close without a word.
 
 #include <chrono>
 #include <cstddef>
@@ -48,6 +55,7 @@
 #include <vector>
 
 #include "cmdbus/config/common.hpp"
+#include "cmdbus/config/network_config.hpp"
 
 namespace httplib {
 class Server;
@@ -91,6 +99,8 @@ struct http_server_stats {
   /// Connections open now.
   size_t open = 0;
   uint64_t accepted = 0;
+  /// Whole requests read and handed to a thread (or its queue).
+  uint64_t requests = 0;
   /// Answered 503 at once: every connection was busy.
   uint64_t refused = 0;
   /// Closed to make room for a new one.
@@ -100,6 +110,11 @@ struct http_server_stats {
   /// Requests answered by the front itself: 503 (too many waiting), 431,
   /// 413, 411.
   uint64_t rejected = 0;
+  /// With TLS: connections closed because their handshake failed (not
+  /// TLS, no or a refused client certificate, a protocol error), ...
+  uint64_t handshakes_failed = 0;
+  /// ... of which plain HTTP requests on the TLS port.
+  uint64_t plain_http = 0;
 };
 
 class http_server {
@@ -118,6 +133,15 @@ public:
   /// Only its routing, parsing and answering are used, never its own
   /// listener.
   httplib::Server& routes();
+
+  /// Serves HTTPS with the certificate set `tls` (see
+  /// http_tls::context: certificate and key, passphrase; with a CA file or
+  /// directory, clients must present a certificate it signed). Before
+  /// listen(). Throws std::runtime_error saying which file cannot be used.
+  void use_tls(const config::tls_config& tls);
+
+  /// Whether use_tls() was called.
+  bool uses_tls() const noexcept;
 
   /// Listens on `where` and serves in the background. Throws
   /// std::runtime_error when it cannot (the port is taken, the address is

@@ -287,7 +287,7 @@ TEST(ConfigIni, reports_unknown_keys_and_sections) {
             "worker.ini:1: unknown key 'frobnicate' at the top level");
   EXPECT_EQ(ini_error("\n[workers]\n"),
             "worker.ini:2: unknown section [workers] (expected [worker], "
-            "[tick], [retry], [remote], [tls], [exec], [admin], "
+            "[tick], [retry], [remote], [tls], [exec], [admin], [api], "
             "[retention], [domains.NAME], [domains.NAME.types.TYPE] or "
             "[domains.NAME.exec])");
   EXPECT_EQ(ini_error("[worker]\nvisibility_timeout = 3s\n"),
