@@ -22,6 +22,7 @@
 
 #include <openssl/err.h>
 
+#include "cmdbus/actors/openssl_error_queue.hpp"
 #include "cmdbus/model/log.hpp"
 
 namespace cmdbus::actors {
@@ -34,21 +35,6 @@ using caf::io::network::operation;
 using caf::io::network::rw_state;
 using caf::openssl::session_ptr;
 
-// Clears this thread's OpenSSL error queue now and again when it goes out
-// of scope: around every call into an OpenSSL session, so that neither an
-// entry another connection left nor one this call leaves is ever read as
-// the outcome of a later call on the same thread (tls_transport.hpp).
-class clean_error_queue {
-public:
-  clean_error_queue() {
-    ERR_clear_error();
-  }
-  ~clean_error_queue() {
-    ERR_clear_error();
-  }
-  clean_error_queue(const clean_error_queue&) = delete;
-  clean_error_queue& operator=(const clean_error_queue&) = delete;
-};
 
 // CAF's session for a connected (`accepted`: accepted) socket, which starts
 // the handshake; null when OpenSSL refuses it (or the certificate files

@@ -77,18 +77,6 @@ const settings_table<api_program_config>& api_table() {
   return table;
 }
 
-std::string read_config_file(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
-    throw config_error("cannot read config file '" + path
-                       + "': " + std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad())
-    throw config_error("cannot read config file '" + path + "'");
-  return buf.str();
-}
-
 } // namespace
 
 } // namespace detail

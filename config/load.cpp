@@ -16,9 +16,9 @@
 
 namespace cmdbus::config {
 
-namespace {
+namespace detail {
 
-std::string read_file(const std::string& path) {
+std::string read_config_file(const std::string& path) {
   std::ifstream in{path, std::ios::binary};
   if (!in)
     throw config_error("cannot read config file '" + path
@@ -29,10 +29,6 @@ std::string read_file(const std::string& path) {
     throw config_error("cannot read config file '" + path + "'");
   return buf.str();
 }
-
-} // namespace
-
-namespace detail {
 
 template <class Config>
 Config load(const settings_table<Config>& table,
@@ -51,7 +47,7 @@ Config load(const settings_table<Config>& table,
   }
   Config cfg;
   if (config_file)
-    apply_ini(cfg, table, read_file(*config_file), *config_file);
+    apply_ini(cfg, table, read_config_file(*config_file), *config_file);
   apply_env(cfg, table, getenv);
   apply_args(cfg, table, args, program_flags);
   if (table.late_env != nullptr)

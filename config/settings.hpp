@@ -286,4 +286,8 @@ Config load(const settings_table<Config>& table,
             const std::vector<option>& program_flags = {},
             std::vector<std::string>* flags_given = nullptr);
 
+/// The text of the configuration file `path`; config_error when it cannot
+/// be read, with the system's reason.
+std::string read_config_file(const std::string& path);
+
 } // namespace cmdbus::config::detail

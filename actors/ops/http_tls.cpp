@@ -8,23 +8,13 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include "cmdbus/actors/openssl_error_queue.hpp"
+
 namespace cmdbus::http_tls {
 
 namespace {
 
-// Clears this thread's OpenSSL error queue now and when it goes out of
-// scope (see the header).
-class clean_error_queue {
-public:
-  clean_error_queue() {
-    ERR_clear_error();
-  }
-  ~clean_error_queue() {
-    ERR_clear_error();
-  }
-  clean_error_queue(const clean_error_queue&) = delete;
-  clean_error_queue& operator=(const clean_error_queue&) = delete;
-};
+using actors::clean_error_queue;
 
 /// The first entry of the error queue, in words ("" when empty).
 std::string queued_error() {
