@@ -165,13 +165,24 @@ scheduler(scheduler_actor::stateful_pointer<scheduler_state> self,
     self->quit(em.reason);
   });
   if (watched) {
-    self->monitor(watched);
-    self->set_down_handler([self](caf::down_msg& dm) {
-      self->state.store.reset();
-      self->quit(dm.reason);
-    });
+    // A strong handle for the monitor: `watched` may already be gone (the
+    // worker was stopped while this detached actor started), and CAF
+    // reaches a weak address's actor without checking that it still lives.
+    // An ended actor answers the monitor with a down message at once.
+    auto alive = caf::actor_cast<caf::strong_actor_ptr>(watched);
+    if (!alive) {
+      st.store.reset();
+      self->quit(caf::exit_reason::user_shutdown);
+    } else {
+      self->monitor(alive);
+      self->set_down_handler([self](caf::down_msg& dm) {
+        self->state.store.reset();
+        self->quit(dm.reason);
+      });
+    }
   }
-  self->send(self, atom::wakeup::value, ++st.timer);
+  if (st.store)
+    self->send(self, atom::wakeup::value, ++st.timer);
   return {
     [self](atom::wakeup, uint64_t timer) {
       if (timer == self->state.timer && self->state.store)

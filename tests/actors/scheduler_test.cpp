@@ -99,11 +99,21 @@ struct fixture : test_coordinator_fixture<> {
     sched.run();
   }
 
-  void start() {
+  void start(caf::actor_addr watched = {}) {
     aut = sys.spawn(scheduler, settings,
                     std::static_pointer_cast<schedule_store>(store),
-                    caf::actor_addr{});
+                    std::move(watched));
     sched.run();
+  }
+
+  // An actor that only waits, standing in for the worker's root.
+  caf::actor spawn_watched() {
+    return sys.spawn([]() -> caf::behavior { return {[](int) {}}; });
+  }
+
+  // The scheduler ended: it gave the store back.
+  bool scheduler_ended() const {
+    return store.use_count() == 1;
   }
 
   scheduler_state& st() {
@@ -209,6 +219,31 @@ CAF_TEST(wakeups of older timers are ignored) {
   self->send(aut, atom::wakeup::value, current);
   sched.run();
   CAF_CHECK_EQUAL(st().rounds, rounds + 1);
+}
+
+CAF_TEST(it ends with the actor it watches) {
+  a().until = 500ms;
+  auto root = spawn_watched();
+  start(root.address());
+  CAF_CHECK_EQUAL(a().fires, 1);
+  CAF_CHECK(!scheduler_ended());
+  caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+  sched.run();
+  CAF_CHECK(scheduler_ended());
+}
+
+CAF_TEST(it ends at once when the actor it watches is already gone) {
+  // A worker stopped while its detached scheduler was still starting: the
+  // root ended and was destroyed, only its address is left.
+  auto root = spawn_watched();
+  auto addr = root.address();
+  caf::anon_send_exit(root, caf::exit_reason::user_shutdown);
+  sched.run();
+  root = nullptr;
+  CAF_REQUIRE(!caf::actor_cast<caf::actor>(addr));
+  start(addr);
+  CAF_CHECK_EQUAL(a().fires, 0);
+  CAF_CHECK(scheduler_ended());
 }
 
 CAF_TEST_FIXTURE_SCOPE_END()
