@@ -29,8 +29,8 @@
 //     cpu_s: its CPU time from ready to end_us.
 //
 // Configurations: `default` is a worker with the library's default
-// settings (a default worker_config: concurrency 16 and no prefetch as of
-// this writing) and a handler registered in the default (blocking) mode,
+// settings (a default worker_config: concurrency 16 and the auto prefetch
+// as of this writing) and a handler registered in the default (blocking) mode,
 // like `cmdbus worker`; `best` is concurrency 64,
 // prefetch 64 and a non-blocking handler (bench/worker_bench.cpp's
 // fastest phase). DSN from CMDBUS_DSN.
