@@ -2,7 +2,8 @@
 // binary runs programs (Python and shell) for each outcome, hands them the
 // command and only the environment it is told to, extends the lease of a
 // program that outlives the visibility timeout, and loses nothing when its
-// connections are cut or when it is killed (-9) while a program runs.
+// connections are cut or when it is killed (-9) while a program runs; and
+// examples/exec runs as its documentation says.
 
 #include <gtest/gtest.h>
 
@@ -274,4 +275,32 @@ TEST(ExecWorker, LosesNothingToACutConnectionOrAWorkerKilledMidProgram) {
     EXPECT_EQ(attempts_of(e.conn, d, held), 2);
     EXPECT_EQ(count_events(e.conn, d, held, "COMPLETED"), 1);
   }
+}
+
+TEST(ExecWorker, TheExampleRunsItsPythonHandlerAsDocumented) {
+  // examples/exec as its README and docs/exec.md tell a new user to run it:
+  // from the repository's root, `cmdbus worker --config
+  // examples/exec/worker.ini`, the stock binary running greet.py. Its
+  // domain is the example's own, so only this test's commands are checked.
+  bus_env e;
+  const std::string d = "greetings";
+  auto replies = d + "__replies";
+  auto ada = e.bus.send(req(d, "Greet", R"({"name": "Ada"})")).command_id;
+  auto nameless = e.bus.send(req(d, "Greet", "{}")).command_id;
+  auto r = run_process(
+    {"/bin/sh", "-c",
+     std::string{"cd '"} + CMDBUS_SOURCE_DIR + "' && exec '" + CMDBUS_BINARY
+       + "' worker --config examples/exec/worker.ini --tick --json"},
+    {"CMDBUS_DSN=" + dsn(), "CMDBUS_CONFIG=", "CMDBUS_DOMAINS=",
+     "CMDBUS_DSN_FILE="});
+  EXPECT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_TRUE(has_status(e.conn, d, ada, "COMPLETED"))
+    << status_of(e.conn, d, ada).value_or("?") << "\n" << r.err;
+  auto reply = reply_to(e.conn, replies, ada);
+  ASSERT_FALSE(reply.empty());
+  EXPECT_EQ(jget(e.conn, reply, "{result,greeting}"), "Hello, Ada!");
+  EXPECT_EQ(jget(e.conn, reply, "{result,command_id}"), ada.to_string());
+  // Its business rule: exit 65 with an error document.
+  EXPECT_TRUE(has_status(e.conn, d, nameless, "FAILED"));
+  EXPECT_EQ(column(e.conn, d, nameless, "last_error_code"), "NAME_REQUIRED");
 }
