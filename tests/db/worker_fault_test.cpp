@@ -24,15 +24,24 @@ using namespace std::chrono_literals;
 
 namespace {
 
+/// The sessions of the workers of this database, in pg_stat_activity.
+constexpr const char* worker_sessions
+  = " FROM pg_stat_activity WHERE datname = current_database() AND pid <> "
+    "pg_backend_pid() AND application_name IN ('cmdbus-worker', "
+    "'cmdbus-poller', 'cmdbus-listener', 'cmdbus-batches')";
+
 /// Ends every connection the workers of this database hold (the server
-/// side of a restart or of a cut connection).
+/// side of a restart or of a cut connection); returns how many.
 int64_t cut_worker_connections(db::connection& c) {
   return c
-    .query("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-           "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-           "AND application_name IN ('cmdbus-worker', 'cmdbus-poller', "
-           "'cmdbus-listener', 'cmdbus-batches')")
+    .query(std::string{"SELECT count(pg_terminate_backend(pid))"}
+           + worker_sessions)
     .int64(0, 0);
+}
+
+/// The connections the workers of this database hold.
+int64_t worker_connections(db::connection& c) {
+  return c.query(std::string{"SELECT count(*)"} + worker_sessions).int64(0, 0);
 }
 
 /// Commands of `domain` with more than one COMPLETED audit row.
@@ -78,6 +87,11 @@ TEST(WorkerFaults, CompletesEverythingAfterItsConnectionsAreCut) {
   finally stop{[&] { stop_worker(w); }};
   w.start();
   for (int cut = 1; cut <= 3; ++cut) {
+    // Progress made on connections opened since the last cut: a write
+    // whose commit raced with that cut can still add its rows after it,
+    // while the worker is only about to reconnect.
+    ASSERT_TRUE(eventually([&] { return worker_connections(e.conn) > 0; }))
+      << "the worker did not reconnect before cut " << cut;
     auto before = count_status(e.conn, d, "COMPLETED");
     ASSERT_TRUE(eventually(
       [&] { return count_status(e.conn, d, "COMPLETED") > before + 20; }))
