@@ -88,6 +88,19 @@ api::api_settings tls_settings(const certificates& certs, bool mutual,
 const std::string half_client_hello{"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
                                     11};
 
+// POSTs a command to `path` that is due in an hour over HTTPS, so that a
+// wait for it lasts as long as the client allows; returns its id.
+std::string post_due_in_an_hour(const certificates& certs, int port,
+                                const std::string& path) {
+  auto id = new_uuid();
+  EXPECT_EQ(https(certs, port, "POST", path, token,
+                  R"({"type": "T", "delay": "1h", "command_id": ")" + id
+                    + "\"}")
+              .status,
+            201);
+  return id;
+}
+
 } // namespace
 
 TEST(ApiTls, SendsAndWaitsOverHttpsAndRefusesBadTokens) {
@@ -290,12 +303,8 @@ TEST(ApiTls, AStoppedTlsClientHoldsNobodyElse) {
   api::command_api server{tls_settings(certs, false, d, 1)};
   auto port = server.port();
   auto path = "/v1/domains/" + d + "/commands";
-  auto id = new_uuid();
-  ASSERT_EQ(https(certs, port, "POST", path, token,
-                  R"({"type": "T", "delay": "1h", "command_id": ")" + id
-                    + "\"}")
-              .status,
-            201);
+  auto id = post_due_in_an_hour(certs, port, path);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   // A client waits 2 s for its answer (the command is due in an hour) and
   // is stopped meanwhile: its answer is written while it cannot read.
   auto argv = https_args(certs, port, "GET", path + "/" + id + "?wait=2s");
@@ -329,12 +338,8 @@ TEST(ApiTls, AWaitWhoseTlsClientWentAwayFreesItsThread) {
   api::command_api server{tls_settings(certs, false, d, 1)};
   auto port = server.port();
   auto path = "/v1/domains/" + d + "/commands";
-  auto id = new_uuid();
-  ASSERT_EQ(https(certs, port, "POST", path, token,
-                  R"({"type": "T", "delay": "1h", "command_id": ")" + id
-                    + "\"}")
-              .status,
-            201);
+  auto id = post_due_in_an_hour(certs, port, path);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   // A client asks to wait 30 s for the command (due in an hour) and
   // gives up after 1 s: its connection closes under the waiting thread.
   auto argv = https_args(certs, port, "GET", path + "/" + id + "?wait=30s");
