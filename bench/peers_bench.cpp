@@ -106,14 +106,20 @@ int send_paced(bench::database& db, int rate, int seconds) {
   auto interval = std::chrono::nanoseconds{1000000000LL / rate};
   auto start = std::chrono::steady_clock::now();
   std::atomic<bool> failed{false};
+  std::mutex mtx;
+  std::vector<int64_t> took_us;
   std::vector<std::thread> senders;
   for (int t = 0; t < threads; ++t)
     senders.emplace_back([&, t] {
       try {
         for (int64_t i = t; i < total && !failed; i += threads) {
           std::this_thread::sleep_until(start + i * interval);
+          auto t0 = now_us();
           db.bus.send(
-            noop_command("{\"sent_us\":" + std::to_string(now_us()) + "}"));
+            noop_command("{\"sent_us\":" + std::to_string(t0) + "}"));
+          auto t1 = now_us();
+          std::lock_guard<std::mutex> guard{mtx};
+          took_us.push_back(t1 - t0);
         }
       } catch (const std::exception& e) {
         if (!failed.exchange(true))
@@ -127,11 +133,22 @@ int send_paced(bench::database& db, int rate, int seconds) {
   auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
                                             - start)
                 .count();
-  // One send() call per command (the bus combines concurrent ones itself).
+  // One send() call per command (the bus combines concurrent ones itself);
+  // how long the calls took, since a send's time counts in the latency.
+  std::sort(took_us.begin(), took_us.end());
+  auto at = [&](double q) {
+    return took_us.empty()
+             ? int64_t{0}
+             : took_us[std::min(took_us.size() - 1,
+                                static_cast<size_t>(q * took_us.size()))];
+  };
   std::printf("{\"event\":\"sent\",\"jobs\":%lld,\"seconds\":%.3f,"
-              "\"calls\":%lld}\n",
+              "\"calls\":%lld,\"call_p50_us\":%lld,\"call_p99_us\":%lld,"
+              "\"call_max_us\":%lld}\n",
               static_cast<long long>(total), secs,
-              static_cast<long long>(total));
+              static_cast<long long>(total), static_cast<long long>(at(0.5)),
+              static_cast<long long>(at(0.99)),
+              static_cast<long long>(took_us.empty() ? 0 : took_us.back()));
   return 0;
 }
 
