@@ -31,10 +31,8 @@ void arm_timer(self_ptr self, std::optional<std::chrono::milliseconds> delay) {
 
 void schedule_read(self_ptr self) {
   auto& st = self->state;
-  if (st.read_scheduled || st.draining)
-    return;
-  st.read_scheduled = true;
-  self->send(self, atom::wakeup::value);
+  if (!st.draining && st.wake->raise())
+    self->send(self, atom::wakeup::value);
 }
 
 void finish_drain_if_done(self_ptr self) {
@@ -170,7 +168,7 @@ process_router_actor::behavior_type router_behavior(self_ptr self) {
     st.processes.erase(i);
   };
   auto on_wakeup = [self](atom::wakeup) {
-    self->state.read_scheduled = false;
+    self->state.wake->take();
     read(self);
   };
   auto on_sweep = [self](atom::sweep) { sweep_if_due(self); };
@@ -266,8 +264,9 @@ process_router(self_ptr self, process_settings settings, router_io io,
       "listener/" + st.settings.queue,
       config::dsn_for(*st.settings.cfg, st.settings.domain),
       db::notify_channel(st.settings.queue),
-      [target = process_router_actor{self}] {
-        caf::anon_send(target, atom::wakeup::value);
+      [target = process_router_actor{self}, wake = st.wake] {
+        if (wake->raise())
+          caf::anon_send(target, atom::wakeup::value);
       });
   self->set_exit_handler([self](caf::exit_msg& em) { on_exit(self, em); });
   st.next_poll = st.settings.cfg->poll_interval;

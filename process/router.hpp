@@ -72,7 +72,9 @@ struct process_router_state {
 
   bool draining = false;
   std::vector<caf::typed_response_promise<atom::done>> drains;
-  bool read_scheduled = false;
+  /// Whether a wakeup is in the mailbox (ours or the listener's): replies
+  /// that arrive before it are claimed in one read.
+  std::shared_ptr<wakeup_latch> wake = std::make_shared<wakeup_latch>();
   /// When to read again if nothing else happens; unset while draining.
   std::optional<std::chrono::milliseconds> next_poll;
   int empty_reads = 0;

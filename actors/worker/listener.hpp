@@ -18,6 +18,30 @@
 
 namespace cmdbus::actors {
 
+/// Coalesces the requests for a read of one reader: the listener thread's
+/// on a NOTIFY and the reader's own (on credits, after a full read). Only
+/// the first request after the reader took its last wakeup sends one, so a
+/// burst of NOTIFYs during a read costs one more read, not one each. (One
+/// read per NOTIFY kept a poller busy at a few hundred commands a second,
+/// and its credits waited behind the queued wakeups.) A request made after
+/// take() sends a new wakeup, so nothing committed after a read started
+/// waits for the poll timer.
+class wakeup_latch {
+public:
+  /// Returns whether the caller sends the wakeup (none is pending).
+  bool raise() noexcept {
+    return !pending_.exchange(true, std::memory_order_acq_rel);
+  }
+
+  /// The reader took the wakeup, before it reads.
+  void take() noexcept {
+    pending_.store(false, std::memory_order_release);
+  }
+
+private:
+  std::atomic<bool> pending_{false};
+};
+
 class listener {
 public:
   /// Listens on `channel` as `who` ("listener/payments" in log lines).

@@ -5,7 +5,6 @@
 #include <caf/all.hpp>
 
 #include "cmdbus/actors/worker/fault.hpp"
-#include "cmdbus/actors/worker/listener.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/model/backoff.hpp"
 #include "cmdbus/model/log.hpp"
@@ -104,8 +103,10 @@ bool tick_limit_reached(self_ptr self, int& qty) {
 
 void read(self_ptr self) {
   auto& st = self->state;
-  if (st.credits <= 0)
+  if (st.credits <= 0) {
+    st.behind = true;
     return;
+  }
   if (st.session->outage().backing_off()) {
     // A credit or a NOTIFY arrived during the error backoff: read when it
     // ends, not before.
@@ -121,6 +122,8 @@ void read(self_ptr self) {
     self->send(st.parent, atom::empty::value, st.credits_seen);
     return;
   }
+  st.last_read = self->clock().now();
+  st.behind = true;
   try {
     auto vt = static_cast<int>(st.settings.cfg->visibility_timeout.count());
     auto how = read_options_for(st, qty);
@@ -161,6 +164,7 @@ void read(self_ptr self) {
     }
     if (st.settings.health)
       st.settings.health->poller_read(health_now_ms(), st.credits);
+    st.behind = res.read >= qty;
     if (res.read >= qty) {
       // A full read: there may be more; read again as soon as possible, or
       // after the busy delay.
@@ -186,14 +190,23 @@ void read(self_ptr self) {
   }
 }
 
-// Reads once the messages already in the mailbox are handled: the wakeup
-// queues behind any credits that arrived meanwhile.
-void schedule_read(self_ptr self) {
+// Whether `n` credits (0: a request to read again) make the poller read. With
+// a listener, a NOTIFY announces new messages, so only messages the last read
+// may have left behind, or a due poll (for those that became visible without
+// a NOTIFY), are worth a read; each read that finds nothing costs a round
+// trip the credits of a busy domain would otherwise trigger one by one.
+bool read_on_credit(self_ptr self, int64_t n) {
   auto& st = self->state;
-  if (st.read_scheduled)
-    return;
-  st.read_scheduled = true;
-  self->send(self, atom::wakeup::value);
+  if (n == 0 || !st.notified || st.behind)
+    return true;
+  return st.next_poll && self->clock().now() >= st.last_read + *st.next_poll;
+}
+
+// Reads once the messages already in the mailbox are handled: the wakeup
+// queues behind any credits and NOTIFYs that arrived meanwhile.
+void schedule_read(self_ptr self) {
+  if (self->state.wake->raise())
+    self->send(self, atom::wakeup::value);
 }
 
 poller_actor::behavior_type poller_behavior(self_ptr self) {
@@ -203,7 +216,8 @@ poller_actor::behavior_type poller_behavior(self_ptr self) {
     ++st.credits_seen;
     if (st.settings.health)
       st.settings.health->poller_credited(health_now_ms(), st.credits);
-    schedule_read(self);
+    if (read_on_credit(self, n))
+      schedule_read(self);
   };
   auto on_type_credit = [self](atom::credit, const std::string& type,
                                int64_t n) {
@@ -215,7 +229,7 @@ poller_actor::behavior_type poller_behavior(self_ptr self) {
     schedule_read(self);
   };
   auto on_wakeup = [self](atom::wakeup) {
-    self->state.read_scheduled = false;
+    self->state.wake->take();
     read(self);
   };
   if (!self->state.next_poll)
@@ -255,13 +269,15 @@ poller(poller_actor::stateful_pointer<poller_state> self,
        config::scheduling_of(*st.settings.cfg, st.settings.domain)
          .type_concurrency)
     st.type_credits[type] = cap;
-  if (config::listens(*st.settings.cfg) && !st.settings.tick)
+  st.notified = config::listens(*st.settings.cfg) && !st.settings.tick;
+  if (st.notified)
     st.listen = std::make_unique<listener>(
       "listener/" + st.settings.domain,
       config::dsn_for(*st.settings.cfg, st.settings.domain),
       db::notify_channel(db::command_queue(st.settings.domain)),
-      [target = poller_actor{self}] {
-        caf::anon_send(target, atom::wakeup::value);
+      [target = poller_actor{self}, wake = st.wake] {
+        if (wake->raise())
+          caf::anon_send(target, atom::wakeup::value);
       });
   self->set_exit_handler([self](caf::exit_msg& em) {
     self->state.listen.reset();

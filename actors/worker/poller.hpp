@@ -12,14 +12,15 @@
 #include <random>
 #include <string>
 
+#include <caf/actor_clock.hpp>
+
 #include "cmdbus/actors/worker/db_session.hpp"
+#include "cmdbus/actors/worker/listener.hpp"
 #include "cmdbus/actors/interfaces.hpp"
 #include "cmdbus/actors/worker/spawn.hpp"
 #include "cmdbus/db/worker_store.hpp"
 
 namespace cmdbus::actors {
-
-class listener;
 
 /// How the poller reads: (visibility timeout in seconds, most messages, how
 /// to choose them) -> what it read; throws on failure. Tests replace the
@@ -55,9 +56,22 @@ struct poller_state {
   std::optional<std::chrono::milliseconds> next_poll;
   /// Consecutive empty reads (idle backoff).
   int empty_reads = 0;
-  /// A wakeup to ourselves is in the mailbox: credits that arrive before
-  /// it are read together (one large read instead of several small ones).
-  bool read_scheduled = false;
+  /// Whether a listener wakes this poller on a NOTIFY. Then a credit makes
+  /// it read only when the last read may have left messages behind, or
+  /// when the poll is due; else every credit reads (only the poll timer
+  /// would see new messages).
+  bool notified = false;
+  /// Whether the last read may have left messages behind: it was full, it
+  /// failed, or it was skipped for want of credits.
+  bool behind = true;
+  /// When the last read started. Credits that arrive without pause keep
+  /// the poll timer (an idle timeout) from firing, so a credit checks
+  /// whether the poll is due.
+  caf::actor_clock::time_point last_read;
+  /// Whether a wakeup is in the mailbox (ours or the listener's): credits
+  /// and NOTIFYs that arrive before it are read together (one large read
+  /// instead of several small ones).
+  std::shared_ptr<wakeup_latch> wake = std::make_shared<wakeup_latch>();
   std::mt19937_64 rng{std::random_device{}()};
   /// "poller/<domain>".
   std::string name;

@@ -1,7 +1,9 @@
 // Deterministic tests of the poller (CAF test coordinator): credits limit
-// its reads, a full read is followed by another, empty reads back off (idle
-// backoff) or, in tick mode, only report idle, and a failed read waits for
-// the error backoff even when credits arrive meanwhile. The database is
+// its reads, a full read is followed by another, with a listener a credit
+// reads only what the last read may have left (or a due poll) and a burst
+// of NOTIFYs makes one read, empty reads back off (idle backoff) or, in
+// tick mode, only report idle, and a failed read waits for the error
+// backoff even when credits arrive meanwhile. The database is
 // replaced by a fake receive function.
 
 #define CAF_SUITE actors.poller
@@ -147,6 +149,76 @@ CAF_TEST(credits limit the reads) {
   CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 1, 2}));
   CAF_CHECK_EQUAL(got->runs, (std::vector<size_t>{2, 1, 2}));
   CAF_CHECK_EQUAL(queue->available, 0);
+}
+
+CAF_TEST(with a listener a credit reads only what the last read left) {
+  queue->available = 1;
+  start();
+  // A partial read (1 of 2): the queue was empty after it.
+  CAF_CHECK_EQUAL(queue->reads, std::vector<int>{2});
+  // As with a listener (the fixture runs none: use_notify is off).
+  st().notified = true;
+  queue->available = 3;
+  credit(1);
+  // Nothing was left behind and new messages come with a NOTIFY: no read.
+  CAF_CHECK_EQUAL(queue->reads, std::vector<int>{2});
+  CAF_CHECK_EQUAL(st().credits, 2);
+  self->send(aut, atom::wakeup::value);
+  sched.run();
+  // The NOTIFY's read is full: more may wait, so the next credit reads.
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 2}));
+  credit(1);
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 2, 1}));
+  CAF_CHECK_EQUAL(got->runs, (std::vector<size_t>{1, 2, 1}));
+  // A read skipped for want of credits leaves messages behind too.
+  queue->available = 1;
+  self->send(aut, atom::wakeup::value);
+  sched.run();
+  CAF_CHECK_EQUAL(queue->reads.size(), 3u);
+  credit(1);
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 2, 1, 1}));
+  // That read was full: the next credit reads, finds the queue empty, and
+  // the one after that does not read.
+  credit(1);
+  credit(1);
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 2, 1, 1, 1}));
+  // A request to read again (0 credits) always reads.
+  credit(0);
+  CAF_CHECK_EQUAL(queue->reads, (std::vector<int>{2, 2, 1, 1, 1, 2}));
+}
+
+CAF_TEST(with a listener a credit reads once the poll is due) {
+  start();
+  st().notified = true;
+  queue->available = 1;
+  credit(1);
+  CAF_CHECK_EQUAL(queue->reads.size(), 1u);
+  // Credits arriving without pause restart the poll timer (an idle
+  // timeout), so the credit itself reads once the poll is due.
+  CAF_REQUIRE(st().next_poll);
+  sched.clock().current_time += *st().next_poll;
+  credit(1);
+  CAF_CHECK_EQUAL(queue->reads.size(), 2u);
+  CAF_CHECK_EQUAL(got->runs, std::vector<size_t>{1});
+}
+
+CAF_TEST(a burst of listener wakeups makes one read) {
+  queue->available = 1;
+  start();
+  CAF_CHECK_EQUAL(queue->reads.size(), 1u);
+  // What the listener thread does on each NOTIFY: five while the poller is
+  // busy send one wakeup.
+  int sent = 0;
+  for (int i = 0; i < 5; ++i)
+    if (st().wake->raise()) {
+      caf::anon_send(aut, atom::wakeup::value);
+      ++sent;
+    }
+  CAF_CHECK_EQUAL(sent, 1);
+  sched.run();
+  CAF_CHECK_EQUAL(queue->reads.size(), 2u);
+  // Taken by that read: the next NOTIFY sends a wakeup again.
+  CAF_CHECK(st().wake->raise());
 }
 
 CAF_TEST(empty reads back off up to the poll interval) {
