@@ -77,6 +77,7 @@ void count_chunk(retention_metrics& m, const prune_counts& x) {
   m.batch_audits.fetch_add(x.batch_audits, std::memory_order_relaxed);
   m.archived_messages.fetch_add(x.archived_messages,
                                 std::memory_order_relaxed);
+  m.api_requests.fetch_add(x.api_requests, std::memory_order_relaxed);
   m.partitions_created.fetch_add(x.partitions_created,
                                  std::memory_order_relaxed);
   m.partitions_dropped.fetch_add(x.partitions_dropped,

@@ -282,7 +282,8 @@ std::string render_metrics(const status_snapshot& s) {
       family_writer f{out, "cmdbus_retention_removed_total", "counter",
                       "Rows the housekeeping runner removed, by kind "
                       "(commands and their audit rows, processes and "
-                      "theirs, batches and theirs, archived messages)."};
+                      "theirs, batches and theirs, archived messages, the "
+                      "command API's request fingerprints)."};
       for (auto& [kind, n] : s.retention->removed)
         f.sample({{"kind", kind}}, static_cast<double>(n));
     }

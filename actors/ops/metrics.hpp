@@ -210,6 +210,8 @@ struct retention_metrics {
   std::atomic<int64_t> batches{0};
   std::atomic<int64_t> batch_audits{0};
   std::atomic<int64_t> archived_messages{0};
+  /// The command API's request fingerprints, removed with their commands.
+  std::atomic<int64_t> api_requests{0};
   /// Partitions created ahead and dropped whole (past retention).
   std::atomic<int64_t> partitions_created{0};
   std::atomic<int64_t> partitions_dropped{0};

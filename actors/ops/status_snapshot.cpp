@@ -67,7 +67,8 @@ status_snapshot build_status(const status_inputs& in) {
                   {"process_audits", r->process_audits.load()},
                   {"batches", r->batches.load()},
                   {"batch_audits", r->batch_audits.load()},
-                  {"archived_messages", r->archived_messages.load()}};
+                  {"archived_messages", r->archived_messages.load()},
+                  {"api_requests", r->api_requests.load()}};
     rs.partitions_created = r->partitions_created.load();
     rs.partitions_dropped = r->partitions_dropped.load();
     rs.chunks = r->chunks.load();

@@ -469,6 +469,13 @@ TEST_F(Retention, AFrozenPruneStallsNoWorkerAndFinishesWhenContinued) {
 
 TEST_F(Retention, TheWorkersRunnerPrunesAndCountsItInMetrics) {
   commands(35, "COMPLETED", old_age, "done");
+  // Five of them were sent through the command API with the client's ids:
+  // their request fingerprints go with them.
+  conn.query("INSERT INTO commandbus.cmdbus_api_request (domain, command_id, "
+             "fingerprint) SELECT domain, command_id, '\\x00'::bytea FROM "
+             "commandbus.command WHERE domain = $1 AND command_type = 'done' "
+             "ORDER BY msg_id LIMIT 5",
+             domain);
   archive("done", old_age);
   commands(2, "IN_TROUBLESHOOTING_QUEUE", old_age, "tsq");
   auto cfg = retention_cfg(10);
@@ -497,6 +504,14 @@ TEST_F(Retention, TheWorkersRunnerPrunesAndCountsItInMetrics) {
                     {{"kind", "command_audits"}}),
             105);
   EXPECT_EQ(m.value("cmdbus_retention_removed_total", {{"kind", "batches"}}),
+            0);
+  EXPECT_EQ(m.value("cmdbus_retention_removed_total",
+                    {{"kind", "api_requests"}}),
+            5);
+  EXPECT_EQ(count(conn,
+                  "SELECT count(*) FROM commandbus.cmdbus_api_request WHERE "
+                  "domain = $1",
+                  domain),
             0);
   // 35 commands in chunks of 10: at least 4 chunks.
   EXPECT_GE(m.value("cmdbus_retention_chunks_total", {}), 4);
