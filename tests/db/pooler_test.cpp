@@ -140,7 +140,7 @@ TEST(Pooler, WhatEachModeKeepsOfASession) {
   // Transaction mode with one server connection for all clients: what one
   // client leaves in the server session, the next one finds there.
   {
-    pgbouncer b{{pool_mode::transaction, 1}};
+    pgbouncer b{{pool_mode::transaction, 1, std::nullopt}};
     auto a = open_for(b.dsn(), db::pooler_mode::none);
     auto c = open_for(b.dsn(), db::pooler_mode::none);
     EXPECT_EQ(plus_one(a, 1), 2);
@@ -155,7 +155,7 @@ TEST(Pooler, WhatEachModeKeepsOfASession) {
   // The same, opened for a transaction pooler: unnamed statements (also
   // in pipelines), no session setting, no LISTEN, no migration.
   {
-    pgbouncer b{{pool_mode::transaction, 2}};
+    pgbouncer b{{pool_mode::transaction, 2, std::nullopt}};
     auto a = open_for(b.dsn(), db::pooler_mode::transaction, 1000ms);
     auto c = open_for(b.dsn(), db::pooler_mode::transaction, 1000ms);
     for (int i = 0; i < 20; ++i) {
@@ -205,7 +205,7 @@ TEST(Pooler, WhatEachModeKeepsOfASession) {
   // Session mode: a server session per client, reset (DISCARD ALL) when
   // the client leaves; everything works as without a pooler.
   {
-    pgbouncer b{{pool_mode::session, 2}};
+    pgbouncer b{{pool_mode::session, 2, std::nullopt}};
     auto c = open_for(b.dsn(), db::pooler_mode::session);
     {
       auto a = open_for(b.dsn(), db::pooler_mode::session, 1234ms);
@@ -233,7 +233,7 @@ TEST(Pooler, WorkersCompleteEveryCommandOnceInBothModes) {
   // Session mode: a server connection per client connection, so the pool
   // holds all of them (a worker of one domain uses 5).
   {
-    pgbouncer b{{pool_mode::session, 10}};
+    pgbouncer b{{pool_mode::session, 10, std::nullopt}};
     auto d = unique_name("pls");
     db::create_queue(conn, queue_of(d));
     background_cmdbus w{worker_args(d, b.dsn(), "session")};
@@ -378,7 +378,7 @@ TEST(Pooler, ToolWorksThroughBothModes) {
   }
   // A worker behind a transaction pooler whose server applies no statement
   // timeout refuses to start, saying what to set.
-  pgbouncer b{{pool_mode::transaction, 2}};
+  pgbouncer b{{pool_mode::transaction, 2, std::nullopt}};
   auto d = unique_name("plc");
   auto refused = run_cmdbus({"worker", "--demo", "--tick", "--create",
                              "--domain", d, "--dsn", b.dsn(), "--pooler",
