@@ -239,7 +239,7 @@ console.log(`   throughput: ${fmt(jobs)} no-op jobs pre-loaded, drained from the
   `while all ${SENDER_CALLS} calls are busy go together); CPU: the consumer process while draining, in % of one core`);
 console.log(`   ${os.cpus().length} cores; load average ${loadBefore.map((v) => v.toFixed(1)).join(" ")} before, ` +
   `${loadAfter.map((v) => v.toFixed(1)).join(" ")} after; ${Math.round((Date.now() - started) / 1000)} s`);
-const header = ["system", "configuration", "jobs/s", "vs gw tuned", "CPU", "RSS MiB", "sent/s", "jobs/call", "p50 ms", "p99 ms", "vs gw p50", "RSS MiB"];
+const header = ["system", "configuration", "jobs/s", "vs gw tuned", "CPU", "RSS MiB", "sent/s", "jobs/call", "p50 ms", "p99 ms", "vs gw p50", "vs gw p99", "RSS MiB"];
 const table = rows.map(({ system, label, t, l }) => [
   system,
   label,
@@ -254,9 +254,10 @@ const table = rows.map(({ system, label, t, l }) => [
         fmt(l.p50, 1),
         fmt(l.p99, 1),
         baseline?.l ? fmt(l.p50 / baseline.l.p50, 2) + "x" : "-",
+        baseline?.l ? fmt(l.p99 / baseline.l.p99, 2) + "x" : "-",
         mib(l.peak_rss_kib) + (l.done < rate * seconds ? ` (${fmt(l.done)} of ${fmt(rate * seconds)} done)` : ""),
       ]
-    : [`- (drains < ${rate}/s)`, "-", "-", "-", "-", "-"]),
+    : [`- (drains < ${rate}/s)`, "-", "-", "-", "-", "-", "-"]),
 ]);
 const widths = header.map((h, i) => Math.max(h.length, ...table.map((r) => r[i].length)));
 const line = (cells) => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join("  ");
@@ -264,6 +265,19 @@ console.log("   " + " ".repeat(widths[0] + widths[1] + 4) + "-- throughput ".pad
   "  " + "-- latency ".padEnd(widths.slice(6).reduce((a, b) => a + b + 2, -2), "-"));
 console.log("   " + line(header));
 for (const r of table) console.log("   " + line(r));
+// The targets: each cmdbus configuration against graphile-worker tuned, in
+// this run (throughput at least its figure, latency at or below its p50
+// and p99).
+const verdict = (ok) => (ok ? "MET" : "MISSED");
+for (const r of baseline ? rows.filter((x) => x.system === "cmdbus") : []) {
+  const ratio = r.t.perSecond / baseline.t.perSecond;
+  console.log(`   cmdbus ${r.config}: throughput ${fmt(ratio, 2)}x graphile-worker tuned's: target >= 1.00x ${verdict(ratio >= 1)}`);
+  if (r.l && baseline.l) {
+    const p50 = r.l.p50 / baseline.l.p50, p99 = r.l.p99 / baseline.l.p99;
+    console.log(`   cmdbus ${r.config}: latency p50 ${fmt(p50, 2)}x, p99 ${fmt(p99, 2)}x graphile-worker tuned's: ` +
+      `target <= 1.00x ${verdict(p50 <= 1 && p99 <= 1)}`);
+  }
+}
 const cmdbusRss = rows
   .filter((r) => r.system === "cmdbus")
   .flatMap(({ t, l }) => [t.peak_rss_kib, ...(l ? [l.peak_rss_kib] : [])]);
