@@ -6,7 +6,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <list>
 #include <mutex>
 #include <stdexcept>
 #include <string_view>
@@ -22,6 +21,7 @@
 
 #include <httplib.h>
 
+#include "cmdbus/actors/ops/http_connection.hpp"
 #include "cmdbus/actors/ops/http_tls.hpp"
 #include "cmdbus/model/log.hpp"
 
@@ -29,8 +29,8 @@ namespace cmdbus {
 
 namespace {
 
-using clock = std::chrono::steady_clock;
-using std::chrono::milliseconds;
+using namespace http_conn;
+using http_conn::clock;
 
 /// cpp-httplib's server, used for what it does well: parsing a request
 /// from a stream, routing it and writing the answer (its protected
@@ -41,293 +41,9 @@ public:
   using httplib::Server::process_request;
 };
 
-/// A client connection, owned by the front while it reads (or waits idle)
-/// and by a queue or an answering thread once a whole request is in.
-struct connection {
-  int fd = -1;
-  /// Bytes read and not yet answered: the request being read, or a whole
-  /// one and whatever the client sent after it.
-  std::string in;
-  /// Where the search for the end of the head resumes.
-  size_t scanned = 0;
-  /// Size of the request at the front of `in` (head and body) once its
-  /// head is read; 0 before.
-  size_t request_size = 0;
-  /// Its path is one of the reserved ones.
-  bool reserved = false;
-  /// The client closed its side (after what `in` holds).
-  bool peer_done = false;
-  /// Waiting for the next request on a keep-alive connection (nothing of
-  /// it read yet).
-  bool idle = false;
-  /// Since when it reads (or waits idle): the oldest goes first.
-  clock::time_point since;
-  /// When it is closed if it has not sent a whole request (idle: any
-  /// byte) by then.
-  clock::time_point deadline;
-  /// Requests answered.
-  size_t served = 0;
-  /// Set by the answering thread: close instead of reading on.
-  bool close = false;
-  /// With TLS: the connection's session (its handshake first).
-  std::unique_ptr<http_tls::session> tls;
-  /// The handshake waits for the socket to be writable.
-  bool wants_write = false;
-};
-
-using conn_ptr = std::unique_ptr<connection>;
-using conn_list = std::list<conn_ptr>;
-
-int millis_until(clock::time_point t, clock::time_point now) {
-  auto ms = std::chrono::duration_cast<milliseconds>(t - now).count();
-  return static_cast<int>(std::clamp<int64_t>(ms, 0, 1000));
-}
-
-std::string lowercase(std::string_view s) {
-  std::string out{s};
-  for (auto& c : out)
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-std::string_view trimmed(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t'))
-    s.remove_suffix(1);
-  return s;
-}
-
-const char* reason_of(int status) {
-  switch (status) {
-    case 400: return "Bad Request";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 431: return "Request Header Fields Too Large";
-    default: return "Service Unavailable";
-  }
-}
-
 /// The connection the calling thread answers (client_gone), null when
 /// none.
 thread_local connection* answering = nullptr;
-
-/// Writes `text` to `c` once, without waiting: what the socket's buffer
-/// takes (a fresh one takes a short answer). With TLS, only once the
-/// handshake has completed (before, nothing can be said).
-void send_now(connection& c, std::string_view text) {
-  if (!c.tls) {
-    ::send(c.fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    return;
-  }
-  if (!c.tls->established())
-    return;
-  http_tls::wants next;
-  for (size_t done = 0; done < text.size();) {
-    auto n = c.tls->write(text.data() + done, text.size() - done, next);
-    if (n <= 0)
-      return;
-    done += static_cast<size_t>(n);
-  }
-}
-
-/// A short answer of the front's own, whole.
-std::string front_answer(int status, bool json) {
-  std::string body = std::string{reason_of(status)} + "\n";
-  if (json) {
-    std::string code = reason_of(status);
-    for (auto& c : code)
-      c = c == ' ' ? '_' : static_cast<char>(std::tolower(c));
-    body = "{\"error\":{\"code\":\"" + code + "\",\"message\":\""
-           + reason_of(status) + "\"}}\n";
-  }
-  std::string text = "HTTP/1.1 " + std::to_string(status) + " "
-                     + reason_of(status) + "\r\nContent-Type: "
-                     + (json ? "application/json" : "text/plain")
-                     + "\r\nContent-Length: " + std::to_string(body.size())
-                     + "\r\nConnection: close\r\n"
-                     + (status == 503 ? "Retry-After: 1\r\n" : "") + "\r\n"
-                     + body;
-  return text;
-}
-
-/// Writes a short answer of the front's own, without waiting (a fresh
-/// socket's buffer takes it; if not, the close says enough).
-void send_answer(int fd, int status, bool json) {
-  auto text = front_answer(status, json);
-  ::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-}
-
-void send_answer(connection& c, int status, bool json) {
-  send_now(c, front_answer(status, json));
-}
-
-/// Closes `fd` after reading what the client already sent (a close with
-/// unread bytes would reset the connection and could lose an answer just
-/// written).
-void close_socket(int fd) {
-  char buf[4096];
-  for (size_t total = 0; total < 65536;) {
-    auto n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n <= 0)
-      break;
-    total += static_cast<size_t>(n);
-  }
-  ::shutdown(fd, SHUT_WR);
-  ::close(fd);
-}
-
-/// Closes `c`: with TLS, a close_notify first (when its session is
-/// healthy), then the socket as above.
-void close_connection(connection& c) {
-  if (c.tls)
-    c.tls->close();
-  close_socket(c.fd);
-}
-
-/// Reads what `c` sent (through its TLS session, if any): as recv(),
-/// with errno EAGAIN for nothing now.
-ssize_t read_some(connection& c, char* buf, size_t size) {
-  if (!c.tls)
-    return ::recv(c.fd, buf, size, MSG_DONTWAIT);
-  http_tls::wants next;
-  auto n = c.tls->read(buf, size, next);
-  c.wants_write = false;
-  if (n < 0 && !c.tls->failed()) {
-    c.wants_write = next == http_tls::wants::write;
-    errno = EAGAIN;
-  } else if (n < 0) {
-    errno = EPROTO;
-  }
-  return n;
-}
-
-void address_of(const sockaddr_storage& addr, socklen_t len, std::string& ip,
-                int& port) {
-  char host[NI_MAXHOST];
-  char serv[NI_MAXSERV];
-  if (::getnameinfo(reinterpret_cast<const sockaddr*>(&addr), len, host,
-                    sizeof host, serv, sizeof serv,
-                    NI_NUMERICHOST | NI_NUMERICSERV)
-      == 0) {
-    ip = host;
-    port = std::atoi(serv);
-  }
-}
-
-/// The request the front has read, as the router sees it: read from
-/// memory (it never waits for the client), written to the socket until
-/// the answer's deadline.
-class request_stream final : public httplib::Stream {
-public:
-  request_stream(const connection& c, clock::time_point write_deadline)
-    : fd_(c.fd), tls_(c.tls.get()), in_(c.in), size_(c.request_size),
-      deadline_(write_deadline) {
-    // nop
-  }
-
-  bool is_readable() const override {
-    return pos_ < size_;
-  }
-
-  bool is_writable() const override {
-    return wait_for(POLLOUT);
-  }
-
-  ssize_t read(char* ptr, size_t size) override {
-    auto n = std::min(size, size_ - pos_);
-    std::memcpy(ptr, in_.data() + pos_, n);
-    pos_ += n;
-    return static_cast<ssize_t>(n);
-  }
-
-  ssize_t write(const char* ptr, size_t size) override {
-    if (tls_ != nullptr)
-      return write_tls(ptr, size);
-    size_t done = 0;
-    while (done < size) {
-      auto n = ::send(fd_, ptr + done, size - done,
-                      MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n > 0) {
-        done += static_cast<size_t>(n);
-        continue;
-      }
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
-          && wait_for(POLLOUT))
-        continue;
-      return -1;
-    }
-    return static_cast<ssize_t>(size);
-  }
-
-  /// The same through the TLS session, which may also wait for the
-  /// socket to be readable (a key update of the client's).
-  ssize_t write_tls(const char* ptr, size_t size) {
-    size_t done = 0;
-    while (done < size) {
-      http_tls::wants next;
-      auto n = tls_->write(ptr + done, size - done, next);
-      if (n > 0) {
-        done += static_cast<size_t>(n);
-        continue;
-      }
-      if (tls_->failed()
-          || !wait_for(next == http_tls::wants::read ? POLLIN : POLLOUT))
-        return -1;
-    }
-    return static_cast<ssize_t>(size);
-  }
-
-  void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof addr;
-    if (::getpeername(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-      address_of(addr, len, ip, port);
-  }
-
-  void get_local_ip_and_port(std::string& ip, int& port) const override {
-    sockaddr_storage addr{};
-    socklen_t len = sizeof addr;
-    if (::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-      address_of(addr, len, ip, port);
-  }
-
-  int socket() const override {
-    return fd_;
-  }
-
-  /// Bytes of the request the router read.
-  size_t consumed() const noexcept {
-    return pos_;
-  }
-
-private:
-  /// Waits for `events` on the socket until the answer's deadline.
-  bool wait_for(short events) const {
-    for (;;) {
-      auto left = std::chrono::duration_cast<milliseconds>(deadline_
-                                                           - clock::now())
-                    .count();
-      if (left <= 0)
-        return false;
-      pollfd p{fd_, events, 0};
-      auto n = ::poll(&p, 1, static_cast<int>(left));
-      if (n < 0 && errno == EINTR)
-        continue;
-      return n > 0 && (p.revents & (POLLERR | POLLHUP | POLLNVAL)) == 0;
-    }
-  }
-
-  int fd_;
-  http_tls::session* tls_;
-  const std::string& in_;
-  size_t size_;
-  size_t pos_ = 0;
-  clock::time_point deadline_;
-};
 
 } // namespace
 
