@@ -3,6 +3,7 @@
 // Helpers shared by the cmdbus benchmarks: timing loops over threads and
 // printing figures beside a baseline measured in the same run.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -73,6 +74,17 @@ inline std::string temp_dir(const std::string& prefix) {
 }
 
 /// Whether `--NAME` is among the arguments.
+/// The value at quantile `q` (0..1) of `values` (taken by value and sorted
+/// here); a default value when there are none.
+template <class T>
+T quantile(std::vector<T> values, double q) {
+  if (values.empty())
+    return T{};
+  std::sort(values.begin(), values.end());
+  return values[std::min(values.size() - 1,
+                         static_cast<size_t>(q * values.size()))];
+}
+
 inline bool flag(int argc, char** argv, const std::string& name) {
   for (int i = 1; i < argc; ++i)
     if (argv[i] == name)

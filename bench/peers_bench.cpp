@@ -135,20 +135,14 @@ int send_paced(bench::database& db, int rate, int seconds) {
                 .count();
   // One send() call per command (the bus combines concurrent ones itself);
   // how long the calls took, since a send's time counts in the latency.
-  std::sort(took_us.begin(), took_us.end());
-  auto at = [&](double q) {
-    return took_us.empty()
-             ? int64_t{0}
-             : took_us[std::min(took_us.size() - 1,
-                                static_cast<size_t>(q * took_us.size()))];
-  };
   std::printf("{\"event\":\"sent\",\"jobs\":%lld,\"seconds\":%.3f,"
               "\"calls\":%lld,\"call_p50_us\":%lld,\"call_p99_us\":%lld,"
               "\"call_max_us\":%lld}\n",
               static_cast<long long>(total), secs,
-              static_cast<long long>(total), static_cast<long long>(at(0.5)),
-              static_cast<long long>(at(0.99)),
-              static_cast<long long>(took_us.empty() ? 0 : took_us.back()));
+              static_cast<long long>(total),
+              static_cast<long long>(bench::quantile(took_us, 0.5)),
+              static_cast<long long>(bench::quantile(took_us, 0.99)),
+              static_cast<long long>(bench::quantile(took_us, 1.0)));
   return 0;
 }
 

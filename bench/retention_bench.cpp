@@ -121,11 +121,7 @@ public:
   /// The chunk latency at quantile q (0..1), in milliseconds.
   double chunk_ms(double q) const {
     std::lock_guard<std::mutex> g{mtx_};
-    if (chunk_ms_.empty())
-      return 0;
-    auto v = chunk_ms_;
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
+    return bench::quantile(chunk_ms_, q);
   }
 
 private:
