@@ -310,7 +310,14 @@ TEST(Pooler, WorkersRecoverBehindATransactionPooler) {
   w1->signal(SIGKILL);
   w1.reset();
   w2.signal(SIGSTOP);
-  ASSERT_TRUE(eventually([&] { return w2.stopped(); }));
+  if (!eventually([&] { return w2.stopped(); })) {
+    // Not stopped: it must have ended before the signal; say how.
+    auto ended = w2.wait(std::chrono::seconds{1});
+    FAIL() << "the second worker did not stop on SIGSTOP; "
+           << (ended ? "it had exited with " + std::to_string(ended->exit_code)
+                         + ": " + ended->err
+                     : std::string{"it still runs"});
+  }
   background_cmdbus w3{worker_args(d, b.dsn(), "transaction")};
   for (auto& id : send_commands(direct.bus, d, 40))
     ids.push_back(id);
