@@ -223,39 +223,81 @@ result connection::exec(const std::string& sql,
 
 int64_t connection::copy_in(const std::string& sql, std::string_view data) {
   auto* conn = impl_->conn;
-  PGresult* start = PQexec(conn, sql.c_str());
-  if (start == nullptr || PQresultStatus(start) != PGRES_COPY_IN) {
-    auto status = start != nullptr ? PQresultStatus(start) : PGRES_FATAL_ERROR;
-    if (status == PGRES_COPY_OUT) {
+  const auto& target = impl_->target;
+  // The server has the reply timeout (connection_options) for each step:
+  // to start the COPY, to take each slice of the data (a server that stops
+  // reading fills the socket), and to end it. Without one, each step waits
+  // as long as it takes.
+  auto limit = [this] { return detail::limit_from_now(impl_->reply_timeout); };
+  auto next_result = [&](const std::optional<detail::reply_limit>& within) {
+    detail::await_result(conn, target, within);
+    return PQgetResult(conn);
+  };
+  auto drain = [&](const std::optional<detail::reply_limit>& within) {
+    while (PGresult* res = next_result(within))
+      PQclear(res);
+  };
+  if (PQsendQuery(conn, sql.c_str()) != 1)
+    throw make_error(conn, nullptr);
+  auto started = limit();
+  PGresult* start = next_result(started);
+  if (start == nullptr)
+    throw make_error(conn, nullptr);
+  if (PQresultStatus(start) != PGRES_COPY_IN) {
+    if (PQresultStatus(start) == PGRES_COPY_OUT) {
       // COPY ... TO STDOUT: drain it, so that the connection stays usable.
       PQclear(start);
       char* row = nullptr;
       while (PQgetCopyData(conn, &row, 0) > 0)
         PQfreemem(row);
-      while (PGresult* res = PQgetResult(conn))
-        PQclear(res);
+      drain(started);
     } else {
       // An error, or a statement that is not COPY at all.
-      auto res = checked(conn, start);
+      std::optional<error> failure;
+      try {
+        checked(conn, start);
+      } catch (const error& e) {
+        failure = e;
+      }
+      drain(started);
+      if (failure)
+        throw *failure;
     }
     throw invalid_argument("copy_in needs a COPY ... FROM STDIN statement");
   }
   PQclear(start);
-  // Slices keep libpq's output buffer small; in blocking mode each call
-  // returns once its data is sent or buffered.
+  // Non-blocking while the data goes out, so that every wait for the
+  // socket has its limit; slices keep libpq's output buffer small.
+  PQsetnonblocking(conn, 1);
+  struct blocking_again {
+    PGconn* conn;
+    ~blocking_again() {
+      PQsetnonblocking(conn, 0);
+    }
+  } restore{conn};
   constexpr size_t slice = 256 * 1024;
   bool failed = false;
   for (size_t pos = 0; pos < data.size() && !failed; pos += slice) {
-    auto n = std::min(slice, data.size() - pos);
-    failed = PQputCopyData(conn, data.data() + pos, static_cast<int>(n)) != 1;
+    auto n = static_cast<int>(std::min(slice, data.size() - pos));
+    auto within = limit();
+    int rc = 0;
+    while ((rc = PQputCopyData(conn, data.data() + pos, n)) == 0)
+      detail::flush(conn, target, within);
+    failed = rc != 1;
   }
   // After a failed send, PQputCopyEnd/PQgetResult report the cause.
-  if (PQputCopyEnd(conn, failed ? "client failed to send COPY data" : nullptr)
-      != 1)
+  auto ended = limit();
+  int rc = 0;
+  while ((rc = PQputCopyEnd(conn, failed ? "client failed to send COPY data"
+                                         : nullptr))
+         == 0)
+    detail::flush(conn, target, ended);
+  if (rc != 1)
     throw make_error(conn, nullptr);
+  detail::flush(conn, target, ended);
   std::optional<error> first_error;
   int64_t rows = 0;
-  while (PGresult* res = PQgetResult(conn)) {
+  while (PGresult* res = next_result(ended)) {
     if (!first_error) {
       try {
         rows = checked(conn, res).affected_rows();

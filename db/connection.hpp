@@ -45,8 +45,9 @@ struct connection_options {
   /// with `errc::connection` (whether the statement took effect is unknown,
   /// as after any lost connection; the server rolls back what it had not
   /// committed). Set it above statement_timeout, so that a statement that
-  /// merely runs long still ends with the server's own error. Unset: no
-  /// bound (COPY and LISTEN waits are never bounded by it).
+  /// merely runs long still ends with the server's own error. A COPY has
+  /// it for each of its steps (its start, each slice of its data, its
+  /// end); wait_for_notifications keeps its own timeout. Unset: no bound.
   std::optional<std::chrono::milliseconds> reply_timeout;
   /// The pooler between this connection and the server. Behind a
   /// transaction pooler, the connection keeps nothing in the session:

@@ -133,4 +133,21 @@ void await_result(PGconn* conn, const std::string& target,
   }
 }
 
+void flush(PGconn* conn, const std::string& target,
+           const std::optional<reply_limit>& limit) {
+  for (;;) {
+    int rc = PQflush(conn);
+    if (rc == 0)
+      return;
+    if (rc < 0)
+      throw make_error(conn, nullptr);
+    // The server may be writing to us (notices, an early error) while we
+    // write to it: reading keeps both sides moving.
+    auto ready = wait_socket(conn, POLLIN | POLLOUT,
+                             time_left(conn, target, limit));
+    if ((ready & POLLIN) != 0 && PQconsumeInput(conn) != 1)
+      throw make_error(conn, nullptr);
+  }
+}
+
 } // namespace cmdbus::db::detail

@@ -66,4 +66,10 @@ int time_left(PGconn* conn, const std::string& target,
 void await_result(PGconn* conn, const std::string& target,
                   const std::optional<reply_limit>& limit);
 
+/// Sends what libpq holds in its output buffer (non-blocking mode), reading
+/// what the server sends meanwhile, at most until `limit` (none: as long as
+/// it takes). Throws `error` when the connection breaks.
+void flush(PGconn* conn, const std::string& target,
+           const std::optional<reply_limit>& limit);
+
 } // namespace cmdbus::db::detail

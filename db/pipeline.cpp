@@ -64,17 +64,7 @@ void send_all(PGconn* conn, const std::string& target,
   }
   if (PQpipelineSync(conn) != 1)
     throw make_error(conn, nullptr);
-  for (;;) {
-    int rc = PQflush(conn);
-    if (rc == 0)
-      break;
-    if (rc < 0)
-      throw make_error(conn, nullptr);
-    auto ready = wait_socket(conn, POLLIN | POLLOUT,
-                             time_left(conn, target, limit));
-    if ((ready & POLLIN) != 0 && PQconsumeInput(conn) != 1)
-      throw make_error(conn, nullptr);
-  }
+  flush(conn, target, limit);
   PQsetnonblocking(conn, 0);
 }
 

@@ -199,3 +199,74 @@ TEST(ApiFaults, ALockHeldOnTheTablesIsAServiceUnavailable) {
   EXPECT_EQ(env.commands(blocked), 1);
   EXPECT_EQ(env.server->stats().undeclared, 0u);
 }
+
+// A batch large enough to be written with COPY, whose backend stops while
+// its COPY into the command table waits for a lock: no statement timeout
+// runs in a stopped backend, so only the API's own bound on the server's
+// answer ends the request. 503, /healthz answered meanwhile; once the lock
+// is gone a new connection creates the batch, whole and once.
+TEST(ApiFaults, ABatchWhoseCopyStallsIsAServiceUnavailable) {
+  stall_env env;
+  ASSERT_EQ(env.post(new_uuid()), 201);
+  auto batch_id = new_uuid();
+  std::string body = R"({"batch_id": ")" + batch_id + R"(", "commands": [)";
+  for (int i = 0; i < 200; ++i)
+    body += std::string{i > 0 ? "," : ""} + R"({"type": "T"})";
+  body += "]}";
+  auto path = "/v1/domains/" + env.domain + "/batches";
+  auto pid = env.backend();
+  ASSERT_GT(pid, 0);
+
+  auto lock = connect();
+  lock.exec("BEGIN");
+  lock.exec("LOCK TABLE commandbus.command IN ACCESS EXCLUSIVE MODE");
+  std::atomic<bool> done{false};
+  auto answer = std::async(std::launch::async, [&] {
+    auto r = env.request("POST", path, body);
+    done = true;
+    return r ? r->status : 0;
+  });
+  // Stopped while its COPY waits for the lock (the statements before it
+  // ran), so that what stalls is the COPY itself.
+  auto observer = connect();
+  ASSERT_TRUE(eventually(
+    [&] {
+      return observer
+               .query("SELECT count(*) FROM pg_stat_activity WHERE pid = $1 "
+                      "AND wait_event_type = 'Lock' AND query LIKE 'COPY %'",
+                      pid)
+               .int64(0, 0)
+             == 1;
+    },
+    20s));
+  ::kill(pid, SIGSTOP);
+  finally resume{[pid] { ::kill(pid, SIGCONT); }};
+  lock.exec("COMMIT");
+
+  EXPECT_TRUE(env.healthy());
+  EXPECT_FALSE(done.load()) << "/healthz waited for the stalled batch";
+  EXPECT_EQ(answer.get(), 503);
+  EXPECT_GE(env.server->stats().unavailable, 1u);
+
+  // The stopped backend ends its session once it runs again (the API shut
+  // its socket); nothing of the batch was committed, and the retry creates
+  // it on a new connection.
+  ::kill(pid, SIGCONT);
+  EXPECT_TRUE(eventually([&] { return env.backend_gone(pid); }, 20s));
+  EXPECT_EQ(observer
+              .query("SELECT count(*) FROM commandbus.command WHERE batch_id "
+                     "= $1::uuid",
+                     batch_id)
+              .int64(0, 0),
+            0);
+  auto retry = env.request("POST", path, body);
+  ASSERT_TRUE(retry);
+  EXPECT_EQ(retry->status, 201) << retry->body;
+  EXPECT_EQ(observer
+              .query("SELECT count(*) FROM commandbus.command WHERE batch_id "
+                     "= $1::uuid",
+                     batch_id)
+              .int64(0, 0),
+            200);
+  EXPECT_EQ(env.server->stats().undeclared, 0u);
+}
