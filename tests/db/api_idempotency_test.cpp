@@ -179,7 +179,9 @@ TEST(ApiIdempotency, ACompletedCommandIsComparedByItsFingerprint) {
 
 TEST(ApiIdempotency, ALibraryCommandIsComparedAsBeforeAndABatchIsRecorded) {
   api_env env;
-  db::pool pool{db::pool_options{dsn()}};
+  db::pool_options opts;
+  opts.dsn = dsn();
+  db::pool pool{opts};
   command_bus bus{pool};
   // Sent by the library: no fingerprint; a POST of its id is compared with
   // the command (type, and data while its message is kept).

@@ -379,11 +379,13 @@ TEST_P(BusSendBatch, ParallelChunkFailureCommitsWholeChunksOnly) {
   auto sent = command_rows(env.conn, d) - 1;
   EXPECT_EQ(sent % 4, 0) << sent;
   EXPECT_LE(sent, 20);
-  for (int i = 4; i < 8; ++i)
-    if (i != 5)
+  for (int i = 4; i < 8; ++i) {
+    if (i != 5) {
       EXPECT_FALSE(command_row_exists(env.conn, d,
                                       reqs[static_cast<size_t>(i)].command_id))
         << i;
+    }
+  }
   EXPECT_EQ(queue_length(env.conn, queue_of(d)), sent + 1);
   EXPECT_EQ(audit_rows(env.conn, d), sent + 1);
 }

@@ -11,6 +11,7 @@
 
 #include "cmdbus/db/schedules.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/sql_checks.hpp"
 #include "tests/support/test_db.hpp"
 
 using namespace cmdbus;
@@ -22,13 +23,6 @@ process_result cli(std::vector<std::string> args) {
   args.push_back("--dsn");
   args.push_back(dsn());
   return run_cmdbus(args);
-}
-
-// A field of a JSON text (a jsonb path such as {schedule,next_slot}).
-std::optional<std::string> jget(db::connection& c, const std::string& doc,
-                                const std::string& path) {
-  auto r = c.query("SELECT $1::jsonb #>> $2::text[]", doc, path);
-  return r.opt_text(0, 0);
 }
 
 bool contains(const std::string& text, const std::string& part) {

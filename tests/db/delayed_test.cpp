@@ -21,6 +21,7 @@
 #include "cmdbus/db/troubleshooting.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/eventually.hpp"
+#include "tests/support/sql_checks.hpp"
 #include "tests/support/tcp_proxy.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -29,10 +30,6 @@ using namespace cmdbus::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string queue_of(const std::string& domain) {
-  return domain + "__commands";
-}
 
 // The message row of `msg_id`: read_ct, whether vt is later than the
 // server's clock, vt as text.

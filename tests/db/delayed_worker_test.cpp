@@ -26,6 +26,7 @@
 #include "tests/support/eventually.hpp"
 #include "tests/support/http_clients.hpp"
 #include "tests/support/process.hpp"
+#include "tests/support/sql_checks.hpp"
 #include "tests/support/tcp_proxy.hpp"
 #include "tests/support/test_db.hpp"
 
@@ -40,14 +41,6 @@ timestamp server_now(db::connection& c) {
   return *parse_timestamp(r.text(0, 0));
 }
 
-std::string status_of(db::connection& c, const std::string& domain,
-                      const uuid& id) {
-  auto r = c.query("SELECT status FROM commandbus.command WHERE domain = $1 "
-                   "AND command_id = $2::uuid",
-                   domain, id.to_string());
-  return r.rows() == 0 ? "" : std::string{r.text(0, 0)};
-}
-
 send_request demo_req(const std::string& domain, const std::string& behavior) {
   return make_req(domain, "Test",
                   std::string{R"({"behavior": )"} + behavior + "}");
@@ -57,13 +50,6 @@ std::vector<std::string> worker_args(const std::string& domain,
                                      const std::string& backoff = "0") {
   return {"worker",    "--demo", "--domain",        domain,  "--dsn",  dsn(),
           "--backoff", backoff,  "--poll-interval", "100ms", "--quiet"};
-}
-
-// A JSON text's field (a jsonb path such as {queue,scheduled}) as text.
-std::optional<std::string> jget(db::connection& c, const std::string& doc,
-                                const std::string& path) {
-  auto r = c.query("SELECT $1::jsonb #>> $2::text[]", doc, path);
-  return r.opt_text(0, 0);
 }
 
 // The worker's /metrics on `port` ("" when it does not answer).
@@ -290,8 +276,9 @@ TEST(DelayedMixedFleet, AReferenceStyleWorkerNeverTakesADelayedCommandEarly) {
     auto runs = foreign_runs(env.conn, last_line(r.out));
     for (auto& [id, started] : runs) {
       auto it = due.find(id);
-      if (it != due.end())
+      if (it != due.end()) {
         EXPECT_GE(started, it->second) << id << " was taken early";
+      }
     }
     return runs;
   };

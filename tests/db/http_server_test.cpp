@@ -271,8 +271,9 @@ TEST(HttpServer, ReservedPathsAnswerWhileEveryThreadIsBusy) {
   for (int i = 0; i < 3; ++i) {
     slow.push_back(t.connect());
     send_text(slow.back(), "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
-    if (i == 0)
+    if (i == 0) {
       ASSERT_TRUE(eventually([&] { return t.slow_entered.load() == 1; }));
+    }
   }
   int fourth = t.connect();
   send_text(fourth, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");

@@ -221,9 +221,11 @@ TEST(ProcessReplyClaim, ConcurrentReadersTakeEachReplyOnce) {
   EXPECT_EQ(std::set<int64_t>(got.begin(), got.end()), sent);
   // The other type's replies were never touched.
   auto after = e.snapshot();
-  for (auto& [id, state] : after)
-    if (sent.count(id) == 0)
+  for (auto& [id, state] : after) {
+    if (sent.count(id) == 0) {
       EXPECT_EQ(state, before[id]) << "msg_id " << id;
+    }
+  }
 }
 
 TEST(ProcessReplyClaim, TheTsqSweepMovesOnlyTheTypesItIsGiven) {
