@@ -35,6 +35,7 @@ target_compile_definitions(cmdbus-unit-test PRIVATE
   CMDBUS_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
   CMDBUS_EXPECTED_VERSION="${PROJECT_VERSION}")
 cmdbus_warnings(cmdbus-unit-test)
+cmdbus_test_build(cmdbus-unit-test ${cmdbus_test_common_headers})
 cmdbus_gtest_tests(cmdbus-unit-test DISCOVERY_TIMEOUT 60)
 
 # libFuzzer run over the wire decoders (scripts/fuzz builds with clang++
