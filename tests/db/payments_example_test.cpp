@@ -203,7 +203,7 @@ TEST(PaymentsExample, SenderNeedsNoActorLibrary) {
 TEST(PaymentsExample, NodeRunsTheDebitsOfAWorkerWithoutThem) {
   bus_env env;
   auto domain = unique_name("payn");
-  env.bus.ensure_queue(domain);
+  env.bus.ensure_queue(queue_of(domain));
   auto port_file = (std::filesystem::temp_directory_path()
                     / (unique_name("payments_node") + ".port"))
                      .string();
