@@ -17,7 +17,11 @@
 // round's figure, the ratio of medians to one process (flagged when below
 // 1.0x: adding processes or domains should never lower the total), and
 // each process's peak RSS (VmHWM, read just before it is stopped) against
-// 64 MiB.
+// 64 MiB, and the server's shared-buffer accesses per command (hits and
+// reads in pg_stat_database, from the commit of the send until every
+// process of the row has exited; the benchmark's own polling included): a
+// count of work that does not move with the machine's load, so that a row
+// that costs the server more per command shows as such.
 //
 // Usage: cmdbus-scale-bench [--commands N] [--rounds N] (DSN from CMDBUS_DSN)
 
@@ -180,10 +184,22 @@ int64_t left(db::connection& conn, const std::vector<std::string>& domains) {
     .int64(0, 0);
 }
 
-// One row measured once: its rate, each process's peak RSS, the commands
-// not completed in time and what went wrong when stopping.
+// The shared-buffer accesses (hits and reads) of the benchmark's database
+// so far, with this session's own counts flushed first.
+int64_t buffer_accesses(db::connection& conn) {
+  conn.query("SELECT pg_stat_force_next_flush()");
+  return conn
+    .query("SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname "
+           "= current_database()")
+    .int64(0, 0);
+}
+
+// One row measured once: its rate, the buffer accesses per command, each
+// process's peak RSS, the commands not completed in time and what went
+// wrong when stopping.
 struct measurement {
   bench::rate rate;
+  double buffers_per_command = 0;
   std::vector<double> rss;
   int64_t remaining = 0;
   std::vector<std::string> problems;
@@ -197,6 +213,7 @@ measurement measure(bench::database& db, const row& r,
   workers procs{db.dsn, domains, dir, tag, r.processes};
   procs.wait_ready(30s);
   send_all(db, domains, commands);
+  auto buffers_before = buffer_accesses(db.conn);
   auto deadline = steady::now() + 120s;
   measurement m;
   while ((m.remaining = left(db.conn, domains)) > 0
@@ -204,6 +221,10 @@ measurement measure(bench::database& db, const row& r,
     std::this_thread::sleep_for(20ms);
   m.rss = procs.peak_rss_mib();
   m.problems = procs.stop(15s);
+  // The exited processes' backends have flushed their counts.
+  m.buffers_per_command
+    = static_cast<double>(buffer_accesses(db.conn) - buffers_before)
+      / std::max(1, commands);
   auto q = db.conn.query(
     "SELECT count(*), coalesce(extract(epoch FROM max(updated_at) - "
     "min(updated_at)), 0) FROM commandbus.command WHERE domain = "
@@ -261,11 +282,13 @@ int run(int argc, char** argv) {
   bench::rate one;
   for (size_t i = 0; i < rows.size(); ++i) {
     std::vector<double> rates;
+    std::vector<double> buffers;
     std::string each;
     int64_t items = 0;
     double secs = 0;
     for (auto& m : runs[i]) {
       rates.push_back(m.rate.per_second);
+      buffers.push_back(m.buffers_per_command);
       items += m.rate.items;
       secs += m.rate.seconds;
       char buf[32];
@@ -290,9 +313,10 @@ int run(int argc, char** argv) {
       std::snprintf(buf, sizeof buf, "%s%.1f", rss_text.empty() ? "" : ", ", v);
       rss_text += buf;
     }
-    std::printf("    each round: %s /s; peak RSS per process (last round): "
-                "%s MiB%s\n",
-                each.c_str(), rss_text.c_str(),
+    std::printf("    each round: %s /s; server buffer accesses per command "
+                "(median): %.0f; peak RSS per process (last round): %s "
+                "MiB%s\n",
+                each.c_str(), median(buffers), rss_text.c_str(),
                 i > 0 && result.per_second < one.per_second
                   ? "; BELOW 1.0x of one process"
                   : "");

@@ -12,10 +12,12 @@
 //     (/metrics every 100 ms, the status page every second), printed as a
 //     ratio to the phase without it;
 //   * the same prefetch phase reading by priority and with a per-type cap
-//     (commandbus.cmdbus_read instead of pgmq.read), as ratios too;
+//     (commandbus.cmdbus_read instead of the default read), as ratios too;
 //   * delayed commands all becoming due at one instant while the worker
 //     idles: how long after that instant the first is taken, and how fast
 //     they drain, as a ratio to the prefetch phase's plain commands;
+//   * the prefetch phase behind a backlog of commands delayed by a day
+//     (sent first), as a ratio to the prefetch phase;
 //   * a trivial external program (`cmdbus worker --exec`, a shell script
 //     that reads its input and exits 0) beside the in-process no-op handler
 //     at the same concurrency and blocking mode, as a same-run ratio;
@@ -127,15 +129,15 @@ handler_registry noop_registry(const std::string& domain, handler_mode mode) {
   return reg;
 }
 
-// Runs a worker with `reg` over `n` pre-sent commands of `domain` and
-// returns its rate.
+// Runs a worker with `reg` (and `prefetch`) over `n` commands of `domain`
+// sent first and returns its rate.
 bench::rate drain(const std::string& dsn, command_bus& bus,
                   db::connection& conn, const std::string& domain, int n,
                   int concurrency, handler_registry reg,
-                  const std::string& name) {
+                  const std::string& name, int prefetch = 0) {
   send_commands(bus, domain, n);
   bench::settle(conn);
-  worker w{worker_cfg(dsn, domain, concurrency), std::move(reg)};
+  worker w{worker_cfg(dsn, domain, concurrency, prefetch), std::move(reg)};
   auto start = std::chrono::steady_clock::now();
   w.start();
   wait_completed(w, n, std::chrono::minutes{5});
@@ -258,7 +260,8 @@ int main(int argc, char** argv) {
   // The two phases with a read that chooses (docs/scheduling.md) repeat the
   // prefetch phase with priorities on, and with a per-type cap (of a type
   // the load does not have: the read passes its limit), so that they read
-  // through commandbus.cmdbus_read instead of pgmq.read.
+  // through commandbus.cmdbus_read instead of the default read
+  // (commandbus.cmdbus_read_due).
   enum class chooser { none, priorities, cap };
   struct phase {
     int concurrency;
@@ -367,7 +370,7 @@ int main(int argc, char** argv) {
     } else if (prefetch > 0 && read == chooser::none && !is_default) {
       without_http = r;
     } else if (read != chooser::none) {
-      std::printf("    %.2fx of the same phase reading with pgmq.read\n",
+      std::printf("    %.2fx of the same phase with the default read\n",
                   r.per_second / without_http.per_second);
     }
     if (!http && read == chooser::none && !immediate
@@ -459,6 +462,31 @@ int main(int argc, char** argv) {
                 static_cast<long long>(done), n);
   }
 
+  // -- plain commands behind commands not due yet ----------------------------
+  // The prefetch phase again, with a backlog of commands delayed by a day
+  // sent before its plain commands (lower msg_ids, vt tomorrow): a read
+  // must take the plain ones without stepping over the delayed ones
+  // (docs/performance.md, "Reads in visibility order"). Printed as a ratio
+  // to the prefetch phase.
+  bench::settle(conn);
+  auto ahead_domain = "wbn_" + run_id;
+  {
+    int ahead = std::min(2 * commands, 100000);
+    send_commands(bus, ahead_domain, ahead,
+                  not_before_in(std::chrono::hours{24}));
+    auto r = drain(dsn, bus, conn, ahead_domain, commands, 64,
+                   noop_registry(ahead_domain, handler_mode::non_blocking),
+                   "worker, concurrency 64, prefetch 64, behind "
+                     + std::to_string(ahead) + " not due",
+                   64);
+    std::printf("-- plain commands behind %d commands delayed by a day "
+                "(%d commands)\n",
+                ahead, commands);
+    bench::print(r, &raw);
+    std::printf("    %.2fx of the same phase with nothing ahead\n",
+                r.per_second / without_http.per_second);
+  }
+
   // -- latency at a paced offered load ---------------------------------------
   bench::settle(conn);
   auto lat_domain = "wlat_" + run_id;
@@ -512,7 +540,7 @@ int main(int argc, char** argv) {
   // Leave the database small for the next run.
   for (auto* d : {"wraw_", "wb64_", "wb64p_", "wb64i_", "wb64h_", "wb64q_",
                   "wb64c_", "wb16_", "wb64b_", "wb64a_", "wbdef_", "wbx_", "wbe_",
-                  "wbd_", "wlat_"})
+                  "wbd_", "wbn_", "wlat_"})
     bench::drop_domain(conn, std::string{d} + run_id);
   conn.take_notices();
   return 0;
