@@ -17,11 +17,12 @@
 // round's figure, the ratio of medians to one process (flagged when below
 // 1.0x: adding processes or domains should never lower the total), and
 // each process's peak RSS (VmHWM, read just before it is stopped) against
-// 64 MiB, and the server's shared-buffer accesses per command (hits and
-// reads in pg_stat_database, from the commit of the send until every
-// process of the row has exited; the benchmark's own polling included): a
-// count of work that does not move with the machine's load, so that a row
-// that costs the server more per command shows as such.
+// 64 MiB, and per command the server's shared-buffer accesses (hits and
+// reads) and committed transactions (pg_stat_database, from the commit of
+// the send until every process of the row has exited; the benchmark's
+// polling is in the buffers, its transactions are not): counts of work that do not move with the machine's
+// load, so that a row that costs the server more per command shows as
+// such.
 //
 // Usage: cmdbus-scale-bench [--commands N] [--rounds N] (DSN from CMDBUS_DSN)
 
@@ -184,14 +185,18 @@ int64_t left(db::connection& conn, const std::vector<std::string>& domains) {
     .int64(0, 0);
 }
 
-// The shared-buffer accesses (hits and reads) of the benchmark's database
-// so far, with this session's own counts flushed first.
-int64_t buffer_accesses(db::connection& conn) {
+// The benchmark database's counters so far, with this session's own
+// counts flushed first.
+struct server_work {
+  int64_t buffers = 0; // shared-buffer hits and reads
+  int64_t commits = 0; // committed transactions
+};
+
+server_work server_work_so_far(db::connection& conn) {
   conn.query("SELECT pg_stat_force_next_flush()");
-  return conn
-    .query("SELECT blks_hit + blks_read FROM pg_stat_database WHERE datname "
-           "= current_database()")
-    .int64(0, 0);
+  auto r = conn.query("SELECT blks_hit + blks_read, xact_commit FROM "
+                      "pg_stat_database WHERE datname = current_database()");
+  return {r.int64(0, 0), r.int64(0, 1)};
 }
 
 // One row measured once: its rate, the buffer accesses per command, each
@@ -200,6 +205,7 @@ int64_t buffer_accesses(db::connection& conn) {
 struct measurement {
   bench::rate rate;
   double buffers_per_command = 0;
+  double commits_per_command = 0;
   std::vector<double> rss;
   int64_t remaining = 0;
   std::vector<std::string> problems;
@@ -213,18 +219,24 @@ measurement measure(bench::database& db, const row& r,
   workers procs{db.dsn, domains, dir, tag, r.processes};
   procs.wait_ready(30s);
   send_all(db, domains, commands);
-  auto buffers_before = buffer_accesses(db.conn);
+  auto before = server_work_so_far(db.conn);
   auto deadline = steady::now() + 120s;
   measurement m;
-  while ((m.remaining = left(db.conn, domains)) > 0
-         && steady::now() < deadline)
+  int64_t polls = 0;
+  while (++polls, (m.remaining = left(db.conn, domains)) > 0
+                    && steady::now() < deadline)
     std::this_thread::sleep_for(20ms);
   m.rss = procs.peak_rss_mib();
   m.problems = procs.stop(15s);
   // The exited processes' backends have flushed their counts.
-  m.buffers_per_command
-    = static_cast<double>(buffer_accesses(db.conn) - buffers_before)
-      / std::max(1, commands);
+  auto after = server_work_so_far(db.conn);
+  auto per_command = [&](int64_t n) {
+    return static_cast<double>(n) / std::max(1, commands);
+  };
+  m.buffers_per_command = per_command(after.buffers - before.buffers);
+  // Less the benchmark's own polls (a transaction each).
+  m.commits_per_command
+    = per_command(after.commits - before.commits - polls);
   auto q = db.conn.query(
     "SELECT count(*), coalesce(extract(epoch FROM max(updated_at) - "
     "min(updated_at)), 0) FROM commandbus.command WHERE domain = "
@@ -283,12 +295,14 @@ int run(int argc, char** argv) {
   for (size_t i = 0; i < rows.size(); ++i) {
     std::vector<double> rates;
     std::vector<double> buffers;
+    std::vector<double> commits;
     std::string each;
     int64_t items = 0;
     double secs = 0;
     for (auto& m : runs[i]) {
       rates.push_back(m.rate.per_second);
       buffers.push_back(m.buffers_per_command);
+      commits.push_back(m.commits_per_command);
       items += m.rate.items;
       secs += m.rate.seconds;
       char buf[32];
@@ -313,10 +327,11 @@ int run(int argc, char** argv) {
       std::snprintf(buf, sizeof buf, "%s%.1f", rss_text.empty() ? "" : ", ", v);
       rss_text += buf;
     }
-    std::printf("    each round: %s /s; server buffer accesses per command "
-                "(median): %.0f; peak RSS per process (last round): %s "
-                "MiB%s\n",
-                each.c_str(), median(buffers), rss_text.c_str(),
+    std::printf("    each round: %s /s; per command (medians): %.0f server "
+                "buffer accesses, %.3f transactions; peak RSS per process "
+                "(last round): %s MiB%s\n",
+                each.c_str(), median(buffers), median(commits),
+                rss_text.c_str(),
                 i > 0 && result.per_second < one.per_second
                   ? "; BELOW 1.0x of one process"
                   : "");
