@@ -20,9 +20,9 @@
 // 64 MiB, and per command the server's shared-buffer accesses (hits and
 // reads) and committed transactions (pg_stat_database, from the commit of
 // the send until every process of the row has exited; the benchmark's
-// polling is in the buffers, its transactions are not): counts of work that do not move with the machine's
-// load, so that a row that costs the server more per command shows as
-// such.
+// polling is in the buffers, its transactions are not): counts of work
+// that do not move with the machine's load, so that a row that costs the
+// server more per command shows as such.
 //
 // Usage: cmdbus-scale-bench [--commands N] [--rounds N] (DSN from CMDBUS_DSN)
 
@@ -199,7 +199,7 @@ server_work server_work_so_far(db::connection& conn) {
   return {r.int64(0, 0), r.int64(0, 1)};
 }
 
-// One row measured once: its rate, the buffer accesses per command, each
+// One row measured once: its rate, the server's work per command, each
 // process's peak RSS, the commands not completed in time and what went
 // wrong when stopping.
 struct measurement {
@@ -223,9 +223,13 @@ measurement measure(bench::database& db, const row& r,
   auto deadline = steady::now() + 120s;
   measurement m;
   int64_t polls = 0;
-  while (++polls, (m.remaining = left(db.conn, domains)) > 0
-                    && steady::now() < deadline)
+  for (;;) {
+    ++polls;
+    m.remaining = left(db.conn, domains);
+    if (m.remaining <= 0 || steady::now() >= deadline)
+      break;
     std::this_thread::sleep_for(20ms);
+  }
   m.rss = procs.peak_rss_mib();
   m.problems = procs.stop(15s);
   // The exited processes' backends have flushed their counts.
