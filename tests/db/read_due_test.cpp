@@ -66,21 +66,16 @@ const std::string read_due
 int64_t cost_with_ahead(bus_env& e, int ahead, bool held) {
   auto queue = unique_name("rd");
   e.bus.ensure_queue(queue);
-  send_n(e.conn, queue, ahead);
+  // Held: sent, and the planner believes every message is visible (as it
+  // is during a backlog), then taken by another worker's read. Delayed:
+  // sent with a delay of a day, as a delayed send writes them.
+  send_n(e.conn, queue, ahead, held ? 0 : 86400);
   send_n(e.conn, queue, 10);
-  // The planner believes every message is visible (as it is during a
-  // backlog); then the first `ahead` are held by another worker's read, or
-  // delayed by a day (as a send with a delay writes them).
-  e.conn.query("ANALYZE pgmq.q_" + queue);
-  if (held)
+  if (held) {
+    e.conn.query("ANALYZE pgmq.q_" + queue);
     e.conn.query("SELECT count(*) FROM pgmq.read($1, 300, $2::int)", queue,
                  std::to_string(ahead));
-  else
-    e.conn.query("UPDATE pgmq.q_" + queue
-                   + " SET vt = now() + interval '1 day' WHERE msg_id IN "
-                     "(SELECT msg_id FROM pgmq.q_"
-                   + queue + " ORDER BY msg_id LIMIT $1::int)",
-                 std::to_string(ahead));
+  }
   auto cost = buffers_of(e.conn, read_due, queue);
   EXPECT_EQ(e.conn
               .query("SELECT count(*) FROM commandbus.cmdbus_read_due($1, "
@@ -143,22 +138,24 @@ TEST(ReadDue, ARefusedQueueNameIsAnError) {
                std::exception);
 }
 
-
-// Twenty times as many messages ahead cost at most a few buffers more,
-// where stepping over them would cost thousands.
+// Twenty and forty times as many messages ahead cost at most 200 buffers
+// more (the indexes may be a level deeper; the held rows' dead index
+// entries fill some leaf pages), where a read in msg_id order steps over
+// every one of them (measured: 8,583 against 575 buffers held, 1,010
+// against 334 delayed).
 
 TEST(ReadDue, DoesNotWalkTheDelayedMessagesAheadOfTheDueOnes) {
   bus_env e;
   auto few = cost_with_ahead(e, 2000, false);
-  auto many = cost_with_ahead(e, 40000, false);
-  EXPECT_LE(many, few + 60) << "2,000 ahead: " << few;
+  auto many = cost_with_ahead(e, 80000, false);
+  EXPECT_LE(many, few + 200) << "2,000 ahead: " << few;
 }
 
 TEST(ReadDue, DoesNotWalkTheMessagesOtherReadsHold) {
   bus_env e;
   auto few = cost_with_ahead(e, 300, true);
   auto many = cost_with_ahead(e, 6000, true);
-  EXPECT_LE(many, few + 60) << "300 ahead: " << few;
+  EXPECT_LE(many, few + 200) << "300 ahead: " << few;
 }
 
 TEST(ReadDue, TheWorkersReadsTakeTheDueCommandsPastADelayedBacklog) {
