@@ -143,7 +143,8 @@ private:
   child proc_;
 };
 
-/// Returns a free TCP port on 127.0.0.1 (bound and released).
+/// Returns a free TCP port on 127.0.0.1 (bound and released), below the
+/// kernel's ephemeral range.
 int free_port();
 
 /// Returns the port of `dsn` (5432 when it names none).
