@@ -4,7 +4,6 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
-#include <random>
 #include <stdexcept>
 
 #include <arpa/inet.h>
@@ -286,37 +285,6 @@ void tcp_proxy::start() {
 void tcp_proxy::cut() {
   proc_.kill_now();
   log_line(log_path_, "proxy killed with all its connections");
-}
-
-int free_port() {
-  // Picked below the kernel's ephemeral range: the workers and the proxy
-  // open many outgoing connections, whose local ports come from that
-  // range, so a port the kernel handed out there (a bind to port 0) could
-  // be taken by one of them before the worker binds it (seen once: "cannot
-  // listen ... Address already in use").
-  int ephemeral_low = 32768;
-  {
-    std::ifstream range{"/proc/sys/net/ipv4/ip_local_port_range"};
-    int low = 0;
-    if (range >> low && low > 20000)
-      ephemeral_low = low;
-  }
-  std::mt19937 rng{std::random_device{}()};
-  std::uniform_int_distribution<int> pick{10000, ephemeral_low - 1};
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-      throw std::runtime_error("chaos: socket() failed");
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(pick(rng)));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bool bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-    close(fd);
-    if (bound)
-      return ntohs(addr.sin_port);
-  }
-  throw std::runtime_error("chaos: no free port below the ephemeral range");
 }
 
 int port_of(const std::string& dsn) {

@@ -11,6 +11,7 @@
 
 #include "bench/chaos/monitor.hpp"
 #include "bench/chaos/process.hpp"
+#include "tests/support/free_port.hpp"
 
 namespace cmdbus::chaos {
 
@@ -143,9 +144,9 @@ private:
   child proc_;
 };
 
-/// Returns a free TCP port on 127.0.0.1 (bound and released), below the
-/// kernel's ephemeral range.
-int free_port();
+/// A free TCP port on 127.0.0.1, below the kernel's ephemeral range (the
+/// tests' helper).
+using test::free_port;
 
 /// Returns the port of `dsn` (5432 when it names none).
 int port_of(const std::string& dsn);

@@ -15,14 +15,10 @@
 #include <string>
 #include <vector>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include "tests/db/background_cmdbus.hpp"
 #include "tests/support/bus_env.hpp"
 #include "tests/support/eventually.hpp"
+#include "tests/support/free_port.hpp"
 #include "tests/support/http_env.hpp"
 #include "tests/support/process.hpp"
 #include "tests/support/sql_checks.hpp"
@@ -35,21 +31,6 @@ using namespace cmdbus::test;
 using namespace std::chrono_literals;
 
 namespace {
-
-// A port that was free a moment ago (the worker binds it right after).
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  EXPECT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = 0;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // Runs one of the example's programs without the caller's cmdbus settings.
 process_result run(const std::string& binary,

@@ -40,21 +40,6 @@ bool accepts(int port) {
 
 } // namespace
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0)
-    throw std::runtime_error("free_port: socket() failed");
-  auto addr = loopback(0);
-  socklen_t len = sizeof addr;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0
-      || getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    close(fd);
-    throw std::runtime_error("free_port: no free port");
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 tcp_proxy::tcp_proxy(int target_port)
   : port_(free_port()), target_port_(target_port) {
   start();

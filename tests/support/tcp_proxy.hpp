@@ -8,10 +8,9 @@
 
 #include <sys/types.h>
 
-namespace cmdbus::test {
+#include "tests/support/free_port.hpp"
 
-/// Returns a free TCP port on 127.0.0.1 (bound and released).
-int free_port();
+namespace cmdbus::test {
 
 class tcp_proxy {
 public:
