@@ -41,11 +41,13 @@ endforeach()
 # its 26 actor sources about 6 s quicker, in every build CI makes (the
 # optimised one, the packages, both sanitizers, the FetchContent consumer).
 # Loading the precompiled header costs a source about a second, so the
-# sources that include no CAF opt out where they are listed
-# (cmdbus_without_caf_pch).
+# sources that include no CAF are added without it, with
+# cmdbus_worker_sources_without_caf.
 target_precompile_headers(cmdbus_worker PRIVATE <caf/all.hpp>)
-# Usage (in a folder's CMakeLists.txt): cmdbus_without_caf_pch(listener.cpp ...)
-function(cmdbus_without_caf_pch)
+# Usage (in a folder's CMakeLists.txt):
+#   cmdbus_worker_sources_without_caf(listener.cpp ...)
+function(cmdbus_worker_sources_without_caf)
+  target_sources(cmdbus_worker PRIVATE ${ARGN})
   set_source_files_properties(${ARGN} TARGET_DIRECTORY cmdbus_worker
     PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
 endfunction()
