@@ -2,7 +2,9 @@
 // "Reads"): cmdbus_read_due claims like pgmq.read, takes the messages
 // visible the longest first, and never walks the messages it cannot take
 // (held by other reads, delayed, waiting for a retry's backoff), which a
-// read in msg_id order steps over on every read.
+// read in msg_id order steps over on every read. The same holds for the
+// oldest-first rounds of the priority, cap and shard read (cmdbus_read,
+// V020).
 
 #include <gtest/gtest.h>
 
@@ -63,7 +65,8 @@ const std::string read_due
 // vt steps over every one of them (some 100 rows per heap page, each held
 // row on a page of its own); a read in vt order only descends deeper
 // indexes and skips the held rows' dead index entries.
-int64_t cost_with_ahead(bus_env& e, int ahead, bool held) {
+int64_t cost_with_ahead(bus_env& e, int ahead, bool held,
+                        const std::string& read = read_due) {
   auto queue = unique_name("rd");
   e.bus.ensure_queue(queue);
   // Held: sent, and the planner believes every message is visible (as it
@@ -76,7 +79,7 @@ int64_t cost_with_ahead(bus_env& e, int ahead, bool held) {
     e.conn.query("SELECT count(*) FROM pgmq.read($1, 300, $2::int)", queue,
                  std::to_string(ahead));
   }
-  auto cost = buffers_of(e.conn, read_due, queue);
+  auto cost = buffers_of(e.conn, read, queue);
   EXPECT_EQ(e.conn
               .query("SELECT count(*) FROM commandbus.cmdbus_read_due($1, "
                      "30, 100)",
@@ -156,6 +159,38 @@ TEST(ReadDue, DoesNotWalkTheMessagesOtherReadsHold) {
   auto few = cost_with_ahead(e, 300, true);
   auto many = cost_with_ahead(e, 6000, true);
   EXPECT_LE(many, few + 200) << "300 ahead: " << few;
+}
+
+// cmdbus_read's oldest-first rounds: with a per-type cap (a type the
+// messages do not have, so the cap cuts nothing), a shard, and a priority
+// read whose whole read is its oldest-first share. Measured for the capped
+// read before V020 (msg_id order, the cut a volatile function): 992
+// against 125 buffers delayed, 8,281 against 443 held; after: 116 against
+// 112, and 157 against 91.
+const std::vector<std::string> oldest_first_reads = {
+  "SELECT * FROM commandbus.cmdbus_read($1, 30, 10, ARRAY['Slow'], "
+  "ARRAY[1])",
+  "SELECT * FROM commandbus.cmdbus_read($1, 30, 10, p_shard_index => 0, "
+  "p_shard_count => 1)",
+  "SELECT * FROM commandbus.cmdbus_read($1, 30, 10, p_priority => true, "
+  "p_oldest => 10)"};
+
+TEST(ReadDue, CmdbusReadDoesNotWalkTheDelayedMessagesAheadOfTheDueOnes) {
+  bus_env e;
+  for (auto& read : oldest_first_reads) {
+    auto few = cost_with_ahead(e, 2000, false, read);
+    auto many = cost_with_ahead(e, 80000, false, read);
+    EXPECT_LE(many, few + 200) << read << "\n2,000 ahead: " << few;
+  }
+}
+
+TEST(ReadDue, CmdbusReadDoesNotWalkTheMessagesOtherReadsHold) {
+  bus_env e;
+  for (auto& read : oldest_first_reads) {
+    auto few = cost_with_ahead(e, 300, true, read);
+    auto many = cost_with_ahead(e, 6000, true, read);
+    EXPECT_LE(many, few + 200) << read << "\n300 ahead: " << few;
+  }
 }
 
 TEST(ReadDue, TheWorkersReadsTakeTheDueCommandsPastADelayedBacklog) {
