@@ -20,7 +20,8 @@
 -- and stops at the cut: a message that is not visible is never visited.
 -- The priority rounds keep their order (priority, then msg_id) and only
 -- gain the bounded cut, which lets the planner start from the vt index
--- when few messages are due.
+-- (and sort what is due) when its statistics say few messages are due:
+-- behind 80,000 delayed messages, 136 buffers instead of 1,110.
 --
 -- Order: "oldest" now means visible the longest, as in V019. A command
 -- sent without a delay is visible from its send, so a backlog is taken in

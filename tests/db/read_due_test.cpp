@@ -65,8 +65,11 @@ const std::string read_due
 // vt steps over every one of them (some 100 rows per heap page, each held
 // row on a page of its own); a read in vt order only descends deeper
 // indexes and skips the held rows' dead index entries.
+// With `analyzed`, the queue has the priority index and its statistics
+// know the backlog (as autovacuum's ANALYZE leaves them).
 int64_t cost_with_ahead(bus_env& e, int ahead, bool held,
-                        const std::string& read = read_due) {
+                        const std::string& read = read_due,
+                        bool analyzed = false) {
   auto queue = unique_name("rd");
   e.bus.ensure_queue(queue);
   // Held: sent, and the planner believes every message is visible (as it
@@ -74,6 +77,10 @@ int64_t cost_with_ahead(bus_env& e, int ahead, bool held,
   // sent with a delay of a day, as a delayed send writes them.
   send_n(e.conn, queue, ahead, held ? 0 : 86400);
   send_n(e.conn, queue, 10);
+  if (analyzed) {
+    e.conn.query("SELECT commandbus.cmdbus_create_priority_index($1)", queue);
+    e.conn.query("ANALYZE pgmq.q_" + queue);
+  }
   if (held) {
     e.conn.query("ANALYZE pgmq.q_" + queue);
     e.conn.query("SELECT count(*) FROM pgmq.read($1, 300, $2::int)", queue,
@@ -182,6 +189,20 @@ TEST(ReadDue, CmdbusReadDoesNotWalkTheDelayedMessagesAheadOfTheDueOnes) {
     auto many = cost_with_ahead(e, 80000, false, read);
     EXPECT_LE(many, few + 200) << read << "\n2,000 ahead: " << few;
   }
+}
+
+// The priority order walks its own index, which holds the delayed
+// messages too; with the cut a value, the planner starts from the vt index
+// instead when the statistics say few messages are due. Measured: 136
+// against 146 buffers; with V010's volatile cut the plan walked the
+// priority index past the delayed messages, 1,110 against 170.
+TEST(ReadDue, CmdbusReadByPriorityStartsFromTheDueMessagesItKnowsOf) {
+  bus_env e;
+  const std::string by_priority = "SELECT * FROM commandbus.cmdbus_read($1, "
+                                  "30, 10, p_priority => true)";
+  auto few = cost_with_ahead(e, 2000, false, by_priority, true);
+  auto many = cost_with_ahead(e, 80000, false, by_priority, true);
+  EXPECT_LE(many, few + 200) << "2,000 ahead: " << few;
 }
 
 TEST(ReadDue, CmdbusReadDoesNotWalkTheMessagesOtherReadsHold) {
