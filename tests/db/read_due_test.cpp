@@ -130,13 +130,15 @@ TEST(ReadDue, TakesTheMessagesVisibleTheLongestFirstAndClaimsLikePgmqRead) {
   ASSERT_EQ(next.rows(), 1);
   EXPECT_EQ(next.int64(0, 0), ids[1]);
   EXPECT_EQ(
-    e.conn.query("SELECT count(*) FROM commandbus.cmdbus_read_due($1, 30, 10)",
-                 queue)
+    e.conn
+      .query("SELECT count(*) FROM commandbus.cmdbus_read_due($1, 30, 10)",
+             queue)
       .int64(0, 0),
     0);
   EXPECT_EQ(
-    e.conn.query("SELECT count(*) FROM commandbus.cmdbus_read_due($1, 30, 0)",
-                 queue)
+    e.conn
+      .query("SELECT count(*) FROM commandbus.cmdbus_read_due($1, 30, 0)",
+             queue)
       .int64(0, 0),
     0);
 }
@@ -153,19 +155,30 @@ TEST(ReadDue, ARefusedQueueNameIsAnError) {
 // entries fill some leaf pages), where a read in msg_id order steps over
 // every one of them (measured: 8,583 against 575 buffers held, 1,010
 // against 334 delayed).
+struct backlog {
+  int few;
+  int many;
+  bool held;
+};
+constexpr backlog delayed{2000, 80000, false};
+constexpr backlog held{300, 6000, true};
+
+void expect_not_walked(bus_env& e, const backlog& ahead,
+                       const std::string& read = read_due,
+                       bool analyzed = false) {
+  auto few = cost_with_ahead(e, ahead.few, ahead.held, read, analyzed);
+  auto many = cost_with_ahead(e, ahead.many, ahead.held, read, analyzed);
+  EXPECT_LE(many, few + 200) << read << "\n" << ahead.few << " ahead: " << few;
+}
 
 TEST(ReadDue, DoesNotWalkTheDelayedMessagesAheadOfTheDueOnes) {
   bus_env e;
-  auto few = cost_with_ahead(e, 2000, false);
-  auto many = cost_with_ahead(e, 80000, false);
-  EXPECT_LE(many, few + 200) << "2,000 ahead: " << few;
+  expect_not_walked(e, delayed);
 }
 
 TEST(ReadDue, DoesNotWalkTheMessagesOtherReadsHold) {
   bus_env e;
-  auto few = cost_with_ahead(e, 300, true);
-  auto many = cost_with_ahead(e, 6000, true);
-  EXPECT_LE(many, few + 200) << "300 ahead: " << few;
+  expect_not_walked(e, held);
 }
 
 // cmdbus_read's oldest-first rounds: with a per-type cap (a type the
@@ -184,11 +197,14 @@ const std::vector<std::string> oldest_first_reads = {
 
 TEST(ReadDue, CmdbusReadDoesNotWalkTheDelayedMessagesAheadOfTheDueOnes) {
   bus_env e;
-  for (auto& read : oldest_first_reads) {
-    auto few = cost_with_ahead(e, 2000, false, read);
-    auto many = cost_with_ahead(e, 80000, false, read);
-    EXPECT_LE(many, few + 200) << read << "\n2,000 ahead: " << few;
-  }
+  for (auto& read : oldest_first_reads)
+    expect_not_walked(e, delayed, read);
+}
+
+TEST(ReadDue, CmdbusReadDoesNotWalkTheMessagesOtherReadsHold) {
+  bus_env e;
+  for (auto& read : oldest_first_reads)
+    expect_not_walked(e, held, read);
 }
 
 // The priority order walks its own index, which holds the delayed
@@ -198,20 +214,10 @@ TEST(ReadDue, CmdbusReadDoesNotWalkTheDelayedMessagesAheadOfTheDueOnes) {
 // priority index past the delayed messages, 1,110 against 170.
 TEST(ReadDue, CmdbusReadByPriorityStartsFromTheDueMessagesItKnowsOf) {
   bus_env e;
-  const std::string by_priority = "SELECT * FROM commandbus.cmdbus_read($1, "
-                                  "30, 10, p_priority => true)";
-  auto few = cost_with_ahead(e, 2000, false, by_priority, true);
-  auto many = cost_with_ahead(e, 80000, false, by_priority, true);
-  EXPECT_LE(many, few + 200) << "2,000 ahead: " << few;
-}
-
-TEST(ReadDue, CmdbusReadDoesNotWalkTheMessagesOtherReadsHold) {
-  bus_env e;
-  for (auto& read : oldest_first_reads) {
-    auto few = cost_with_ahead(e, 300, true, read);
-    auto many = cost_with_ahead(e, 6000, true, read);
-    EXPECT_LE(many, few + 200) << read << "\n300 ahead: " << few;
-  }
+  expect_not_walked(e, delayed,
+                    "SELECT * FROM commandbus.cmdbus_read($1, 30, 10, "
+                    "p_priority => true)",
+                    true);
 }
 
 TEST(ReadDue, TheWorkersReadsTakeTheDueCommandsPastADelayedBacklog) {
