@@ -271,6 +271,8 @@ TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
                                 "--dsn",  test::dsn(), "--domain", d};
   auto completed = [&] { return count_status(e.conn, d, "COMPLETED"); };
   std::string held_at_freeze;
+  std::string frozen_since;
+  std::string killed_at;
   {
     background_cmdbus first{args};
     background_cmdbus second{args};
@@ -280,7 +282,7 @@ TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
     // A statement the first worker sent before it froze still runs to its
     // commit (a read that claims two commands nobody will finish): wait
     // until every read that started before the freeze has ended.
-    auto frozen_since = *scalar(e.conn, "SELECT clock_timestamp()::text");
+    frozen_since = *scalar(e.conn, "SELECT clock_timestamp()::text");
     ASSERT_TRUE(eventually(
       [&] {
         return *scalar(e.conn,
@@ -306,6 +308,7 @@ TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
     ASSERT_TRUE(eventually([&] { return completed() >= frozen_at + 10; }, 30s));
     first.signal(SIGKILL);
     first.wait(10s);
+    killed_at = *scalar(e.conn, "SELECT clock_timestamp()::text");
     background_cmdbus third{args};
     EXPECT_TRUE(eventually(
       [&] { return all_have_status(e.conn, d, ids, "COMPLETED"); }, 60s))
@@ -322,5 +325,17 @@ TEST(WorkerTypeCaps, CapsHoldAcrossFrozenAndKilledWorkerProcesses) {
                     "domain = $1 AND attempts > 1 AND NOT (command_id = "
                     "ANY($2::uuid[]))",
                     d, held_at_freeze),
-            "0");
+            "0")
+    << "frozen at " << frozen_since << ", killed at " << killed_at
+    << "; the trails of those commands:\n"
+    << *scalar(e.conn,
+               "SELECT coalesce(string_agg(t.line, E'\\n'), '') FROM (SELECT "
+               "c.command_id::text || ': ' || string_agg(a.event_type || ' "
+               "' || a.ts::time::text || coalesce(' attempt ' || "
+               "(a.details_json ->> 'attempt'), ''), ', ' ORDER BY a.ts, "
+               "a.audit_id) AS line FROM commandbus.command c JOIN "
+               "commandbus.audit a ON a.domain = c.domain AND a.command_id = "
+               "c.command_id WHERE c.domain = $1 AND c.attempts > 1 AND NOT "
+               "(c.command_id = ANY($2::uuid[])) GROUP BY c.command_id) t",
+               d, held_at_freeze);
 }
