@@ -1,6 +1,6 @@
 -- The priority, cap and shard read (cmdbus_read, V010) takes its
 -- oldest-first messages in the order they became visible, as the worker's
--- default read does since V019, and bounds its scan by a cut passed as a
+-- default read does since V019, and bounds that scan by a cut passed as a
 -- value. Same signature, arguments, rows, claim and errors as V010; only
 -- which messages count as the oldest and how they are found change.
 --
@@ -14,14 +14,17 @@
 -- 6,000 held ones; it now touches 116 and 157, about what it touches behind
 -- a few hundred (tests/db/read_due_test.cpp).
 --
--- How: the cut (clock_timestamp() once, at the call) is a parameter of
--- each round's statement, and the oldest-first rounds order by vt, so
--- their scan walks PGMQ's vt index from the message visible the longest
--- and stops at the cut: a message that is not visible is never visited.
--- The priority rounds keep their order (priority, then msg_id) and only
--- gain the bounded cut, which lets the planner start from the vt index
--- (and sort what is due) when its statistics say few messages are due:
--- behind 80,000 delayed messages, 136 buffers instead of 1,110.
+-- How: the oldest-first rounds order by vt and take the cut
+-- (clock_timestamp() once, at the call) as a parameter, so their scan
+-- walks PGMQ's vt index from the message visible the longest and stops at
+-- the cut: a message that is not visible is never visited.
+-- The priority rounds are V010's, cut included: clock_timestamp(), which
+-- the planner cannot see, so their plan always walks the priority index
+-- (docs/scheduling.md) and steps over the held and delayed messages that
+-- come before the due ones in that order. Given the cut as a value, the
+-- planner would choose between that walk and sorting every due message by
+-- the statistics' guess of how many are due; a guess made before a burst
+-- of new messages would sort the whole visible backlog on every read.
 --
 -- Order: "oldest" now means visible the longest, as in V019. A command
 -- sent without a delay is visible from its send, so a backlog is taken in
@@ -104,7 +107,7 @@ BEGIN
             'SELECT q.msg_id,
                     COALESCE(q.message ->> ''command_type'', '''') AS type
                FROM pgmq.%I q
-              WHERE q.vt <= $6
+              WHERE q.vt <= %s
                 AND q.msg_id <> ALL ($1)
                 AND COALESCE(q.message ->> ''command_type'', '''') <> ALL ($2)
                 %s
@@ -112,6 +115,7 @@ BEGIN
               LIMIT $3
                 FOR UPDATE SKIP LOCKED',
             v_table,
+            CASE WHEN v_fifo THEN '$6' ELSE 'clock_timestamp()' END,
             CASE WHEN v_shard THEN 'AND q.msg_id % $4 = $5' ELSE '' END,
             CASE WHEN v_fifo THEN 'q.vt'
                  ELSE 'CASE WHEN jsonb_typeof(q.message -> ''priority'') = ''number''

@@ -65,11 +65,8 @@ const std::string read_due
 // vt steps over every one of them (some 100 rows per heap page, each held
 // row on a page of its own); a read in vt order only descends deeper
 // indexes and skips the held rows' dead index entries.
-// With `analyzed`, the queue has the priority index and its statistics
-// know the backlog (as autovacuum's ANALYZE leaves them).
 int64_t cost_with_ahead(bus_env& e, int ahead, bool held,
-                        const std::string& read = read_due,
-                        bool analyzed = false) {
+                        const std::string& read = read_due) {
   auto queue = unique_name("rd");
   e.bus.ensure_queue(queue);
   // Held: sent, and the planner believes every message is visible (as it
@@ -77,10 +74,6 @@ int64_t cost_with_ahead(bus_env& e, int ahead, bool held,
   // sent with a delay of a day, as a delayed send writes them.
   send_n(e.conn, queue, ahead, held ? 0 : 86400);
   send_n(e.conn, queue, 10);
-  if (analyzed) {
-    e.conn.query("SELECT commandbus.cmdbus_create_priority_index($1)", queue);
-    e.conn.query("ANALYZE pgmq.q_" + queue);
-  }
   if (held) {
     e.conn.query("ANALYZE pgmq.q_" + queue);
     e.conn.query("SELECT count(*) FROM pgmq.read($1, 300, $2::int)", queue,
@@ -164,10 +157,9 @@ constexpr backlog delayed{2000, 80000, false};
 constexpr backlog held{300, 6000, true};
 
 void expect_not_walked(bus_env& e, const backlog& ahead,
-                       const std::string& read = read_due,
-                       bool analyzed = false) {
-  auto few = cost_with_ahead(e, ahead.few, ahead.held, read, analyzed);
-  auto many = cost_with_ahead(e, ahead.many, ahead.held, read, analyzed);
+                       const std::string& read = read_due) {
+  auto few = cost_with_ahead(e, ahead.few, ahead.held, read);
+  auto many = cost_with_ahead(e, ahead.many, ahead.held, read);
   EXPECT_LE(many, few + 200) << read << "\n" << ahead.few << " ahead: " << few;
 }
 
@@ -205,19 +197,6 @@ TEST(ReadDue, CmdbusReadDoesNotWalkTheMessagesOtherReadsHold) {
   bus_env e;
   for (auto& read : oldest_first_reads)
     expect_not_walked(e, held, read);
-}
-
-// The priority order walks its own index, which holds the delayed
-// messages too; with the cut a value, the planner starts from the vt index
-// instead when the statistics say few messages are due. Measured: 136
-// against 146 buffers; with V010's volatile cut the plan walked the
-// priority index past the delayed messages, 1,110 against 170.
-TEST(ReadDue, CmdbusReadByPriorityStartsFromTheDueMessagesItKnowsOf) {
-  bus_env e;
-  expect_not_walked(e, delayed,
-                    "SELECT * FROM commandbus.cmdbus_read($1, 30, 10, "
-                    "p_priority => true)",
-                    true);
 }
 
 TEST(ReadDue, TheWorkersReadsTakeTheDueCommandsPastADelayedBacklog) {
