@@ -24,8 +24,8 @@
 #include "api/command_api.hpp"
 #include "cmdbus/db/queue_name.hpp"
 #include "cmdbus/db/queues.hpp"
-#include "tests/db/background_cmdbus.hpp"
 #include "tests/db/api_tls_support.hpp"
+#include "tests/db/background_cmdbus.hpp"
 #include "tests/support/eventually.hpp"
 #include "tests/support/http_clients.hpp"
 #include "tests/support/process.hpp"
@@ -85,19 +85,19 @@ api::api_settings tls_settings(const certificates& certs, bool mutual,
 /// The first bytes of a TLS 1.2 ClientHello (a record header announcing
 /// 512 bytes and the start of the handshake message): a handshake that
 /// never gets the rest.
-const std::string half_client_hello{"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
-                                    11};
+const std::string half_client_hello{
+  "\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11};
 
 // POSTs a command to `path` that is due in an hour over HTTPS, so that a
 // wait for it lasts as long as the client allows; returns its id.
 std::string post_due_in_an_hour(const certificates& certs, int port,
                                 const std::string& path) {
   auto id = new_uuid();
-  EXPECT_EQ(https(certs, port, "POST", path, token,
-                  R"({"type": "T", "delay": "1h", "command_id": ")" + id
-                    + "\"}")
-              .status,
-            201);
+  EXPECT_EQ(
+    https(certs, port, "POST", path, token,
+          R"({"type": "T", "delay": "1h", "command_id": ")" + id + "\"}")
+      .status,
+    201);
   return id;
 }
 
@@ -128,9 +128,9 @@ TEST(ApiTls, SendsAndWaitsOverHttpsAndRefusesBadTokens) {
   auto r = https(certs, port, "POST", commands, "", body);
   EXPECT_EQ(r.status, 401) << r.curl_exit << r.body;
   EXPECT_TRUE(has(r.headers, "WWW-Authenticate: Bearer")) << r.headers;
-  EXPECT_EQ(https(certs, port, "POST", commands, "not_a_token_at_all_x", body)
-              .status,
-            401);
+  EXPECT_EQ(
+    https(certs, port, "POST", commands, "not_a_token_at_all_x", body).status,
+    401);
   r = https(certs, port, "POST", commands, other_token, body);
   EXPECT_EQ(r.status, 403) << r.body;
   EXPECT_EQ(commands_with_id(d, id), 0);
@@ -151,9 +151,9 @@ TEST(ApiTls, SendsAndWaitsOverHttpsAndRefusesBadTokens) {
   EXPECT_EQ(run_curl(untrusting, "").curl_exit, 60);
 
   // Plain HTTP on the TLS port: refused, with a word on what to use.
-  auto plain = run_process({"/usr/bin/curl", "-s", "-i", "--max-time", "10",
-                            "http://127.0.0.1:" + std::to_string(port)
-                              + "/healthz"});
+  auto plain = run_process(
+    {"/usr/bin/curl", "-s", "-i", "--max-time", "10",
+     "http://127.0.0.1:" + std::to_string(port) + "/healthz"});
   EXPECT_TRUE(has(plain.out, "HTTP/1.1 400")) << plain.out;
   EXPECT_TRUE(has(plain.out, "HTTPS")) << plain.out;
   // The API still serves HTTPS.
@@ -183,7 +183,12 @@ TEST(ApiTls, RequiresClientCertificatesOfItsCa) {
                         "stranger");
   EXPECT_EQ(stranger.status, 0) << stranger.headers;
   EXPECT_NE(stranger.curl_exit, 0);
-  EXPECT_GE(server.stats().listener.handshakes_failed, 2u);
+  // Counted by the server's thread once it gives up on the handshake,
+  // which may be after the client has already exited (failed once in CI:
+  // 1 counted of 2).
+  EXPECT_TRUE(eventually(
+    [&] { return server.stats().listener.handshakes_failed >= 2u; }, 10s))
+    << server.stats().listener.handshakes_failed << " failed handshakes";
   // The token still counts with a good certificate.
   auto forbidden = https(certs, port, "POST", "/v1/domains/" + d + "/commands",
                          other_token, R"({"type": "T"})", "client");
@@ -233,8 +238,8 @@ TEST(ApiTls, StalledHandshakesAreClosedAtTheDeadlineWhileHealthIsAnswered) {
   EXPECT_EQ(said->rfind("HTTP/1.1 400", 0), 0u) << *said;
   EXPECT_GE(server.stats().listener.plain_http, 1u);
   // Every descriptor is given back once the clients are gone.
-  EXPECT_TRUE(eventually([&] { return server.stats().listener.open == 0; },
-                         10s))
+  EXPECT_TRUE(
+    eventually([&] { return server.stats().listener.open == 0; }, 10s))
     << server.stats().listener.open;
 }
 
@@ -267,17 +272,17 @@ TEST(ApiTls, ACutDatabaseAnswersServiceUnavailableOverTlsAndComesBack) {
     }(),
     {},
     "/usr/bin/curl"};
-  ASSERT_TRUE(eventually(
-    [&] { return server.stats().listener.requests >= 2; }, 10s));
+  ASSERT_TRUE(
+    eventually([&] { return server.stats().listener.requests >= 2; }, 10s));
   proxy.cut();
   auto answer = waiting.wait(40s);
   ASSERT_TRUE(answer) << "the waiting client got no answer";
   EXPECT_TRUE(has(answer->out, "HTTP/1.1 503")) << answer->out;
   EXPECT_TRUE(has(answer->out, R"("code":"database_unavailable")"))
     << answer->out;
-  EXPECT_EQ(https(certs, port, "GET", "/healthz", "", std::nullopt, "client")
-              .status,
-            200);
+  EXPECT_EQ(
+    https(certs, port, "GET", "/healthz", "", std::nullopt, "client").status,
+    200);
   proxy.restore();
   // Back by itself: the same API, new requests over TLS.
   std::string last;
@@ -320,9 +325,8 @@ TEST(ApiTls, AStoppedTlsClientHoldsNobodyElse) {
   // the one thread once the stopped client's answer is written.
   EXPECT_EQ(https(certs, port, "GET", "/healthz", "").status, 200);
   for (int i = 0; i < 3; ++i)
-    EXPECT_EQ(https(certs, port, "POST", path, token, R"({"type": "T"})")
-                .status,
-              201);
+    EXPECT_EQ(
+      https(certs, port, "POST", path, token, R"({"type": "T"})").status, 201);
   // Once it goes on, it reads the answer that waited for it.
   stopped.signal(SIGCONT);
   auto answer = stopped.wait(20s);
@@ -359,7 +363,7 @@ TEST(ApiTls, TheStartRefusesAPartialTlsSetAndFilesItCannotUse) {
   certificates certs;
   auto tokens = "CMDBUS_API_TOKENS=" + tokens_for("x");
   auto start = [&](std::vector<std::string> extra,
-                 const std::vector<std::string>& env) {
+                   const std::vector<std::string>& env) {
     std::vector<std::string> args{"api", "--listen", "127.0.0.1:0", "--dsn",
                                   dsn()};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -375,14 +379,14 @@ TEST(ApiTls, TheStartRefusesAPartialTlsSetAndFilesItCannotUse) {
   EXPECT_TRUE(has(r.err, "missing: tls-certificate, tls-key")) << r.err;
   // A key of another certificate: OpenSSL refuses it, exit code 4.
   r = start({"--tls-certificate", certs.pem("localhost"), "--tls-key",
-           certs.key("client")},
-          {tokens});
+             certs.key("client")},
+            {tokens});
   EXPECT_EQ(r.exit_code, 4) << r.err;
   EXPECT_TRUE(has(r.err, "does not match the certificate")) << r.err;
   // No tokens: a usage error saying where they come from.
   r = start({"--tls-certificate", certs.pem("localhost"), "--tls-key",
-           certs.key("localhost")},
-          {});
+             certs.key("localhost")},
+            {});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_TRUE(has(r.err, "the command API needs tokens: --tokens-file"))
     << r.err;

@@ -49,7 +49,8 @@ std::string scratch_prefix() {
   auto db = dbname_of(dsn());
   bool plain = !db.empty() && db.size() <= 27 && db[0] >= 'a' && db[0] <= 'z';
   for (char c : db)
-    plain = plain && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+    plain = plain
+            && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
   return (plain ? db : std::string{"cmdbus"}) + "_scratch";
 }
 
@@ -107,7 +108,8 @@ std::string new_uuid() {
   return out;
 }
 
-std::string with_dbname(const std::string& dsn, const std::string& dbname) {
+std::string with_setting(const std::string& dsn, const std::string& key,
+                         const std::string& value) {
   char* err = nullptr;
   PQconninfoOption* opts = PQconninfoParse(dsn.c_str(), &err);
   if (opts == nullptr) {
@@ -116,13 +118,16 @@ std::string with_dbname(const std::string& dsn, const std::string& dbname) {
   }
   std::string out;
   for (auto* o = opts; o->keyword != nullptr; ++o) {
-    std::string key = o->keyword;
-    if (key == "dbname" || o->val == nullptr)
+    if (o->keyword == key || o->val == nullptr)
       continue;
-    out += key + "=" + quote_value(o->val) + " ";
+    out += std::string{o->keyword} + "=" + quote_value(o->val) + " ";
   }
   PQconninfoFree(opts);
-  return out + "dbname=" + quote_value(dbname);
+  return out + key + "=" + quote_value(value);
+}
+
+std::string with_dbname(const std::string& dsn, const std::string& dbname) {
+  return with_setting(dsn, "dbname", dbname);
 }
 
 scratch_database::scratch_database()

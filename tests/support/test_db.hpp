@@ -19,6 +19,11 @@ std::string unique_name(const std::string& prefix);
 /// Returns a random version-4 UUID as text.
 std::string new_uuid();
 
+/// Returns `dsn` (key/value or URI) as key/value pairs with `key` set to
+/// `value`, whatever it was.
+std::string with_setting(const std::string& dsn, const std::string& key,
+                         const std::string& value);
+
 /// Returns `dsn` with its database name replaced by `dbname`.
 std::string with_dbname(const std::string& dsn, const std::string& dbname);
 
@@ -34,10 +39,14 @@ public:
   ~scratch_database();
 
   /// Returns the database's name.
-  const std::string& name() const noexcept { return name_; }
+  const std::string& name() const noexcept {
+    return name_;
+  }
 
   /// Returns the DSN of the database.
-  const std::string& dsn() const noexcept { return dsn_; }
+  const std::string& dsn() const noexcept {
+    return dsn_;
+  }
 
 private:
   std::string name_;
